@@ -1,0 +1,23 @@
+# The two commands the README starts with. Each sets up .venv on first use.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+INSTALLED := $(VENV)/.installed
+
+.PHONY: demo test
+
+# The main job, offline, on the embedded smol pair.
+demo: $(INSTALLED)
+	$(BIN)/completer complete examples/stats.py --line 19 --col 17 --preset smol --stats
+
+# The whole test suite; .ci/run calls this.
+test: $(INSTALLED)
+	$(BIN)/python -m pytest
+
+# llama-cpp-python compiles llama.cpp for this CPU, without AMX (see the script).
+# --no-cache-dir: pip's wheel cache would hand back a build made with other flags.
+$(INSTALLED): pyproject.toml scripts/llama-cpp-cmake-args
+	$(PYTHON) -m venv $(VENV)
+	CMAKE_ARGS="$$(scripts/llama-cpp-cmake-args)" $(BIN)/pip install --quiet --disable-pip-version-check \
+		--no-cache-dir -e '.[test]'
+	touch $@

@@ -1,0 +1,239 @@
+"""The `completer` command. Each subcommand's docstring is its --help."""
+
+import functools
+import logging
+import sys
+from dataclasses import replace
+from importlib.metadata import version
+from pathlib import Path
+
+import click
+from rich.console import Console
+from rich.table import Table
+
+from completer.config import Config, GenerationOptions, ModelOptions
+from models.errors import ModelError
+from models.paths import cache_dir
+from models.presets import PRESETS, Preset
+
+console = Console()
+errors = Console(stderr=True)
+
+
+def _reports_model_errors(command):
+    """Print a ModelError as one line that says what to run, and exit 1: no traceback."""
+
+    @functools.wraps(command)
+    def wrapper(*args, **kwargs):
+        try:
+            return command(*args, **kwargs)
+        except ModelError as error:
+            errors.print(f"[bold red]error:[/] {error}", highlight=False, soft_wrap=True)
+            sys.exit(1)
+
+    return wrapper
+
+
+def _gpu_layers(value: str) -> int | str:
+    if value == "auto":
+        return value
+    try:
+        return int(value)
+    except ValueError:
+        raise click.BadParameter(f"{value!r}: use a number of layers or auto") from None
+
+
+def _model_options(command):
+    """The ModelOptions fields as flags; the command receives one ModelOptions."""
+    defaults = ModelOptions()
+    flags = [
+        click.option("--preset", default=defaults.preset, show_default=True, help="Named target/draft pair."),
+        click.option("--target", "target_path", type=click.Path(dir_okay=False), help="Target GGUF file."),
+        click.option("--draft", "draft_path", type=click.Path(dir_okay=False), help="Draft GGUF file."),
+        click.option("--gpu-layers", default=str(defaults.target_gpu_layers), show_default=True,
+                     help="Target layers on the GPU, or auto."),
+        click.option("--draft-gpu-layers", default=str(defaults.draft_gpu_layers), show_default=True,
+                     help="Draft layers on the GPU, or auto."),
+        click.option("--context", "context_tokens", default=defaults.context_tokens, show_default=True,
+                     help="KV cache size in tokens."),
+        click.option("--threads", default=defaults.threads, show_default=True, help="CPU threads; 0 = all cores."),
+    ]
+
+    @functools.wraps(command)
+    def wrapper(*args, preset, target_path, draft_path, gpu_layers, draft_gpu_layers, context_tokens, threads,
+                **kwargs):
+        options = ModelOptions(preset, target_path, draft_path, _gpu_layers(gpu_layers),
+                               _gpu_layers(draft_gpu_layers), context_tokens, threads)
+        return command(*args, models=options, **kwargs)
+
+    for flag in reversed(flags):
+        wrapper = flag(wrapper)
+    return wrapper
+
+
+@click.group()
+@click.version_option(version("completer"), prog_name="completer")
+@click.option("-v", "--verbose", is_flag=True, help="Log llama.cpp and the engine to stderr.")
+def main(verbose: bool) -> None:
+    """Local code completion with lossless speculative decoding."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING, stream=sys.stderr,
+                        format="%(levelname)s %(name)s: %(message)s")
+
+
+@main.group()
+def models() -> None:
+    """List, download and inspect models."""
+
+
+def _file_state(preset: Preset) -> tuple[str, str]:
+    """(target state, draft state) as 'cached', 'missing', or what would happen on first use."""
+    from models.resolve import cached_path
+
+    try:
+        target = cached_path(preset.target)
+    except ModelError:
+        return "missing package", "-"
+    draft = cached_path(preset.draft, target) if target else None
+    return ("cached" if target else "missing"), ("cached" if draft else "missing")
+
+
+@models.command("list")
+def models_list() -> None:
+    """Presets, their files, and whether those are in the cache."""
+    table = Table("preset", "target", "draft", "cached", "why")
+    for preset in PRESETS.values():
+        target_state, draft_state = _file_state(preset)
+        table.add_row(preset.name, preset.target.describe(), preset.draft.describe(),
+                      f"target {target_state}\ndraft {draft_state}", preset.why)
+    console.print(table)
+    console.print(f"cache: {cache_dir()}")
+
+
+@models.command("pull")
+@click.argument("preset")
+@_reports_model_errors
+def models_pull(preset: str) -> None:
+    """Download (or derive) a preset's target and draft into the cache."""
+    from models.resolve import resolve
+
+    files = resolve(Preset.from_name(preset))
+    click.echo(f"target: {files.target}\ndraft:  {files.draft}")
+
+
+def _describe_file(path: Path) -> Table:
+    from models.backend import LlamaModel
+    from models.gguf_file import check_gguf
+
+    header = check_gguf(path)
+    model = LlamaModel(path, n_gpu_layers=0, vocab_only=True)
+    special = model.special
+    table = Table(show_header=False, title=str(path), title_justify="left")
+    table.add_row("architecture", header.architecture)
+    table.add_row("name", header.name or "-")
+    table.add_row("file type", header.file_type)
+    table.add_row("size", f"{header.size_bytes / 2**20:.1f} MiB")
+    table.add_row("layers", str(header.layers))
+    table.add_row("embedding", str(header.n_embd))
+    table.add_row("trained context", str(header.context_length))
+    table.add_row("vocabulary", f"{model.n_vocab} tokens ({header.tokenizer_model})")
+    fim = ", ".join(
+        f"{name}={getattr(special, name)}"
+        for name in ("fim_prefix", "fim_suffix", "fim_middle", "fim_pad", "fim_repo", "file_separator")
+        if getattr(special, name) is not None
+    )
+    table.add_row("FIM tokens", fim if special.has_fim else f"none (prefix-only prompts){'; ' + fim if fim else ''}")
+    table.add_row("end tokens", f"eos={special.eos} eot={special.eot}")
+    model.close()
+    return table
+
+
+@models.command("info")
+@click.argument("path_or_preset")
+@click.option("--time", "measure", is_flag=True, help="Also load the weights and time prefill and one decode step.")
+@click.option("--threads", default=0, help="CPU threads for --time; 0 = all cores.")
+@_reports_model_errors
+def models_info(path_or_preset: str, measure: bool, threads: int) -> None:
+    """Architecture, layers, vocabulary and FIM tokens of a GGUF file or a preset's pair."""
+    if path_or_preset in PRESETS:
+        from models.resolve import resolve
+
+        files = resolve(Preset.from_name(path_or_preset))
+        paths = [files.target, files.draft]
+    else:
+        paths = [Path(path_or_preset)]
+    for path in paths:
+        console.print(_describe_file(path))
+        if measure:
+            from models.timing import time_model
+
+            timing = time_model(path, threads=threads)
+            console.print(
+                f"load {timing.load_ms:.0f} ms · prefill {timing.prefill_tokens_per_s:.0f} tok/s "
+                f"({timing.prompt_tokens} tokens) · one decode step {timing.decode_ms:.2f} ms "
+                f"(median of {timing.steps})"
+            )
+
+
+@main.command()
+def doctor() -> None:
+    """llama.cpp build, GPU offload, threads, cache directory and each preset's state."""
+    from models.backend import default_threads, gpu_offload_supported, system_info
+
+    table = Table(show_header=False)
+    table.add_row("completer", version("completer"))
+    table.add_row("llama-cpp-python", version("llama_cpp_python"))
+    build = system_info()
+    table.add_row("llama.cpp build", build)
+    if "AMX_INT8 = 1" in build:
+        table.add_row("warning", "this llama.cpp build uses AMX, which some virtual machines advertise but fault "
+                      "on (SIGILL at the first completion). If that happens, rebuild llama-cpp-python without "
+                      "it: CMAKE_ARGS=\"$(scripts/llama-cpp-cmake-args)\" pip install --no-cache-dir "
+                      "--force-reinstall llama-cpp-python")
+    table.add_row("GPU offload", "yes" if gpu_offload_supported() else "no (CPU build: all layers on the CPU)")
+    table.add_row("threads", f"{default_threads()} (cores this process may use)")
+    table.add_row("cache directory", str(cache_dir()))
+    for preset in PRESETS.values():
+        target_state, draft_state = _file_state(preset)
+        table.add_row(f"preset {preset.name}", f"target {target_state}, draft {draft_state}")
+    console.print(table)
+
+
+@main.command()
+@click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--line", type=click.IntRange(min=1), required=True, help="Cursor line, 1-based as editors show it.")
+@click.option("--col", type=click.IntRange(min=1), required=True, help="Cursor column, 1-based, in characters.")
+@click.option("--max-tokens", default=GenerationOptions().max_tokens, show_default=True,
+              help="Most tokens to generate.")
+@click.option("--stats", is_flag=True, help="Also print token counts and timings to stderr.")
+@_model_options
+@_reports_model_errors
+def complete(file: Path, line: int, col: int, max_tokens: int, stats: bool, models: ModelOptions) -> None:
+    """Print a completion of FILE at the cursor (for now from the plain target)."""
+    from completer.plain import complete_greedy
+    from completer.prompt import prefix_only_prompt
+    from models.backend import LlamaContext, LlamaModel
+    from models.resolve import resolve
+
+    config = replace(Config(), models=models, generation=GenerationOptions(max_tokens))
+    text = file.read_text(encoding="utf-8", errors="replace")
+    lines = text.splitlines(keepends=True)
+    if line > len(lines) + 1:
+        raise click.BadParameter(f"{file} has {len(lines)} lines", param_hint="--line")
+    current = lines[line - 1] if line <= len(lines) else ""
+    if col > len(current.rstrip("\r\n")) + 1:
+        raise click.BadParameter(f"line {line} has {len(current.rstrip(chr(10)))} characters", param_hint="--col")
+    prefix = "".join(lines[: line - 1]) + current[: col - 1]
+
+    files = resolve(Preset.from_name(config.models.preset), config.models.target, config.models.draft)
+    target = LlamaModel(files.target, config.models.target_gpu_layers)
+    context = LlamaContext(target, n_ctx=config.models.context_tokens, n_threads=config.models.threads or None)
+    prompt = target.tokenize(prefix_only_prompt(str(file), prefix))
+    completion = complete_greedy(context, prompt, config.generation.max_tokens)
+    click.echo(completion.text)
+    if stats:
+        errors.print(
+            f"{completion.prompt_tokens} prompt tokens in {completion.prefill_ms:.0f} ms, "
+            f"{len(completion.tokens)} tokens in {completion.decode_ms:.0f} ms "
+            f"(target {files.target.name}, load {target.load_ms:.0f} ms)",
+            highlight=False,
+        )

@@ -1,0 +1,63 @@
+"""All options, as one dataclass tree. Each default carries its reason in `doc`.
+
+The same names are used by the CLI flags and (later) the language server's
+initializationOptions. README.md's option table is generated from this module
+(`python -m completer.config`) and a test keeps the two equal.
+"""
+
+from dataclasses import dataclass, field, fields
+
+from models.presets import DEFAULT_PRESET
+
+
+def option(default, doc: str, flag: str | None = None):
+    return field(default=default, metadata={"doc": doc, "flag": flag})
+
+
+@dataclass
+class ModelOptions:
+    preset: str = option(
+        DEFAULT_PRESET, "named target/draft pair; `completer models list` shows them", "--preset"
+    )
+    target: str | None = option(None, "path to a target GGUF, used instead of the preset's", "--target")
+    draft: str | None = option(
+        None, "path to a draft GGUF, instead of the preset's; it must share the target's vocabulary", "--draft"
+    )
+    target_gpu_layers: int | str = option(
+        "auto", "target layers offloaded to the GPU; `auto` = all when llama.cpp can offload, else 0", "--gpu-layers"
+    )
+    draft_gpu_layers: int | str = option(
+        "auto", "draft layers offloaded to the GPU; the draft is small, so all of it by default", "--draft-gpu-layers"
+    )
+    context_tokens: int = option(
+        4096, "KV cache size in tokens: room for the prompt and the answer on a laptop's memory", "--context"
+    )
+    threads: int = option(0, "CPU threads for llama.cpp; 0 = every core this process may use", "--threads")
+
+
+@dataclass
+class GenerationOptions:
+    max_tokens: int = option(
+        64, "most tokens in one completion: a few lines, shown before the user types on", "--max-tokens"
+    )
+
+
+@dataclass
+class Config:
+    models: ModelOptions = field(default_factory=ModelOptions)
+    generation: GenerationOptions = field(default_factory=GenerationOptions)
+
+
+def options_table() -> str:
+    """The Markdown table of every option, as README.md shows it."""
+    rows = ["| option | CLI flag | default | meaning |", "|---|---|---|---|"]
+    for group in fields(Config):
+        for item in fields(group.default_factory):
+            default = "none" if item.default is None else f"`{item.default}`"
+            flag = f"`{item.metadata['flag']}`" if item.metadata["flag"] else ""
+            rows.append(f"| `{group.name}.{item.name}` | {flag} | {default} | {item.metadata['doc']} |")
+    return "\n".join(rows)
+
+
+if __name__ == "__main__":
+    print(options_table())

@@ -1,0 +1,337 @@
+"""The llama.cpp backend, on llama-cpp-python's low-level ctypes API.
+
+Two small objects: `LlamaModel` (weights and vocabulary, loaded once) and
+`LlamaContext` (a KV cache with one or more sequences, made from a model). The
+engine asks for exactly what speculative decoding needs: evaluate a batch of
+tokens at given positions, get the logits of chosen positions only, and cut a
+sequence's KV cache back to n tokens.
+"""
+
+import ctypes
+import logging
+import os
+import threading
+import time
+from collections import deque
+from dataclasses import dataclass
+from pathlib import Path
+
+import gguf
+import llama_cpp
+import numpy as np
+
+from models.errors import ModelError
+from models.gguf_file import check_gguf
+
+log = logging.getLogger("completer.llama")
+
+# llama.cpp reports why a load failed only through its log; keep its recent errors
+# so the error we raise can quote them.
+_recent_llama_errors: deque[str] = deque(maxlen=8)
+# ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the last line).
+# llama.cpp's INFO is a page of metadata and tensor listings per load: keep it at DEBUG.
+_LLAMA_LOG_LEVELS = {3: logging.WARNING, 4: logging.ERROR}
+
+
+@llama_cpp.llama_log_callback
+def _llama_log(level: int, text: bytes, user_data: ctypes.c_void_p) -> None:
+    line = text.decode("utf-8", errors="replace").rstrip()
+    if not line:
+        return
+    if level == 4:
+        _recent_llama_errors.append(line)
+    log.log(_LLAMA_LOG_LEVELS.get(level, logging.DEBUG), "%s", line)
+
+
+_init_lock = threading.Lock()
+_initialized = False
+
+
+def _init_backend() -> None:
+    global _initialized
+    with _init_lock:
+        if not _initialized:
+            llama_cpp.llama_log_set(_llama_log, ctypes.c_void_p(0))
+            llama_cpp.llama_backend_init()
+            _initialized = True
+
+
+def gpu_offload_supported() -> bool:
+    _init_backend()
+    return bool(llama_cpp.llama_supports_gpu_offload())
+
+
+def system_info() -> str:
+    """llama.cpp's own build summary: SIMD features and backends compiled in."""
+    _init_backend()
+    return llama_cpp.llama_print_system_info().decode("utf-8", errors="replace").strip()
+
+
+def default_threads() -> int:
+    """The cores this process may run on. llama.cpp gains nothing from more threads than cores."""
+    return max(1, len(os.sched_getaffinity(0)))
+
+
+def resolve_gpu_layers(n_gpu_layers: int | str, n_layers: int) -> int:
+    """`auto` offloads every layer when this llama.cpp build can offload, else none."""
+    if n_gpu_layers == "auto":
+        return n_layers + 1 if gpu_offload_supported() else 0  # +1: the output layer
+    return int(n_gpu_layers)
+
+
+@dataclass(frozen=True)
+class SpecialTokens:
+    """Token ids of the vocabulary's control tokens; None where the vocabulary has none."""
+
+    bos: int | None
+    eos: int | None
+    eot: int | None
+    fim_prefix: int | None
+    fim_suffix: int | None
+    fim_middle: int | None
+    fim_pad: int | None
+    fim_repo: int | None
+    file_separator: int | None
+
+    @property
+    def has_fim(self) -> bool:
+        return None not in (self.fim_prefix, self.fim_suffix, self.fim_middle)
+
+
+def _token_or_none(token: int) -> int | None:
+    return None if token == llama_cpp.LLAMA_TOKEN_NULL else int(token)
+
+
+class LlamaModel:
+    """A GGUF file loaded by llama.cpp: weights (unless vocab_only) and vocabulary."""
+
+    def __init__(self, path: str | Path, n_gpu_layers: int | str = "auto", vocab_only: bool = False):
+        self._model = None  # set first: __del__ runs even when loading fails
+        self.path = Path(path)
+        header = check_gguf(self.path)  # a clear error before llama.cpp sees a broken file
+        _init_backend()
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = vocab_only
+        self.gpu_layers = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers, header.layers)
+        params.n_gpu_layers = self.gpu_layers
+        _recent_llama_errors.clear()
+        started = time.perf_counter()
+        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        self.load_ms = (time.perf_counter() - started) * 1000  # ms
+        if not self._model:
+            reason = "; ".join(_recent_llama_errors) or "see the log"
+            raise ModelError(
+                f"llama.cpp could not load {self.path}: {reason}. "
+                "Check the file with `completer models info PATH`, or run `completer models pull PRESET` again."
+            )
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.architecture = header.architecture
+        self.n_layers = llama_cpp.llama_model_n_layer(self._model)
+        self.n_embd = llama_cpp.llama_model_n_embd(self._model)
+        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        v = self._vocab
+        self.special = SpecialTokens(
+            bos=_token_or_none(llama_cpp.llama_vocab_bos(v)),
+            eos=_token_or_none(llama_cpp.llama_vocab_eos(v)),
+            eot=_token_or_none(llama_cpp.llama_vocab_eot(v)),
+            fim_prefix=_token_or_none(llama_cpp.llama_vocab_fim_pre(v)),
+            fim_suffix=_token_or_none(llama_cpp.llama_vocab_fim_suf(v)),
+            fim_middle=_token_or_none(llama_cpp.llama_vocab_fim_mid(v)),
+            fim_pad=_token_or_none(llama_cpp.llama_vocab_fim_pad(v)),
+            fim_repo=_token_or_none(llama_cpp.llama_vocab_fim_rep(v)),
+            file_separator=_token_or_none(llama_cpp.llama_vocab_fim_sep(v)),
+        )
+        self._piece_buffer = ctypes.create_string_buffer(256)
+
+    def description(self) -> str:
+        buffer = ctypes.create_string_buffer(256)
+        llama_cpp.llama_model_desc(self._model, buffer, len(buffer))
+        return buffer.value.decode("utf-8", errors="replace")
+
+    def metadata(self, key: str) -> str | None:
+        buffer = ctypes.create_string_buffer(1024)
+        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buffer, len(buffer))
+        return buffer.value.decode("utf-8", errors="replace") if n >= 0 else None
+
+    def tokenize(self, text: str, parse_special: bool = False) -> list[int]:
+        """Text to token ids, without BOS. Control-token text in a user's file stays plain
+        text unless parse_special is set: a file containing "<|endoftext|>" must not end
+        the prompt."""
+        data = text.encode("utf-8")
+        capacity = len(data) + 8  # a byte-level BPE never makes more tokens than bytes
+        tokens = (llama_cpp.llama_token * capacity)()
+        n = llama_cpp.llama_tokenize(self._vocab, data, len(data), tokens, capacity, False, parse_special)
+        if n < 0:
+            raise RuntimeError(f"tokenizer wanted {-n} tokens for {len(data)} bytes")
+        return tokens[:n]
+
+    def token_bytes(self, token: int) -> bytes:
+        """The bytes a token stands for. A token can hold part of a UTF-8 character,
+        so callers join bytes before decoding."""
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buffer, len(self._piece_buffer), 0, False)
+        if n < 0:
+            buffer = ctypes.create_string_buffer(-n)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, -n, 0, False)
+            return buffer.raw[:n]
+        return self._piece_buffer.raw[:n]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+
+    def token_text(self, token: int) -> str:
+        """The vocabulary's stored text of a token (control tokens included), for comparing vocabularies."""
+        return (llama_cpp.llama_vocab_get_text(self._vocab, token) or b"").decode("utf-8", errors="replace")
+
+    def is_end_of_generation(self, token: int) -> bool:
+        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+
+    def close(self) -> None:
+        if self._model:
+            llama_cpp.llama_model_free(self._model)
+            self._model = None
+
+    def __del__(self):
+        self.close()
+
+
+class LlamaContext:
+    """A KV cache over `n_seq` sequences of one model, and the calls to fill and cut it.
+
+    With `unified_kv` the sequences share one pool of n_ctx cells (each may use all of
+    it, but attention runs over every used cell); without it each sequence owns
+    n_ctx / n_seq cells and attends over its own only.
+    """
+
+    def __init__(
+        self,
+        model: LlamaModel,
+        n_ctx: int = 4096,
+        n_seq: int = 1,
+        n_threads: int | None = None,
+        n_batch: int = 512,
+        unified_kv: bool = False,
+        flash_attention: bool | None = None,
+    ):
+        self._ctx = None  # set first: __del__ runs even when creation fails
+        self.model = model
+        params = llama_cpp.llama_context_default_params()
+        # llama.cpp's CPU flash attention rounds a batch of n tokens differently from one
+        # token at a time (logits up to 1.6 apart, measured on smol); without it a verify
+        # batch gives the same logits as single steps, so speculation stays exactly
+        # lossless. On a GPU it saves memory and time, so there it is on by default.
+        if flash_attention is None:
+            flash_attention = model.gpu_layers > 0
+        params.flash_attn_type = (
+            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+        )
+        params.n_ctx = n_ctx
+        params.n_batch = n_batch
+        params.n_ubatch = n_batch
+        params.n_seq_max = n_seq
+        params.n_threads = params.n_threads_batch = n_threads or default_threads()
+        params.kv_unified = unified_kv
+        params.no_perf = True
+        self._ctx = llama_cpp.llama_init_from_model(model._model, params)
+        if not self._ctx:
+            raise ModelError(
+                f"llama.cpp could not create a context of {n_ctx} tokens for {model.path}: "
+                f"{'; '.join(_recent_llama_errors) or 'see the log'}. Lower n_ctx or the GPU layers."
+            )
+        self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
+        self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self._ctx)  # cells one sequence may use
+        self.n_seq = n_seq
+        self.n_batch = llama_cpp.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
+        self.n_vocab = model.n_vocab
+        self._memory = llama_cpp.llama_get_memory(self._ctx)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+
+    def eval(self, tokens: list[int], start: int, seq: int = 0, logits_at: tuple[int, ...] | list[int] = ()) -> np.ndarray:
+        """Evaluate `tokens` at positions start.. of sequence `seq`.
+
+        Returns the logits of the tokens at indices `logits_at` (negative counts from
+        the end), as float32 [len(logits_at), n_vocab]. The KV cache of `seq` must
+        hold exactly `start` tokens: truncate first.
+        """
+        n = len(tokens)
+        wanted = sorted({i % n for i in logits_at}) if n else []
+        if start + n > self.n_ctx_seq:
+            raise ValueError(f"{start + n} tokens do not fit the context of {self.n_ctx_seq}")
+        rows: dict[int, np.ndarray] = {}
+        for chunk_start in range(0, n, self.n_batch):
+            chunk = tokens[chunk_start : chunk_start + self.n_batch]
+            want_here = [i - chunk_start for i in wanted if chunk_start <= i < chunk_start + len(chunk)]
+            self._decode(chunk, start + chunk_start, seq, want_here)
+            for i in want_here:
+                pointer = llama_cpp.llama_get_logits_ith(self._ctx, i)
+                rows[chunk_start + i] = np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).copy()
+        order = [i % n for i in logits_at]
+        if not order:
+            return np.empty((0, self.n_vocab), dtype=np.float32)
+        return np.stack([rows[i] for i in order])  # [len(logits_at), n_vocab]
+
+    def _decode(self, tokens: list[int], start: int, seq: int, logits_at: list[int]) -> None:
+        batch = self._batch
+        batch.n_tokens = len(tokens)
+        wanted = set(logits_at)
+        for i, token in enumerate(tokens):
+            batch.token[i] = token
+            batch.pos[i] = start + i
+            batch.n_seq_id[i] = 1
+            batch.seq_id[i][0] = seq
+            batch.logits[i] = i in wanted
+        status = llama_cpp.llama_decode(self._ctx, batch)
+        if status != 0:
+            raise RuntimeError(f"llama_decode failed with status {status} at position {start}")
+
+    def truncate(self, n: int, seq: int = 0) -> None:
+        """Drop the KV of positions n.. of `seq`, keeping its first n tokens."""
+        if not llama_cpp.llama_memory_seq_rm(self._memory, seq, n, -1):
+            raise RuntimeError(f"llama.cpp refused to truncate sequence {seq} at {n}")
+
+    def seq_length(self, seq: int = 0) -> int:
+        """Tokens held for `seq` (its highest position + 1; 0 when empty)."""
+        return llama_cpp.llama_memory_seq_pos_max(self._memory, seq) + 1
+
+    def copy_seq(self, source: int, destination: int) -> None:
+        """Share `source`'s cache with `destination` (only within a unified KV pool)."""
+        self.truncate(0, destination)
+        llama_cpp.llama_memory_seq_cp(self._memory, source, destination, -1, -1)
+
+    def save_seq(self, seq: int = 0) -> bytes:
+        """The KV state of one sequence, to keep in RAM while its cells serve another document."""
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, seq)
+        return bytes(buffer[:written])
+
+    def restore_seq(self, state: bytes, seq: int = 0) -> None:
+        """Put a state from save_seq back, into any sequence; replaces what `seq` held."""
+        self.truncate(0, seq)
+        buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        if llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(state), seq) == 0:
+            raise RuntimeError(f"llama.cpp could not restore a {len(state)}-byte state into sequence {seq}")
+
+    def close(self) -> None:
+        if self._ctx:
+            llama_cpp.llama_batch_free(self._batch)
+            llama_cpp.llama_free(self._ctx)
+            self._ctx = None
+
+    def __del__(self):
+        self.close()
+
+
+def requantize(source: Path, destination: Path, file_type: str, n_threads: int | None = None) -> None:
+    """Convert a GGUF to another llama.cpp file type (e.g. "Q4_0"), writing `destination`."""
+    _init_backend()
+    params = llama_cpp.llama_model_quantize_default_params()
+    params.ftype = getattr(llama_cpp, f"LLAMA_FTYPE_MOSTLY_{file_type}")
+    params.allow_requantize = True
+    params.nthread = n_threads or default_threads()
+    # The embedding stays Q8_0 as shipped; left to llama.cpp it asks for Q6_K, which
+    # needs rows of 256 and falls back with a warning on small models.
+    params.token_embedding_type = params.output_tensor_type = int(gguf.GGMLQuantizationType.Q8_0)
+    status = llama_cpp.llama_model_quantize(str(source).encode(), str(destination).encode(), ctypes.byref(params))
+    if status != 0:
+        raise ModelError(f"llama.cpp could not convert {source} to {file_type} (status {status}).")

