@@ -236,4 +236,5 @@ def complete(file: Path, line: int, col: int, max_tokens: int, stats: bool, mode
             f"{len(completion.tokens)} tokens in {completion.decode_ms:.0f} ms "
             f"(target {files.target.name}, load {target.load_ms:.0f} ms)",
             highlight=False,
+            soft_wrap=True,
         )

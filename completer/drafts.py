@@ -1,0 +1,155 @@
+"""Draft providers: who guesses the next k tokens. One small interface:
+
+    propose(tokens, k, sampling, rng) -> Proposal
+
+`tokens` is the whole sequence so far; its last token has not been evaluated by
+anyone yet. A provider may return fewer than k tokens (or none).
+"""
+
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+
+import numpy as np
+
+from completer.kv import KVSequence
+from completer.speculative import Sampling, probabilities, sample
+
+# An n-gram proposal needs at least this many tokens of context matched: shorter
+# matches drafted at 19% acceptance on stdlib code and lost to plain decoding (NOTES.md).
+MIN_MATCH = 3
+# Matches are measured up to this length: past it, more context predicts no better.
+MAX_MATCH = 16
+# Candidate positions examined per lookup, most recent first: bounds the cost of a
+# lookup on repetitive text.
+MAX_CANDIDATES = 32
+
+
+@dataclass(frozen=True)
+class Proposal:
+    tokens: list[int]
+    q: np.ndarray | None  # [len(tokens), V] draft probabilities; None = point mass on each token
+    draft_ms: float  # ms spent proposing
+    match_length: int = 0  # n-gram only: context tokens matched before the proposal
+
+
+NO_PROPOSAL = Proposal([], None, 0.0)
+
+
+class ModelDrafter:
+    """The draft model: k single-token steps on its own KV cache."""
+
+    name = "draft"
+
+    def __init__(self, sequence: KVSequence, target_vocab: int):
+        self.sequence = sequence
+        self.target_vocab = target_vocab
+
+    def propose(self, tokens: list[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
+        started = time.perf_counter()
+        self.sequence.sync(tokens[:-1])
+        drafted: list[int] = []
+        rows: list[np.ndarray] = []
+        last = tokens[-1]
+        for _ in range(k):
+            logits = self.sequence.extend([last], logits_at=[0])  # [1, V_draft]
+            if sampling.greedy:
+                last = int(logits[0].argmax())
+            else:
+                q = probabilities(logits, sampling)[0]
+                last = sample(q, rng)
+                rows.append(q)
+            drafted.append(last)
+        q = _to_vocab(np.stack(rows), self.target_vocab) if rows else None
+        # The cache now holds tokens + d1..d(k-1); the next sync keeps what the target accepted.
+        return Proposal(drafted, q, (time.perf_counter() - started) * 1000)
+
+
+def _to_vocab(q: np.ndarray, size: int) -> np.ndarray:
+    """Draft and target vocabularies may differ by a few padding entries."""
+    if q.shape[1] == size:
+        return q
+    if q.shape[1] > size:
+        return q[:, :size]
+    return np.pad(q, ((0, 0), (0, size - q.shape[1])))
+
+
+class NgramIndex:
+    """Where each MIN_MATCH-gram of a token sequence occurs; grows as the sequence does."""
+
+    def __init__(self, tokens: list[int] | None = None):
+        self.tokens: list[int] = []
+        self.ends: dict[tuple[int, ...], list[int]] = defaultdict(list)  # n-gram -> positions just after it
+        self.extend(tokens or [])
+
+    def extend(self, tokens: list[int]) -> None:
+        start = len(self.tokens)
+        self.tokens.extend(tokens)
+        for end in range(max(start, MIN_MATCH - 1) + 1, len(self.tokens) + 1):
+            self.ends[tuple(self.tokens[end - MIN_MATCH : end])].append(end)
+
+    def longest_match(self, suffix: list[int], before: int) -> tuple[int, int]:
+        """(match length, position after the match) of the occurrence of `suffix`'s end
+        that matches it furthest back, among positions < `before`; (0, -1) if none."""
+        best_length, best_end = 0, -1
+        candidates = self.ends.get(tuple(suffix[-MIN_MATCH:]), [])
+        examined = 0
+        for end in reversed(candidates):
+            if end >= before:
+                continue
+            length = MIN_MATCH
+            limit = min(MAX_MATCH, end, len(suffix))
+            while length < limit and self.tokens[end - length - 1] == suffix[-length - 1]:
+                length += 1
+            if length > best_length:
+                best_length, best_end = length, end
+            examined += 1
+            if examined >= MAX_CANDIDATES or best_length == MAX_MATCH:
+                break
+        return best_length, best_end
+
+
+class NgramDrafter:
+    """Prompt lookup: find the longest earlier occurrence of the text's last tokens, in
+    this document or in other open ones, and propose what followed it."""
+
+    name = "ngram"
+
+    def __init__(self):
+        self.document = NgramIndex()
+        self.others: dict[str, NgramIndex] = {}
+
+    def set_document(self, tokens: list[int]) -> None:
+        """Index the current text, reusing the index while the text only grew."""
+        known = self.document.tokens
+        if len(tokens) >= len(known) and tokens[: len(known)] == known:
+            self.document.extend(tokens[len(known) :])
+        else:
+            self.document = NgramIndex(tokens)
+
+    def set_other_document(self, key: str, tokens: list[int]) -> None:
+        self.others[key] = NgramIndex(tokens)
+
+    def remove_other_document(self, key: str) -> None:
+        self.others.pop(key, None)
+
+    def lookup(self, tokens: list[int], k: int) -> tuple[list[int], int]:
+        """(proposed tokens, match length) for the text `tokens`."""
+        if len(tokens) < MIN_MATCH or k <= 0:
+            return [], 0
+        self.set_document(tokens)
+        best_length, best_index, best_end = 0, self.document, -1
+        # Only occurrences with a token after them can propose anything.
+        for index in [self.document, *self.others.values()]:
+            before = len(tokens) if index is self.document else len(index.tokens)
+            length, end = index.longest_match(tokens, before)
+            if length > best_length:
+                best_length, best_index, best_end = length, index, end
+        if best_end < 0:
+            return [], 0
+        return best_index.tokens[best_end : best_end + k], best_length
+
+    def propose(self, tokens: list[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
+        started = time.perf_counter()
+        drafted, length = self.lookup(tokens, k)
+        return Proposal(drafted, None, (time.perf_counter() - started) * 1000, length)

@@ -1,0 +1,276 @@
+"""Generation: rounds of draft -> verify -> accept until a stop, with the tuner choosing
+each round's provider and k. Plain decoding is the same loop with k = 0."""
+
+import threading
+import time
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from completer.drafts import NO_PROPOSAL, ModelDrafter, NgramDrafter, Proposal
+from completer.kv import KVSequence
+from completer.speculative import Sampling, expected_tokens, probabilities, verify_greedy, verify_sampled
+from completer.tuning import MAX_DRAFT, AcceptanceTable, CostModel, Plan, best_plan, calibrate, match_bucket
+from models.backend import LlamaContext, LlamaModel
+
+# Which providers each mode may use. Every mode still lets the tuner fall back to plain
+# steps where speculating does not pay.
+MODES = {
+    "target": (),
+    "draft": ("draft",),
+    "ngram": ("ngram",),
+    "hybrid": ("hybrid",),
+    "auto": ("ngram", "draft"),
+}
+# hybrid: an n-gram match this long is trusted over the draft model.
+HYBRID_MIN_MATCH = 5
+# A provider the tuner has not used for this many tokens gets one small round, so that
+# an estimate gone pessimistic can recover when the text changes.
+PROBE_EVERY = 32
+
+
+@dataclass
+class GenerationStats:
+    mode: str
+    tokens: int = 0
+    target_passes: int = 0
+    speculative_rounds: int = 0
+    drafted: int = 0
+    accepted: int = 0
+    tokens_in_speculative_rounds: int = 0
+    predicted_tokens: float = 0.0  # sum of E over speculative rounds
+    draft_ms: float = 0.0
+    verify_ms: float = 0.0
+    total_ms: float = 0.0
+    rounds_by_provider: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.drafted if self.drafted else 0.0
+
+    @property
+    def tokens_per_pass(self) -> float:
+        return self.tokens / self.target_passes if self.target_passes else 0.0
+
+    @property
+    def predicted_e(self) -> float:
+        """Mean E the tuner predicted for its speculative rounds."""
+        return self.predicted_tokens / self.speculative_rounds if self.speculative_rounds else 0.0
+
+    @property
+    def measured_e(self) -> float:
+        """Mean tokens a speculative round actually produced."""
+        return self.tokens_in_speculative_rounds / self.speculative_rounds if self.speculative_rounds else 0.0
+
+    @property
+    def tokens_per_second(self) -> float:
+        return self.tokens / self.total_ms * 1000 if self.total_ms else 0.0
+
+
+@dataclass
+class Generation:
+    text: str
+    tokens: list[int]
+    stop_reason: str  # "end", "stop", "max_tokens", "time", "cancelled", "context"
+    stats: GenerationStats
+
+
+class Engine:
+    """The models' caches, the draft providers and what the tuner has learnt."""
+
+    def __init__(self, target: LlamaModel, draft: LlamaModel | None = None, n_ctx: int = 4096,
+                 threads: int = 0, calibrate_s: float = 1.0):
+        self.model = target
+        self.target = KVSequence(LlamaContext(target, n_ctx=n_ctx, n_threads=threads or None))
+        self.costs = calibrate(self.target.context, calibrate_s) if calibrate_s > 0 else CostModel()
+        self.drafter = None
+        if draft is not None:
+            self.drafter = ModelDrafter(
+                KVSequence(LlamaContext(draft, n_ctx=n_ctx, n_threads=threads or None)), target.n_vocab
+            )
+            if calibrate_s > 0:
+                self.costs.record_draft("draft", 1, _time_one_step(self.drafter.sequence.context))
+        self.ngram = NgramDrafter()
+        self.acceptance = AcceptanceTable()
+
+
+def _time_one_step(context: LlamaContext) -> float:
+    context.eval(list(range(1000, 1064)), 0)
+    times = []
+    for position in range(64, 72):
+        started = time.perf_counter()
+        context.eval([1000], position, logits_at=[0])
+        times.append((time.perf_counter() - started) * 1000)
+    context.truncate(0)
+    return float(np.median(times))
+
+
+@dataclass
+class _Round:
+    """What the tuner decided for one round, and the proposal it got."""
+
+    plan: Plan
+    provider: str | None
+    proposal: Proposal
+
+
+def _choose(engine: Engine, mode: str, tokens: list[int], document: str, language: str,
+            since_used: dict[str, int], room: int, fixed_k: int | None, sampling: Sampling,
+            rng: np.random.Generator) -> _Round:
+    """Pick this round's provider and k, and get its proposal."""
+    allowed = MODES[mode]
+    most = min(MAX_DRAFT, room)
+    if not allowed or most <= 0:
+        return _Round(Plan(None, 0, 1.0, 0.0), None, NO_PROPOSAL)
+    lookup_started = time.perf_counter()
+    lookup, match = engine.ngram.lookup(tokens, most) if {"ngram", "hybrid"} & set(allowed) else ([], 0)
+    lookup_ms = (time.perf_counter() - lookup_started) * 1000
+    use_ngram = "ngram" in allowed or ("hybrid" in allowed and match >= HYBRID_MIN_MATCH)
+    use_model = engine.drafter is not None and ("draft" in allowed or ("hybrid" in allowed and not use_ngram))
+    options: list[tuple[str, float, int]] = []  # (provider, estimated a, most k), preferred first
+    if use_ngram and lookup:
+        options.append(("ngram", engine.acceptance.rate("ngram", document, language, match_bucket(match)),
+                        len(lookup)))
+    if use_model:
+        options.append(("draft", engine.acceptance.rate("draft", document, language, 0), most))
+
+    if fixed_k is not None:
+        plan = _fixed_plan(engine.costs, options, fixed_k)
+    else:
+        plan = best_plan(engine.costs, options)
+        if plan.provider is None:
+            plan = _probe(engine.costs, options, since_used) or plan
+    if plan.provider is None:
+        return _Round(plan, None, NO_PROPOSAL)
+    since_used[plan.provider] = 0
+    if plan.provider == "ngram":
+        proposal = Proposal(lookup[: plan.k], None, lookup_ms, match)
+    else:
+        proposal = engine.drafter.propose(tokens, plan.k, sampling, rng)
+    return _Round(plan, plan.provider, proposal)
+
+
+def _fixed_plan(costs: CostModel, options: list[tuple[str, float, int]], k: int) -> Plan:
+    """The preferred provider at a fixed k: for measuring, not tuned."""
+    if not options or k <= 0:
+        return Plan(None, 0, 1.0, costs.verify(1))
+    name, acceptance, most = options[0]
+    k = min(k, most)
+    return Plan(name, k, expected_tokens(acceptance, k), costs.draft(name, k) + costs.verify(k + 1))
+
+
+def _probe(costs: CostModel, options: list[tuple[str, float, int]], since_used: dict[str, int]) -> Plan | None:
+    """One token from a provider left unused for PROBE_EVERY tokens: its estimate may be stale."""
+    for name, acceptance, _ in options:
+        if since_used.get(name, 0) >= PROBE_EVERY:
+            return Plan(name, 1, expected_tokens(acceptance, 1), costs.draft(name, 1) + costs.verify(2))
+    return None
+
+
+def generate(
+    engine: Engine,
+    prompt: list[int],
+    max_tokens: int,
+    stop: tuple[str, ...] = (),
+    time_budget_ms: float | None = None,
+    sampling: Sampling = Sampling(),
+    mode: str = "auto",
+    cancel: threading.Event | None = None,
+    document: str = "",
+    language: str = "",
+    draft_length: int | None = None,
+) -> Generation:
+    """Continue `prompt` by up to `max_tokens` tokens.
+
+    Stops at an end-of-generation token, at a `stop` string (excluded from the text),
+    after `time_budget_ms`, or when `cancel` is set (checked between rounds). The
+    target's KV cache is reused for the longest common prefix with the last call.
+    Acceptance is learnt per `document` and `language`. `draft_length` fixes k and
+    bypasses the tuner (for tests and measurements).
+    """
+    if mode not in MODES:
+        raise ValueError(f"unknown draft mode {mode!r}; modes: {', '.join(MODES)}")
+    started = time.perf_counter()
+    rng = np.random.default_rng(sampling.seed)
+    stats = GenerationStats(mode)
+    target = engine.target
+    n_ctx = target.context.n_ctx_seq
+    tokens = list(prompt[-(n_ctx - 1):])  # a prompt longer than the context keeps its end
+    prompt_length = len(tokens)
+    target.sync(tokens[:-1])
+    since_used: dict[str, int] = {}
+    stop_reason = "max_tokens"
+    text = ""
+
+    while len(tokens) - prompt_length < max_tokens:
+        if cancel is not None and cancel.is_set():
+            stop_reason = "cancelled"
+            break
+        if time_budget_ms is not None and (time.perf_counter() - started) * 1000 >= time_budget_ms:
+            stop_reason = "time"
+            break
+        room = min(max_tokens - (len(tokens) - prompt_length), n_ctx - len(tokens)) - 1
+        if room < 0:
+            stop_reason = "context"
+            break
+        chosen = _choose(engine, mode, tokens, document, language, since_used, room, draft_length, sampling, rng)
+        draft = chosen.proposal.tokens
+
+        verify_started = time.perf_counter()
+        logits = target.extend([tokens[-1], *draft], logits_at=list(range(len(draft) + 1)))  # [k+1, V]
+        if sampling.greedy:
+            accepted, next_token = verify_greedy(logits, draft)
+        else:
+            accepted, next_token = verify_sampled(probabilities(logits, sampling), chosen.proposal.q, draft, rng)
+        target.truncate(len(tokens) + accepted)
+        verify_ms = (time.perf_counter() - verify_started) * 1000
+        if chosen.provider == "draft":
+            # The draft evaluated last, d1..d(k-1): keep what the target accepted.
+            engine.drafter.sequence.truncate(len(tokens) + accepted)
+
+        new = [*draft[:accepted], next_token]
+        tokens.extend(new)
+        _record(engine, stats, chosen, accepted, len(new), verify_ms, document, language)
+        for name in MODES["auto"]:
+            since_used[name] = since_used.get(name, 0) + len(new)
+
+        produced = tokens[prompt_length:]
+        end = next((i for i, t in enumerate(produced) if engine.model.is_end_of_generation(t)), None)
+        if end is not None:
+            del tokens[prompt_length + end:]
+            stop_reason = "end"
+            break
+        text = engine.model.detokenize(tokens[prompt_length:])
+        cut = min((text.find(s) for s in stop if s and s in text), default=-1)
+        if cut >= 0:
+            text = text[:cut]
+            stop_reason = "stop"
+            break
+
+    del tokens[prompt_length + max_tokens:]
+    generated = tokens[prompt_length:]
+    if stop_reason != "stop":
+        text = engine.model.detokenize(generated)
+    stats.tokens = len(generated)
+    stats.total_ms = (time.perf_counter() - started) * 1000
+    return Generation(text, generated, stop_reason, stats)
+
+
+def _record(engine: Engine, stats: GenerationStats, chosen: _Round, accepted: int, produced: int,
+            verify_ms: float, document: str, language: str) -> None:
+    drafted = len(chosen.proposal.tokens)
+    engine.costs.record_verify(drafted + 1, verify_ms)
+    stats.target_passes += 1
+    stats.verify_ms += verify_ms
+    if chosen.provider is None or drafted == 0:
+        return
+    engine.costs.record_draft(chosen.provider, drafted, chosen.proposal.draft_ms)
+    bucket = match_bucket(chosen.proposal.match_length) if chosen.provider == "ngram" else 0
+    engine.acceptance.record(chosen.provider, document, language, bucket, accepted, drafted)
+    stats.speculative_rounds += 1
+    stats.drafted += drafted
+    stats.accepted += accepted
+    stats.tokens_in_speculative_rounds += produced
+    stats.predicted_tokens += chosen.plan.predicted_tokens
+    stats.draft_ms += chosen.proposal.draft_ms
+    stats.rounds_by_provider[chosen.provider] = stats.rounds_by_provider.get(chosen.provider, 0) + 1

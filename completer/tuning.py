@@ -1,0 +1,158 @@
+"""Choosing k, and whether to speculate at all, from measurement.
+
+Speculation pays when the tokens a round is expected to yield, E(a, k), cost less
+per token than plain steps:
+
+    E(a, k) / (draft_ms(k) + verify_ms(k + 1))  >  1 / verify_ms(1)
+
+verify_ms(n) is measured per batch size: on a CPU it grows with n and is not even
+monotone (NOTES.md), so a k whose batch is cheap for its size can win. a is the
+per-token acceptance rate, estimated online per provider and per document and
+language (and, for n-gram lookup, per match length: long matches are better bets).
+"""
+
+import math
+import time
+from dataclasses import dataclass, field
+
+from completer.speculative import expected_tokens
+
+MAX_DRAFT = 15  # verify batches up to 16 tokens; past that a CPU pass costs more than it can yield
+# Speculate only when the plan beats plain decoding by this margin: estimates are noisy,
+# and a wrong "yes" costs more than a wrong "no".
+MARGIN = 0.05
+# Exponential forgetting of old rounds: roughly the last 1/(1-DECAY) trials count.
+DECAY = 0.97
+# Until this many trials are recorded for a document, its language's estimate is used.
+MIN_TRIALS = 8.0
+
+
+@dataclass
+class CostModel:
+    """Milliseconds of one target pass per batch size, and of drafting, from real runs."""
+
+    verify_ms: dict[int, float] = field(default_factory=dict)  # batch size -> ms
+    draft_token_ms: dict[str, float] = field(default_factory=dict)  # provider -> ms per drafted token
+    smoothing: float = 0.2
+
+    def record_verify(self, n: int, ms: float) -> None:
+        old = self.verify_ms.get(n)
+        self.verify_ms[n] = ms if old is None else old + self.smoothing * (ms - old)
+
+    def record_draft(self, provider: str, k: int, ms: float) -> None:
+        if k <= 0:
+            return
+        old = self.draft_token_ms.get(provider)
+        per_token = ms / k
+        self.draft_token_ms[provider] = per_token if old is None else old + self.smoothing * (per_token - old)
+
+    def verify(self, n: int) -> float:
+        """Measured cost of a batch of n; unmeasured sizes are interpolated linearly
+        between the nearest measured ones (extrapolated from the largest two)."""
+        if n in self.verify_ms:
+            return self.verify_ms[n]
+        sizes = sorted(self.verify_ms)
+        if not sizes:
+            return float(n)  # no data: assume cost grows with n, which keeps k small
+        below = [s for s in sizes if s < n]
+        above = [s for s in sizes if s > n]
+        if below and above:
+            a, b = below[-1], above[0]
+        elif len(sizes) >= 2:
+            a, b = (sizes[-2], sizes[-1]) if below else (sizes[0], sizes[1])
+        else:
+            return self.verify_ms[sizes[0]] * n / sizes[0]
+        slope = (self.verify_ms[b] - self.verify_ms[a]) / (b - a)
+        return max(self.verify_ms[a] + slope * (n - a), 1e-3)
+
+    def draft(self, provider: str, k: int) -> float:
+        return self.draft_token_ms.get(provider, 0.0) * k
+
+
+@dataclass
+class Acceptance:
+    """A running estimate of the per-token acceptance rate a. Each drafted token up to the
+    first rejection is one trial that succeeds with probability a, so the estimate is
+    accepted / (accepted + rejections), over exponentially decayed counts."""
+
+    accepted: float = 0.0
+    trials: float = 0.0
+
+    def record(self, accepted: int, drafted: int) -> None:
+        rejected = 1 if accepted < drafted else 0
+        self.accepted = self.accepted * DECAY**drafted + accepted
+        self.trials = self.trials * DECAY**drafted + accepted + rejected
+
+    def rate(self, prior: float) -> float:
+        # Two pseudo-trials at the prior keep a fresh estimate from swinging to 0 or 1.
+        return (self.accepted + 2 * prior) / (self.trials + 2)
+
+
+# Acceptance before anything is measured: optimistic enough to try speculating.
+PRIORS = {"draft": 0.6, "ngram": 0.5}
+
+
+def match_bucket(match_length: int) -> int:
+    """n-gram matches grouped by length: 3, 4-5, 6-8, 9+ tokens."""
+    return 0 if match_length < 4 else 1 if match_length < 6 else 2 if match_length < 9 else 3
+
+
+@dataclass
+class AcceptanceTable:
+    """Estimates of a per (provider, bucket), for each document and each language."""
+
+    by_key: dict[tuple[str, str, int], Acceptance] = field(default_factory=dict)
+
+    def _get(self, provider: str, scope: str, bucket: int) -> Acceptance:
+        return self.by_key.setdefault((provider, scope, bucket), Acceptance())
+
+    def record(self, provider: str, document: str, language: str, bucket: int, accepted: int, drafted: int) -> None:
+        for scope in (f"doc:{document}", f"lang:{language}"):
+            self._get(provider, scope, bucket).record(accepted, drafted)
+
+    def rate(self, provider: str, document: str, language: str, bucket: int) -> float:
+        prior = PRIORS.get(provider, 0.5)
+        document_estimate = self._get(provider, f"doc:{document}", bucket)
+        if document_estimate.trials >= MIN_TRIALS:
+            return document_estimate.rate(prior)
+        return self._get(provider, f"lang:{language}", bucket).rate(prior)
+
+
+@dataclass(frozen=True)
+class Plan:
+    provider: str | None  # None: a plain target step
+    k: int
+    predicted_tokens: float  # E for the plan (1 for a plain step)
+    predicted_ms: float
+
+
+def best_plan(costs: CostModel, options: list[tuple[str, float, int]]) -> Plan:
+    """The plan with the most expected tokens per ms. options: (provider, a, most k)."""
+    plain = Plan(None, 0, 1.0, costs.verify(1))
+    best, best_rate = plain, (1.0 + MARGIN) / plain.predicted_ms
+    for provider, acceptance, most in options:
+        for k in range(1, min(most, MAX_DRAFT) + 1):
+            tokens = expected_tokens(acceptance, k)
+            ms = costs.draft(provider, k) + costs.verify(k + 1)
+            if tokens / ms > best_rate:
+                best, best_rate = Plan(provider, k, tokens, ms), tokens / ms
+    return best
+
+
+def calibrate(context, budget_s: float = 1.0, max_batch: int = MAX_DRAFT + 1, seq: int = 0) -> CostModel:
+    """Time target passes of every batch size 1..max_batch after a short prompt, within
+    about `budget_s` seconds. The engine keeps refining these from real rounds."""
+    costs = CostModel()
+    prompt = list(range(1000, 1128))  # any 128 token ids: only the time matters
+    context.truncate(0, seq)
+    context.eval(prompt, 0, seq)
+    deadline = time.perf_counter() + budget_s
+    while time.perf_counter() < deadline:
+        for n in range(1, max_batch + 1):
+            started = time.perf_counter()
+            context.eval(prompt[:n], len(prompt), seq, logits_at=list(range(n)))
+            elapsed = (time.perf_counter() - started) * 1000
+            context.truncate(len(prompt), seq)
+            costs.verify_ms[n] = min(costs.verify_ms.get(n, math.inf), elapsed)
+    context.truncate(0, seq)
+    return costs
