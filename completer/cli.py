@@ -11,13 +11,16 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from completer.config import Config, GenerationOptions, ModelOptions
+from completer.config import DRAFT_MODES, Config, GenerationOptions, ModelOptions
 from models.errors import ModelError
 from models.paths import cache_dir
 from models.presets import PRESETS, Preset
 
 console = Console()
 errors = Console(stderr=True)
+
+# A completion ends at a blank line: the end of the statement or block being written.
+COMPLETION_STOPS = ("\n\n",)
 
 
 def _reports_model_errors(command):
@@ -204,17 +207,26 @@ def doctor() -> None:
 @click.option("--col", type=click.IntRange(min=1), required=True, help="Cursor column, 1-based, in characters.")
 @click.option("--max-tokens", default=GenerationOptions().max_tokens, show_default=True,
               help="Most tokens to generate.")
-@click.option("--stats", is_flag=True, help="Also print token counts and timings to stderr.")
+@click.option("--mode", "draft_mode", default=GenerationOptions().draft_mode, show_default=True,
+              type=click.Choice(list(DRAFT_MODES)), help="Who drafts tokens for the target to verify.")
+@click.option("--temperature", default=GenerationOptions().temperature, show_default=True,
+              type=click.FloatRange(min=0), help="0 = greedy; above 0 samples.")
+@click.option("--time-budget", "time_budget_ms", default=GenerationOptions().time_budget_ms, show_default=True,
+              type=click.FloatRange(min=0), help="Stop after this many ms; 0 = no limit.")
+@click.option("--stats", is_flag=True, help="Also print token counts, timings and acceptance to stderr.")
 @_model_options
 @_reports_model_errors
-def complete(file: Path, line: int, col: int, max_tokens: int, stats: bool, models: ModelOptions) -> None:
-    """Print a completion of FILE at the cursor (for now from the plain target)."""
-    from completer.plain import complete_greedy
+def complete(file: Path, line: int, col: int, max_tokens: int, draft_mode: str, temperature: float,
+             time_budget_ms: float, stats: bool, models: ModelOptions) -> None:
+    """Print a completion of FILE at the cursor, decoded speculatively."""
+    from completer.engine import Engine, generate
     from completer.prompt import prefix_only_prompt
-    from models.backend import LlamaContext, LlamaModel
+    from completer.speculative import Sampling
+    from models.backend import LlamaModel
     from models.resolve import resolve
 
-    config = replace(Config(), models=models, generation=GenerationOptions(max_tokens))
+    config = replace(Config(), models=models,
+                     generation=GenerationOptions(max_tokens, draft_mode, temperature, time_budget_ms))
     text = file.read_text(encoding="utf-8", errors="replace")
     lines = text.splitlines(keepends=True)
     if line > len(lines) + 1:
@@ -224,17 +236,26 @@ def complete(file: Path, line: int, col: int, max_tokens: int, stats: bool, mode
         raise click.BadParameter(f"line {line} has {len(current.rstrip(chr(10)))} characters", param_hint="--col")
     prefix = "".join(lines[: line - 1]) + current[: col - 1]
 
+    generation = config.generation
     files = resolve(Preset.from_name(config.models.preset), config.models.target, config.models.draft)
     target = LlamaModel(files.target, config.models.target_gpu_layers)
-    context = LlamaContext(target, n_ctx=config.models.context_tokens, n_threads=config.models.threads or None)
+    speculative = generation.draft_mode != "target"
+    draft = LlamaModel(files.draft, config.models.draft_gpu_layers) if speculative else None
+    engine = Engine(target, draft, n_ctx=config.models.context_tokens, threads=config.models.threads,
+                    calibrate_s=1.0 if speculative else 0.0)
     prompt = target.tokenize(prefix_only_prompt(str(file), prefix))
-    completion = complete_greedy(context, prompt, config.generation.max_tokens)
-    click.echo(completion.text)
+    result = generate(engine, prompt, generation.max_tokens, stop=COMPLETION_STOPS,
+                      time_budget_ms=generation.time_budget_ms or None,
+                      sampling=Sampling(temperature=generation.temperature), mode=generation.draft_mode,
+                      document=str(file), language=file.suffix.lstrip("."))
+    click.echo(result.text)
     if stats:
+        s = result.stats
         errors.print(
-            f"{completion.prompt_tokens} prompt tokens in {completion.prefill_ms:.0f} ms, "
-            f"{len(completion.tokens)} tokens in {completion.decode_ms:.0f} ms "
-            f"(target {files.target.name}, load {target.load_ms:.0f} ms)",
+            f"{len(prompt)} prompt tokens; {s.tokens} tokens in {s.total_ms:.0f} ms ({s.tokens_per_second:.1f} tok/s, "
+            f"mode {generation.draft_mode}, {s.target_passes} target passes, {s.accepted}/{s.drafted} drafted "
+            f"tokens accepted; stop: {result.stop_reason}; target {files.target.name}, "
+            f"load {target.load_ms:.0f} ms)",
             highlight=False,
             soft_wrap=True,
         )

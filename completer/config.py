@@ -10,6 +10,17 @@ from dataclasses import dataclass, field, fields
 from models.presets import DEFAULT_PRESET
 
 
+# Draft mode -> the providers it may use. Every mode still lets the tuner fall back to
+# plain target steps where speculating does not pay; `target` never speculates.
+DRAFT_MODES: dict[str, tuple[str, ...]] = {
+    "auto": ("ngram", "draft"),
+    "ngram": ("ngram",),
+    "draft": ("draft",),
+    "hybrid": ("hybrid",),
+    "target": (),
+}
+
+
 def option(default, doc: str, flag: str | None = None):
     return field(default=default, metadata={"doc": doc, "flag": flag})
 
@@ -39,6 +50,18 @@ class ModelOptions:
 class GenerationOptions:
     max_tokens: int = option(
         64, "most tokens in one completion: a few lines, shown before the user types on", "--max-tokens"
+    )
+    draft_mode: str = option(
+        "auto",
+        "who drafts: auto (the tuner picks n-gram lookup, the draft model or plain steps each round), "
+        "ngram, draft, hybrid, or target (no speculation)",
+        "--mode",
+    )
+    temperature: float = option(
+        0.0, "0 = greedy, the target's most likely text; above 0 samples, exactly as the target would", "--temperature"
+    )
+    time_budget_ms: float = option(
+        0.0, "stop generating after this many ms and show what is ready; 0 = no limit", "--time-budget"
     )
 
 

@@ -29,8 +29,9 @@ MAX_CANDIDATES = 32
 class Proposal:
     tokens: list[int]
     q: np.ndarray | None  # [len(tokens), V] draft probabilities; None = point mass on each token
-    draft_ms: float  # ms spent proposing
+    draft_ms: float  # ms spent proposing these tokens
     match_length: int = 0  # n-gram only: context tokens matched before the proposal
+    catch_up_ms: float = 0.0  # ms the draft model spent evaluating text it had not seen
 
 
 NO_PROPOSAL = Proposal([], None, 0.0)
@@ -48,6 +49,7 @@ class ModelDrafter:
     def propose(self, tokens: list[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
         started = time.perf_counter()
         self.sequence.sync(tokens[:-1])
+        caught_up = time.perf_counter()
         drafted: list[int] = []
         rows: list[np.ndarray] = []
         last = tokens[-1]
@@ -61,8 +63,9 @@ class ModelDrafter:
                 rows.append(q)
             drafted.append(last)
         q = _to_vocab(np.stack(rows), self.target_vocab) if rows else None
-        # The cache now holds tokens + d1..d(k-1); the next sync keeps what the target accepted.
-        return Proposal(drafted, q, (time.perf_counter() - started) * 1000)
+        # The cache now holds tokens + d1..d(k-1); the engine keeps what the target accepts.
+        return Proposal(drafted, q, (time.perf_counter() - caught_up) * 1000,
+                        catch_up_ms=(caught_up - started) * 1000)
 
 
 def _to_vocab(q: np.ndarray, size: int) -> np.ndarray:

@@ -7,26 +7,20 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
+from completer.config import DRAFT_MODES
 from completer.drafts import NO_PROPOSAL, ModelDrafter, NgramDrafter, Proposal
 from completer.kv import KVSequence
 from completer.speculative import Sampling, expected_tokens, probabilities, verify_greedy, verify_sampled
 from completer.tuning import MAX_DRAFT, AcceptanceTable, CostModel, Plan, best_plan, calibrate, match_bucket
 from models.backend import LlamaContext, LlamaModel
 
-# Which providers each mode may use. Every mode still lets the tuner fall back to plain
-# steps where speculating does not pay.
-MODES = {
-    "target": (),
-    "draft": ("draft",),
-    "ngram": ("ngram",),
-    "hybrid": ("hybrid",),
-    "auto": ("ngram", "draft"),
-}
 # hybrid: an n-gram match this long is trusted over the draft model.
 HYBRID_MIN_MATCH = 5
 # A provider the tuner has not used for this many tokens gets one small round, so that
-# an estimate gone pessimistic can recover when the text changes.
+# an estimate gone pessimistic can recover when the text changes. Each probe that is
+# rejected doubles the wait, up to PROBE_MAX: a draft that never pays costs ever less.
 PROBE_EVERY = 32
+PROBE_MAX = 1024
 
 
 @dataclass
@@ -43,6 +37,8 @@ class GenerationStats:
     verify_ms: float = 0.0
     total_ms: float = 0.0
     rounds_by_provider: dict[str, int] = field(default_factory=dict)
+    # (provider or None for a plain step, tokens drafted) per target pass, for cost accounting
+    rounds: list[tuple[str | None, int]] = field(default_factory=list)
 
     @property
     def acceptance_rate(self) -> float:
@@ -92,6 +88,8 @@ class Engine:
                 self.costs.record_draft("draft", 1, _time_one_step(self.drafter.sequence.context))
         self.ngram = NgramDrafter()
         self.acceptance = AcceptanceTable()
+        self.since_used: dict[str, int] = {}  # provider -> tokens generated since its last round
+        self.probe_wait: dict[str, int] = {}  # provider -> tokens to wait before probing it
 
 
 def _time_one_step(context: LlamaContext) -> float:
@@ -112,13 +110,15 @@ class _Round:
     plan: Plan
     provider: str | None
     proposal: Proposal
+    # An n-gram proposal the tuner passed over: scored against the token the target
+    # produces anyway, it teaches the acceptance estimate for free.
+    shadow: Proposal | None = None
 
 
-def _choose(engine: Engine, mode: str, tokens: list[int], document: str, language: str,
-            since_used: dict[str, int], room: int, fixed_k: int | None, sampling: Sampling,
-            rng: np.random.Generator) -> _Round:
+def _choose(engine: Engine, mode: str, tokens: list[int], document: str, language: str, room: int,
+            fixed_k: int | None, sampling: Sampling, rng: np.random.Generator) -> _Round:
     """Pick this round's provider and k, and get its proposal."""
-    allowed = MODES[mode]
+    allowed = DRAFT_MODES[mode]
     most = min(MAX_DRAFT, room)
     if not allowed or most <= 0:
         return _Round(Plan(None, 0, 1.0, 0.0), None, NO_PROPOSAL)
@@ -139,10 +139,11 @@ def _choose(engine: Engine, mode: str, tokens: list[int], document: str, languag
     else:
         plan = best_plan(engine.costs, options)
         if plan.provider is None:
-            plan = _probe(engine.costs, options, since_used) or plan
+            plan = _probe(engine, options) or plan
     if plan.provider is None:
-        return _Round(plan, None, NO_PROPOSAL)
-    since_used[plan.provider] = 0
+        shadow = Proposal(lookup[:1], None, lookup_ms, match) if lookup and use_ngram else None
+        return _Round(plan, None, NO_PROPOSAL, shadow)
+    engine.since_used[plan.provider] = 0
     if plan.provider == "ngram":
         proposal = Proposal(lookup[: plan.k], None, lookup_ms, match)
     else:
@@ -159,10 +160,11 @@ def _fixed_plan(costs: CostModel, options: list[tuple[str, float, int]], k: int)
     return Plan(name, k, expected_tokens(acceptance, k), costs.draft(name, k) + costs.verify(k + 1))
 
 
-def _probe(costs: CostModel, options: list[tuple[str, float, int]], since_used: dict[str, int]) -> Plan | None:
-    """One token from a provider left unused for PROBE_EVERY tokens: its estimate may be stale."""
+def _probe(engine: Engine, options: list[tuple[str, float, int]]) -> Plan | None:
+    """One token from a provider left unused for a while: its estimate may be stale."""
     for name, acceptance, _ in options:
-        if since_used.get(name, 0) >= PROBE_EVERY:
+        if engine.since_used.get(name, 0) >= engine.probe_wait.get(name, PROBE_EVERY):
+            costs = engine.costs
             return Plan(name, 1, expected_tokens(acceptance, 1), costs.draft(name, 1) + costs.verify(2))
     return None
 
@@ -188,8 +190,8 @@ def generate(
     Acceptance is learnt per `document` and `language`. `draft_length` fixes k and
     bypasses the tuner (for tests and measurements).
     """
-    if mode not in MODES:
-        raise ValueError(f"unknown draft mode {mode!r}; modes: {', '.join(MODES)}")
+    if mode not in DRAFT_MODES:
+        raise ValueError(f"unknown draft mode {mode!r}; modes: {', '.join(DRAFT_MODES)}")
     started = time.perf_counter()
     rng = np.random.default_rng(sampling.seed)
     stats = GenerationStats(mode)
@@ -198,7 +200,6 @@ def generate(
     tokens = list(prompt[-(n_ctx - 1):])  # a prompt longer than the context keeps its end
     prompt_length = len(tokens)
     target.sync(tokens[:-1])
-    since_used: dict[str, int] = {}
     stop_reason = "max_tokens"
     text = ""
 
@@ -213,7 +214,7 @@ def generate(
         if room < 0:
             stop_reason = "context"
             break
-        chosen = _choose(engine, mode, tokens, document, language, since_used, room, draft_length, sampling, rng)
+        chosen = _choose(engine, mode, tokens, document, language, room, draft_length, sampling, rng)
         draft = chosen.proposal.tokens
 
         verify_started = time.perf_counter()
@@ -230,9 +231,7 @@ def generate(
 
         new = [*draft[:accepted], next_token]
         tokens.extend(new)
-        _record(engine, stats, chosen, accepted, len(new), verify_ms, document, language)
-        for name in MODES["auto"]:
-            since_used[name] = since_used.get(name, 0) + len(new)
+        _record(engine, stats, chosen, accepted, len(new), next_token, verify_ms, document, language)
 
         produced = tokens[prompt_length:]
         end = next((i for i, t in enumerate(produced) if engine.model.is_end_of_generation(t)), None)
@@ -257,13 +256,23 @@ def generate(
 
 
 def _record(engine: Engine, stats: GenerationStats, chosen: _Round, accepted: int, produced: int,
-            verify_ms: float, document: str, language: str) -> None:
+            next_token: int, verify_ms: float, document: str, language: str) -> None:
     drafted = len(chosen.proposal.tokens)
     engine.costs.record_verify(drafted + 1, verify_ms)
+    stats.rounds.append((chosen.provider if drafted else None, drafted))
     stats.target_passes += 1
     stats.verify_ms += verify_ms
+    for name in DRAFT_MODES["auto"]:
+        engine.since_used[name] = engine.since_used.get(name, 0) + produced
+    if chosen.shadow is not None:
+        # The target's token is a sample of p, so it equals the proposed token with
+        # probability p(token): the chance a point-mass draft is accepted.
+        hit = int(chosen.shadow.tokens[0] == next_token)
+        engine.acceptance.record("ngram", document, language, match_bucket(chosen.shadow.match_length), hit, 1)
     if chosen.provider is None or drafted == 0:
         return
+    wait = engine.probe_wait.get(chosen.provider, PROBE_EVERY)
+    engine.probe_wait[chosen.provider] = PROBE_EVERY if accepted else min(2 * wait, PROBE_MAX)
     engine.costs.record_draft(chosen.provider, drafted, chosen.proposal.draft_ms)
     bucket = match_bucket(chosen.proposal.match_length) if chosen.provider == "ngram" else 0
     engine.acceptance.record(chosen.provider, document, language, bucket, accepted, drafted)
@@ -272,5 +281,5 @@ def _record(engine: Engine, stats: GenerationStats, chosen: _Round, accepted: in
     stats.accepted += accepted
     stats.tokens_in_speculative_rounds += produced
     stats.predicted_tokens += chosen.plan.predicted_tokens
-    stats.draft_ms += chosen.proposal.draft_ms
+    stats.draft_ms += chosen.proposal.draft_ms + chosen.proposal.catch_up_ms
     stats.rounds_by_provider[chosen.provider] = stats.rounds_by_provider.get(chosen.provider, 0) + 1
