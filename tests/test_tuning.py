@@ -1,0 +1,87 @@
+"""The tuner's pieces and the n-gram index, on synthetic data."""
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from completer.drafts import MAX_MATCH, MIN_MATCH, NgramDrafter, NgramIndex
+from completer.kv import common_prefix_length
+from completer.tuning import Acceptance, CostModel, best_plan
+
+# A CPU-like cost curve in ms: batches of 4 and 8 are cheaper than their neighbours (NOTES.md).
+CPU_CURVE = {1: 10.0, 2: 15.9, 3: 19.5, 4: 19.7, 5: 25.2, 6: 29.2, 7: 33.3, 8: 26.0, 9: 34.0, 10: 35.7}
+
+
+def test_the_plan_prefers_batch_sizes_cheaper_than_their_neighbours():
+    costs = CostModel(verify_ms=dict(CPU_CURVE))
+    plan = best_plan(costs, [("ngram", 0.9, 9)])
+    assert plan.provider == "ngram"
+    assert plan.k + 1 == 8  # batch 8 costs less than batch 7
+    assert plan.predicted_tokens == pytest.approx((1 - 0.9**8) / 0.1)
+
+
+def test_speculation_is_refused_when_it_does_not_pay():
+    costs = CostModel(verify_ms=dict(CPU_CURVE), draft_token_ms={"draft": 2.2})
+    assert best_plan(costs, [("draft", 0.3, 8)]).provider is None
+    assert best_plan(costs, []).provider is None
+    assert best_plan(costs, [("draft", 0.85, 8)]).provider == "draft"
+
+
+def test_unmeasured_batch_sizes_are_interpolated():
+    costs = CostModel(verify_ms={1: 10.0, 4: 16.0})
+    assert costs.verify(2) == pytest.approx(12.0)
+    assert costs.verify(6) == pytest.approx(20.0)
+    assert CostModel().verify(3) == 3.0
+
+
+def test_the_acceptance_estimate_converges_and_forgets():
+    estimate = Acceptance()
+    for _ in range(200):
+        estimate.record(accepted=3, drafted=4)  # 3 successes, then a rejection: a = 0.75
+    # About 35 decayed trials remain in the window; the prior's 2 pseudo-trials pull 0.035 down.
+    assert estimate.rate(prior=0.1) == pytest.approx(0.75, abs=0.04)
+    for _ in range(200):
+        estimate.record(accepted=0, drafted=4)
+    assert estimate.rate(prior=0.1) < 0.05
+
+
+def brute_force_longest(tokens: list[int], before: int) -> int:
+    best = 0
+    for end in range(MIN_MATCH, before):
+        length = 0
+        while length < min(MAX_MATCH, end) and tokens[end - 1 - length] == tokens[len(tokens) - 1 - length]:
+            length += 1
+        if length >= MIN_MATCH:
+            best = max(best, length)
+    return best
+
+
+@given(st.lists(st.integers(0, 3), min_size=0, max_size=80))
+def test_the_index_finds_the_longest_earlier_match(tokens):
+    index = NgramIndex(tokens[: len(tokens) // 2])
+    index.extend(tokens[len(tokens) // 2 :])  # built in two steps, as a growing text is
+    length, end = index.longest_match(tokens, len(tokens)) if len(tokens) >= MIN_MATCH else (0, -1)
+    expected = brute_force_longest(tokens, len(tokens)) if len(tokens) >= MIN_MATCH else 0
+    # The index examines the 32 most recent candidates only, so on repetitive text it
+    # may settle for a shorter match; never for a wrong one.
+    assert length <= expected
+    if length:
+        assert tokens[end - length : end] == tokens[len(tokens) - length :]
+        assert end < len(tokens)
+
+
+def test_lookup_proposes_what_followed_the_match_here_or_in_another_document():
+    drafter = NgramDrafter()
+    text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4]
+    assert drafter.lookup(text, 3) == ([5, 6, 7], 4)
+    drafter.set_other_document("other.py", [20, 21, 22, 23, 24, 25])
+    assert drafter.lookup([9, 9, 21, 22, 23], 2) == ([24, 25], 3)
+    drafter.remove_other_document("other.py")
+    assert drafter.lookup([9, 9, 21, 22, 23], 2) == ([], 0)
+
+
+@given(st.lists(st.integers(0, 2), max_size=12), st.lists(st.integers(0, 2), max_size=12))
+def test_common_prefix_length(a, b):
+    n = common_prefix_length(a, b)
+    assert a[:n] == b[:n]
+    assert n == min(len(a), len(b)) or a[n] != b[n]
