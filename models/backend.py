@@ -29,8 +29,10 @@ log = logging.getLogger("completer.llama")
 # so the error we raise can quote them.
 _recent_llama_errors: deque[str] = deque(maxlen=8)
 # ggml_log_level: NONE 0, DEBUG 1, INFO 2, WARN 3, ERROR 4, CONT 5 (continues the last line).
-# llama.cpp's INFO is a page of metadata and tensor listings per load: keep it at DEBUG.
-_LLAMA_LOG_LEVELS = {3: logging.WARNING, 4: logging.ERROR}
+# llama.cpp's INFO is a page of metadata and tensor listings per load, and its warnings
+# are advice for its own CLI (e.g. "n_ctx_seq < n_ctx_train"): both go to DEBUG and INFO,
+# shown by `completer -v`. Errors stay errors.
+_LLAMA_LOG_LEVELS = {3: logging.INFO, 4: logging.ERROR}
 
 
 @llama_cpp.llama_log_callback
