@@ -32,7 +32,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from completer.engine import Engine, GenerationStats, generate
-from completer.prompt import prefix_only_prompt
+from completer.prompt import path_header
 from completer.speculative import NEAR_TIE_LOGITS
 from models.backend import LlamaContext, LlamaModel, default_threads
 from models.presets import Preset
@@ -68,7 +68,7 @@ def hole_prompt(hole: dict) -> tuple[str, str]:
     lines = path.read_text(encoding="utf-8", errors="replace").splitlines(keepends=True)
     before = "".join(lines[: hole["line"]]) + lines[hole["line"]][: hole["column"]]
     after = lines[hole["line"]][hole["column"]:] + "".join(lines[hole["line"] + 1 :])
-    return prefix_only_prompt(hole["file"], before), after
+    return path_header(hole["file"]) + before, after  # the smol pair has no FIM: prefix only
 
 
 def run_peer(llm, prompt: list[int], max_tokens: int, is_end) -> tuple[list[int], float]:

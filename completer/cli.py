@@ -220,7 +220,7 @@ def complete(file: Path, line: int, col: int, max_tokens: int, draft_mode: str, 
              time_budget_ms: float, stats: bool, models: ModelOptions) -> None:
     """Print a completion of FILE at the cursor, decoded speculatively."""
     from completer.engine import Engine, generate
-    from completer.prompt import prefix_only_prompt
+    from completer.prompt import cursor_sections, render, template_for, tokenize_segments
     from completer.speculative import Sampling
     from models.backend import LlamaModel
     from models.resolve import resolve
@@ -231,10 +231,10 @@ def complete(file: Path, line: int, col: int, max_tokens: int, draft_mode: str, 
     lines = text.splitlines(keepends=True)
     if line > len(lines) + 1:
         raise click.BadParameter(f"{file} has {len(lines)} lines", param_hint="--line")
-    current = lines[line - 1] if line <= len(lines) else ""
-    if col > len(current.rstrip("\r\n")) + 1:
-        raise click.BadParameter(f"line {line} has {len(current.rstrip(chr(10)))} characters", param_hint="--col")
-    prefix = "".join(lines[: line - 1]) + current[: col - 1]
+    current = lines[line - 1].rstrip("\r\n") if line <= len(lines) else ""
+    if col > len(current) + 1:
+        raise click.BadParameter(f"line {line} has {len(current)} characters", param_hint="--col")
+    prefix, suffix = cursor_sections(text, line - 1, col - 1)
 
     generation = config.generation
     files = resolve(Preset.from_name(config.models.preset), config.models.target, config.models.draft)
@@ -243,7 +243,7 @@ def complete(file: Path, line: int, col: int, max_tokens: int, draft_mode: str, 
     draft = LlamaModel(files.draft, config.models.draft_gpu_layers) if speculative else None
     engine = Engine(target, draft, n_ctx=config.models.context_tokens, threads=config.models.threads,
                     calibrate_s=1.0 if speculative else 0.0)
-    prompt = target.tokenize(prefix_only_prompt(str(file), prefix))
+    prompt = tokenize_segments(target, render(template_for(target), str(file), prefix, suffix))
     result = generate(engine, prompt, generation.max_tokens, stop=COMPLETION_STOPS,
                       time_budget_ms=generation.time_budget_ms or None,
                       sampling=Sampling(temperature=generation.temperature), mode=generation.draft_mode,
