@@ -11,7 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
-from completer.config import DRAFT_MODES, Config, GenerationOptions, ModelOptions
+from completer.config import DRAFT_MODES, CacheOptions, Config, GenerationOptions, ModelOptions
 from models.errors import ModelError
 from models.paths import cache_dir
 from models.presets import PRESETS, Preset
@@ -195,6 +195,8 @@ def doctor() -> None:
     table.add_row("GPU offload", "yes" if gpu_offload_supported() else "no (CPU build: all layers on the CPU)")
     table.add_row("threads", f"{default_threads()} (cores this process may use)")
     table.add_row("cache directory", str(cache_dir()))
+    table.add_row("KV cache budget", f"{CacheOptions().budget_mb:.0f} MB for documents not being completed "
+                  "(cache.budget_mb)")
     for preset in PRESETS.values():
         target_state, draft_state = _file_state(preset)
         table.add_row(f"preset {preset.name}", f"target {target_state}, draft {draft_state}")

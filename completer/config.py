@@ -66,9 +66,19 @@ class GenerationOptions:
 
 
 @dataclass
+class CacheOptions:
+    budget_mb: float = option(
+        1024.0,
+        "memory for the saved KV caches of documents not being completed right now, least recently "
+        "used out first; a laptop can spare 1 GB, and a returning document then needs no prefill",
+    )
+
+
+@dataclass
 class Config:
     models: ModelOptions = field(default_factory=ModelOptions)
     generation: GenerationOptions = field(default_factory=GenerationOptions)
+    cache: CacheOptions = field(default_factory=CacheOptions)
 
 
 def options_table() -> str:

@@ -25,6 +25,7 @@ class KVSequence:
         self.context = context
         self.seq = seq
         self.tokens: list[int] = []
+        self.evaluated = 0  # tokens run through the model since creation: what caching saves
         context.truncate(0, seq)
 
     def truncate(self, n: int) -> None:
@@ -36,7 +37,17 @@ class KVSequence:
         """Evaluate `tokens` after what the cache holds; logits of the chosen indices."""
         logits = self.context.eval(tokens, len(self.tokens), self.seq, logits_at)
         self.tokens.extend(tokens)
+        self.evaluated += len(tokens)
         return logits
+
+    def save(self) -> tuple[list[int], bytes]:
+        """The tokens and their KV state, to put back later with restore()."""
+        return list(self.tokens), self.context.save_seq(self.seq)
+
+    def restore(self, saved: tuple[list[int], bytes]) -> None:
+        tokens, state = saved
+        self.context.restore_seq(state, self.seq)
+        self.tokens = list(tokens)
 
     def sync(self, tokens: list[int]) -> None:
         """Hold exactly `tokens`: cut at the first difference, evaluate the rest."""

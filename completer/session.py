@@ -1,0 +1,63 @@
+"""Documents' KV caches across switches.
+
+The engine serves one document at a time from its live caches. When the editor
+switches to another document, the live caches are saved to memory (llama.cpp's
+per-sequence state) and the other document's are put back, so returning to a
+recently used document evaluates only what changed. Saved states live within a
+budget in MB, least recently used first out.
+"""
+
+from collections import OrderedDict
+from dataclasses import dataclass
+
+from completer.engine import Engine
+from completer.kv import KVSequence
+
+
+@dataclass
+class Snapshot:
+    """A document's saved caches: (tokens, state) per live sequence."""
+
+    sequences: list[tuple[list[int], bytes]]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(len(state) for _, state in self.sequences)
+
+
+class DocumentCaches:
+    def __init__(self, engine: Engine, budget_mb: float):
+        self.engine = engine
+        self.budget_bytes = int(budget_mb * 2**20)
+        self.current: str | None = None
+        self.saved: OrderedDict[str, Snapshot] = OrderedDict()  # least recently used first
+
+    def _sequences(self) -> list[KVSequence]:
+        drafter = self.engine.drafter
+        return [self.engine.target] + ([drafter.sequence] if drafter else [])
+
+    @property
+    def saved_bytes(self) -> int:
+        return sum(snapshot.size_bytes for snapshot in self.saved.values())
+
+    def activate(self, document: str) -> None:
+        """Make `document`'s caches the live ones."""
+        if document == self.current:
+            return
+        snapshot = self.saved.pop(document, None)  # taken first: saving must not evict it
+        if self.current is not None:
+            self.saved[self.current] = Snapshot([sequence.save() for sequence in self._sequences()])
+            while self.saved and self.saved_bytes > self.budget_bytes:
+                self.saved.popitem(last=False)
+        for index, sequence in enumerate(self._sequences()):
+            if snapshot is not None:
+                sequence.restore(snapshot.sequences[index])
+            else:
+                sequence.truncate(0)
+        self.current = document
+
+    def forget(self, document: str) -> None:
+        """A closed document's saved caches are dropped."""
+        self.saved.pop(document, None)
+        if document == self.current:
+            self.current = None
