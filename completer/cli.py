@@ -19,9 +19,6 @@ from models.presets import PRESETS, Preset
 console = Console()
 errors = Console(stderr=True)
 
-# A completion ends at a blank line: the end of the statement or block being written.
-COMPLETION_STOPS = ("\n\n",)
-
 
 def _reports_model_errors(command):
     """Print a ModelError as one line that says what to run, and exit 1: no traceback."""
@@ -222,6 +219,7 @@ def complete(file: Path, line: int, col: int, max_tokens: int, draft_mode: str, 
              time_budget_ms: float, stats: bool, models: ModelOptions) -> None:
     """Print a completion of FILE at the cursor, decoded speculatively."""
     from completer.engine import Engine, generate
+    from completer.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
     from completer.prompt import cursor_sections, render, template_for, tokenize_segments
     from completer.speculative import Sampling
     from models.backend import LlamaModel
@@ -246,11 +244,13 @@ def complete(file: Path, line: int, col: int, max_tokens: int, draft_mode: str, 
     engine = Engine(target, draft, n_ctx=config.models.context_tokens, threads=config.models.threads,
                     calibrate_s=1.0 if speculative else 0.0)
     prompt = tokenize_segments(target, render(template_for(target), str(file), prefix, suffix))
-    result = generate(engine, prompt, generation.max_tokens, stop=COMPLETION_STOPS,
+    cursor = CursorContext(current[: col - 1], suffix)
+    result = generate(engine, prompt, generation.max_tokens, stop=stops_for(cursor),
                       time_budget_ms=generation.time_budget_ms or None,
                       sampling=Sampling(temperature=generation.temperature), mode=generation.draft_mode,
-                      document=str(file), language=file.suffix.lstrip("."))
-    click.echo(result.text)
+                      document=str(file), language=file.suffix.lstrip("."),
+                      done=lambda text: cut_to_scope(text, cursor) != text)
+    click.echo(postprocess(result.text, cursor, timed_out=result.stop_reason == "time"))
     if stats:
         s = result.stats
         errors.print(

@@ -3,6 +3,7 @@ each round's provider and k. Plain decoding is the same loop with k = 0."""
 
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import numpy as np
@@ -67,7 +68,7 @@ class GenerationStats:
 class Generation:
     text: str
     tokens: list[int]
-    stop_reason: str  # "end", "stop", "max_tokens", "time", "cancelled", "context"
+    stop_reason: str  # "end", "stop", "done", "max_tokens", "time", "cancelled", "context"
     stats: GenerationStats
 
 
@@ -181,6 +182,7 @@ def generate(
     document: str = "",
     language: str = "",
     draft_length: int | None = None,
+    done: Callable[[str], bool] | None = None,
 ) -> Generation:
     """Continue `prompt` by up to `max_tokens` tokens.
 
@@ -188,7 +190,8 @@ def generate(
     after `time_budget_ms`, or when `cancel` is set (checked between rounds). The
     target's KV cache is reused for the longest common prefix with the last call.
     Acceptance is learnt per `document` and `language`. `draft_length` fixes k and
-    bypasses the tuner (for tests and measurements).
+    bypasses the tuner (for tests and measurements). `done(text)` ends generation early
+    when the text is complete (e.g. it left the scope being written).
     """
     if mode not in DRAFT_MODES:
         raise ValueError(f"unknown draft mode {mode!r}; modes: {', '.join(DRAFT_MODES)}")
@@ -244,6 +247,9 @@ def generate(
         if cut >= 0:
             text = text[:cut]
             stop_reason = "stop"
+            break
+        if done is not None and done(text):
+            stop_reason = "done"
             break
 
     del tokens[prompt_length + max_tokens:]
