@@ -99,3 +99,21 @@ def test_the_memory_budget_evicts_the_least_recently_used_document(engine):
     assert prepare(engine, a) > 500  # a is evaluated again from the start
     caches.activate("c.py")
     assert prepare(engine, c, "c.py") == 0
+
+
+def test_typing_into_the_shown_completion_needs_no_model_call(engine):
+    from completer.session import ForwardCache
+
+    text = file_text("textwrap.py")
+    prompt = engine.model.tokenize(path_header("a.py") + text)
+    shown = generate(engine, prompt, 12, mode="target").text
+    assert len(shown) > 3
+    forward = ForwardCache()
+    forward.remember(text, shown)
+    before = evaluated(engine)
+    for typed in range(1, len(shown)):
+        assert forward.lookup(text + shown[:typed]) == shown[typed:]
+    assert evaluated(engine) == before  # no model call
+    assert forward.lookup(text + "zz") is None
+    assert forward.lookup(text + shown) is None  # fully typed: nothing left to show
+    assert forward.lookup(text[:-1]) is None  # deleted a character: ask the model
