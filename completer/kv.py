@@ -42,11 +42,14 @@ class KVSequence:
 
     def save(self) -> tuple[list[int], bytes]:
         """The tokens and their KV state, to put back later with restore()."""
-        return list(self.tokens), self.context.save_seq(self.seq)
+        return list(self.tokens), self.context.save_seq(self.seq) if self.tokens else b""
 
     def restore(self, saved: tuple[list[int], bytes]) -> None:
         tokens, state = saved
-        self.context.restore_seq(state, self.seq)
+        if tokens:
+            self.context.restore_seq(state, self.seq)
+        else:
+            self.context.truncate(0, self.seq)
         self.tokens = list(tokens)
 
     def sync(self, tokens: list[int]) -> None:

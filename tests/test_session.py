@@ -117,3 +117,11 @@ def test_typing_into_the_shown_completion_needs_no_model_call(engine):
     assert forward.lookup(text + "zz") is None
     assert forward.lookup(text + shown) is None  # fully typed: nothing left to show
     assert forward.lookup(text[:-1]) is None  # deleted a character: ask the model
+
+
+def test_a_document_switched_away_from_before_any_completion_restores_empty(engine):
+    caches = DocumentCaches(engine, budget_mb=64)
+    caches.activate("empty.py")
+    caches.activate("b.py")
+    caches.activate("empty.py")
+    assert engine.target.tokens == [] and engine.target.context.seq_length() == 0
