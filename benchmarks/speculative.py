@@ -31,7 +31,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from completer.engine import Engine, GenerationStats, generate
+from completer.engine import Engine, generate
 from completer.prompt import path_header
 from completer.speculative import NEAR_TIE_LOGITS
 from models.backend import LlamaContext, LlamaModel, default_threads

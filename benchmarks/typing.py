@@ -61,7 +61,7 @@ def main() -> None:
     cold_engine.costs = warm_engine.costs
     caches = DocumentCaches(warm_engine, budget_mb=1024)
     cursor = text.index("\n", len(text) // 2) + 1
-    before, after = text[:cursor], text[cursor:]
+    before = text[:cursor]
     print(f"{args.file}: {len(target.tokenize(text))} tokens; typing {len(TYPED)} characters at line "
           f"{before.count(chr(10)) + 1}")
 

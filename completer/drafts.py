@@ -1,9 +1,9 @@
-"""Draft providers: who guesses the next k tokens. One small interface:
+"""Draft providers: who guesses the next k tokens.
 
-    propose(tokens, k, sampling, rng) -> Proposal
-
-`tokens` is the whole sequence so far; its last token has not been evaluated by
-anyone yet. A provider may return fewer than k tokens (or none).
+The draft model proposes with its probabilities (`ModelDrafter.propose`); n-gram
+lookup proposes what followed an earlier occurrence of the text's end, as a point
+mass (`NgramDrafter.lookup`). `tokens` is always the whole sequence so far; its last
+token has not been evaluated by anyone yet.
 """
 
 import time
@@ -39,8 +39,6 @@ NO_PROPOSAL = Proposal([], None, 0.0)
 
 class ModelDrafter:
     """The draft model: k single-token steps on its own KV cache."""
-
-    name = "draft"
 
     def __init__(self, sequence: KVSequence, target_vocab: int):
         self.sequence = sequence
@@ -116,8 +114,6 @@ class NgramDrafter:
     """Prompt lookup: find the longest earlier occurrence of the text's last tokens, in
     this document or in other open ones, and propose what followed it."""
 
-    name = "ngram"
-
     def __init__(self):
         self.document = NgramIndex()
         self.others: dict[str, NgramIndex] = {}
@@ -151,8 +147,3 @@ class NgramDrafter:
         if best_end < 0:
             return [], 0
         return best_index.tokens[best_end : best_end + k], best_length
-
-    def propose(self, tokens: list[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
-        started = time.perf_counter()
-        drafted, length = self.lookup(tokens, k)
-        return Proposal(drafted, None, (time.perf_counter() - started) * 1000, length)

@@ -37,7 +37,6 @@ class GenerationStats:
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     total_ms: float = 0.0
-    rounds_by_provider: dict[str, int] = field(default_factory=dict)
     # (provider or None for a plain step, tokens drafted) per target pass, for cost accounting
     rounds: list[tuple[str | None, int]] = field(default_factory=list)
 
@@ -288,4 +287,3 @@ def _record(engine: Engine, stats: GenerationStats, chosen: _Round, accepted: in
     stats.tokens_in_speculative_rounds += produced
     stats.predicted_tokens += chosen.plan.predicted_tokens
     stats.draft_ms += chosen.proposal.draft_ms + chosen.proposal.catch_up_ms
-    stats.rounds_by_provider[chosen.provider] = stats.rounds_by_provider.get(chosen.provider, 0) + 1

@@ -56,12 +56,6 @@ class DocumentCaches:
                 sequence.truncate(0)
         self.current = document
 
-    def forget(self, document: str) -> None:
-        """A closed document's saved caches are dropped."""
-        self.saved.pop(document, None)
-        if document == self.current:
-            self.current = None
-
 
 @dataclass
 class ForwardCache:

@@ -146,16 +146,6 @@ class LlamaModel:
         )
         self._piece_buffer = ctypes.create_string_buffer(256)
 
-    def description(self) -> str:
-        buffer = ctypes.create_string_buffer(256)
-        llama_cpp.llama_model_desc(self._model, buffer, len(buffer))
-        return buffer.value.decode("utf-8", errors="replace")
-
-    def metadata(self, key: str) -> str | None:
-        buffer = ctypes.create_string_buffer(1024)
-        n = llama_cpp.llama_model_meta_val_str(self._model, key.encode(), buffer, len(buffer))
-        return buffer.value.decode("utf-8", errors="replace") if n >= 0 else None
-
     def tokenize(self, text: str, parse_special: bool = False) -> list[int]:
         """Text to token ids, without BOS. Control-token text in a user's file stays plain
         text unless parse_special is set: a file containing "<|endoftext|>" must not end
@@ -294,11 +284,6 @@ class LlamaContext:
     def seq_length(self, seq: int = 0) -> int:
         """Tokens held for `seq` (its highest position + 1; 0 when empty)."""
         return llama_cpp.llama_memory_seq_pos_max(self._memory, seq) + 1
-
-    def copy_seq(self, source: int, destination: int) -> None:
-        """Share `source`'s cache with `destination` (only within a unified KV pool)."""
-        self.truncate(0, destination)
-        llama_cpp.llama_memory_seq_cp(self._memory, source, destination, -1, -1)
 
     def save_seq(self, seq: int = 0) -> bytes:
         """The KV state of one sequence, to keep in RAM while its cells serve another document."""

@@ -213,10 +213,8 @@ class GGUFHeader:
     layers: int
     n_embd: int
     context_length: int
-    vocab_size: int | None
     tokenizer_model: str | None
     file_type: str  # the most common type among matrices, e.g. "Q4_0"
-    n_tensors: int
     size_bytes: int
 
 
@@ -238,10 +236,8 @@ def check_gguf(path: str | Path) -> GGUFHeader:
         layers=int(layers),
         n_embd=int(contents.get(f"{architecture}.embedding_length", 0)),
         context_length=int(contents.get(f"{architecture}.context_length", 0)),
-        vocab_size=contents.get(f"{architecture}.vocab_size"),
         tokenizer_model=contents.get("tokenizer.ggml.model"),
         file_type=max(set(matrix_types), key=matrix_types.count) if matrix_types else "none",
-        n_tensors=len(contents.tensors),
         size_bytes=path.stat().st_size,
     )
 
