@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from completer.config import DRAFT_MODES
+from completer.healing import Healing, mask_to
 from completer.drafts import NO_PROPOSAL, ModelDrafter, NgramDrafter, Proposal
 from completer.kv import KVSequence
 from completer.speculative import Sampling, expected_tokens, probabilities, verify_greedy, verify_sampled
@@ -182,15 +183,17 @@ def generate(
     language: str = "",
     draft_length: int | None = None,
     done: Callable[[str], bool] | None = None,
+    healing: Healing | None = None,
 ) -> Generation:
     """Continue `prompt` by up to `max_tokens` tokens.
 
     Stops at an end-of-generation token, at a `stop` string (excluded from the text),
-    after `time_budget_ms`, or when `cancel` is set (checked between rounds). The
+    after `time_budget_ms` of predicting (prompt evaluation not counted), or when `cancel` is set (checked between rounds). The
     target's KV cache is reused for the longest common prefix with the last call.
     Acceptance is learnt per `document` and `language`. `draft_length` fixes k and
     bypasses the tuner (for tests and measurements). `done(text)` ends generation early
-    when the text is complete (e.g. it left the scope being written).
+    when the text is complete (e.g. it left the scope being written). With `healing`,
+    the first token is one of `healing.allowed` and the text starts after `healing.text`.
     """
     if mode not in DRAFT_MODES:
         raise ValueError(f"unknown draft mode {mode!r}; modes: {', '.join(DRAFT_MODES)}")
@@ -202,6 +205,7 @@ def generate(
     tokens = list(prompt[-(n_ctx - 1):])  # a prompt longer than the context keeps its end
     prompt_length = len(tokens)
     target.sync(tokens[:-1])
+    predict_started = time.perf_counter()  # the time budget is for predicting, as llama.vim's t_max_predict_ms
     stop_reason = "max_tokens"
     text = ""
 
@@ -209,18 +213,24 @@ def generate(
         if cancel is not None and cancel.is_set():
             stop_reason = "cancelled"
             break
-        if time_budget_ms is not None and (time.perf_counter() - started) * 1000 >= time_budget_ms:
+        if time_budget_ms is not None and (time.perf_counter() - predict_started) * 1000 >= time_budget_ms:
             stop_reason = "time"
             break
         room = min(max_tokens - (len(tokens) - prompt_length), n_ctx - len(tokens)) - 1
         if room < 0:
             stop_reason = "context"
             break
-        chosen = _choose(engine, mode, tokens, document, language, room, draft_length, sampling, rng)
+        heal_now = healing is not None and len(tokens) == prompt_length
+        if heal_now:  # a plain step: drafts know nothing of the constraint
+            chosen = _Round(Plan(None, 0, 1.0, 0.0), None, NO_PROPOSAL)
+        else:
+            chosen = _choose(engine, mode, tokens, document, language, room, draft_length, sampling, rng)
         draft = chosen.proposal.tokens
 
         verify_started = time.perf_counter()
         logits = target.extend([tokens[-1], *draft], logits_at=list(range(len(draft) + 1)))  # [k+1, V]
+        if heal_now:
+            logits = mask_to(logits[0], healing.allowed)[None, :]
         if sampling.greedy:
             accepted, next_token = verify_greedy(logits, draft)
         else:
@@ -241,7 +251,7 @@ def generate(
             del tokens[prompt_length + end:]
             stop_reason = "end"
             break
-        text = engine.model.detokenize(tokens[prompt_length:])
+        text = _text(engine, tokens[prompt_length:], healing)
         cut = min((text.find(s) for s in stop if s and s in text), default=-1)
         if cut >= 0:
             text = text[:cut]
@@ -254,10 +264,16 @@ def generate(
     del tokens[prompt_length + max_tokens:]
     generated = tokens[prompt_length:]
     if stop_reason != "stop":
-        text = engine.model.detokenize(generated)
+        text = _text(engine, generated, healing)
     stats.tokens = len(generated)
     stats.total_ms = (time.perf_counter() - started) * 1000
     return Generation(text, generated, stop_reason, stats)
+
+
+def _text(engine: Engine, generated: list[int], healing: Healing | None) -> str:
+    """The generated text, less the bytes healing backed up over (the user typed them)."""
+    text = engine.model.detokenize(generated)
+    return text[len(healing.text):] if healing is not None else text
 
 
 def _record(engine: Engine, stats: GenerationStats, chosen: _Round, accepted: int, produced: int,
