@@ -290,7 +290,7 @@ class LlamaContext:
         size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)
         buffer = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, seq)
-        return bytes(buffer[:written])
+        return ctypes.string_at(buffer, written)  # one copy; slicing a ctypes array builds a list of ints
 
     def restore_seq(self, state: bytes, seq: int = 0) -> None:
         """Put a state from save_seq back, into any sequence; replaces what `seq` held."""
