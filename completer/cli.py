@@ -218,45 +218,34 @@ def doctor() -> None:
 def complete(file: Path, line: int, col: int, max_tokens: int, draft_mode: str, temperature: float,
              time_budget_ms: float, stats: bool, models: ModelOptions) -> None:
     """Print a completion of FILE at the cursor, decoded speculatively."""
-    from completer.engine import Engine, generate
-    from completer.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
-    from completer.prompt import cursor_sections, render, template_for, tokenize_segments
-    from completer.speculative import Sampling
+    from completer.engine import Engine
+    from completer.session import Completer, CompletionRequest, PositionError, split_at_cursor
     from models.backend import LlamaModel
     from models.resolve import resolve
 
     config = replace(Config(), models=models,
                      generation=GenerationOptions(max_tokens, draft_mode, temperature, time_budget_ms))
     text = file.read_text(encoding="utf-8", errors="replace")
-    lines = text.splitlines(keepends=True)
-    if line > len(lines) + 1:
-        raise click.BadParameter(f"{file} has {len(lines)} lines", param_hint="--line")
-    current = lines[line - 1].rstrip("\r\n") if line <= len(lines) else ""
-    if col > len(current) + 1:
-        raise click.BadParameter(f"line {line} has {len(current)} characters", param_hint="--col")
-    prefix, suffix = cursor_sections(text, line - 1, col - 1)
-
-    generation = config.generation
+    try:
+        split_at_cursor(text, line - 1, col - 1)
+    except PositionError:
+        raise click.BadParameter(f"{file} has no line {line} column {col} (it has {len(text.splitlines())} "
+                                 "lines, counted from 1)", param_hint="--line/--col") from None
     files = resolve(Preset.from_name(config.models.preset), config.models.target, config.models.draft)
     target = LlamaModel(files.target, config.models.target_gpu_layers)
-    speculative = generation.draft_mode != "target"
+    speculative = draft_mode != "target"
     draft = LlamaModel(files.draft, config.models.draft_gpu_layers) if speculative else None
     engine = Engine(target, draft, n_ctx=config.models.context_tokens, threads=config.models.threads,
                     calibrate_s=1.0 if speculative else 0.0)
-    prompt = tokenize_segments(target, render(template_for(target), str(file), prefix, suffix))
-    cursor = CursorContext(current[: col - 1], suffix)
-    result = generate(engine, prompt, generation.max_tokens, stop=stops_for(cursor),
-                      time_budget_ms=generation.time_budget_ms or None,
-                      sampling=Sampling(temperature=generation.temperature), mode=generation.draft_mode,
-                      document=str(file), language=file.suffix.lstrip("."),
-                      done=lambda text: cut_to_scope(text, cursor) != text)
-    click.echo(postprocess(result.text, cursor, timed_out=result.stop_reason == "time"))
+    request = CompletionRequest(str(file), str(file), text, line - 1, col - 1, file.suffix.lstrip("."))
+    completion = Completer(engine, config).complete(request)
+    click.echo(completion.text)
     if stats:
-        s = result.stats
+        s = completion.generation.stats
         errors.print(
-            f"{len(prompt)} prompt tokens; {s.tokens} tokens in {s.total_ms:.0f} ms ({s.tokens_per_second:.1f} tok/s, "
-            f"mode {generation.draft_mode}, {s.target_passes} target passes, {s.accepted}/{s.drafted} drafted "
-            f"tokens accepted; stop: {result.stop_reason}; target {files.target.name}, "
+            f"{completion.prompt_tokens} prompt tokens; {s.tokens} tokens in {s.total_ms:.0f} ms "
+            f"({s.tokens_per_second:.1f} tok/s, mode {draft_mode}, {s.target_passes} target passes, {s.accepted}/{s.drafted} drafted "
+            f"tokens accepted; stop: {completion.stop_reason}; target {files.target.name}, "
             f"load {target.load_ms:.0f} ms)",
             highlight=False,
             soft_wrap=True,

@@ -61,8 +61,30 @@ class GenerationOptions:
         0.0, "0 = greedy, the target's most likely text; above 0 samples, exactly as the target would", "--temperature"
     )
     time_budget_ms: float = option(
-        0.0, "stop generating after this many ms and show what is ready; 0 = no limit", "--time-budget"
+        1000.0,
+        "stop predicting after this many ms (prompt evaluation not counted) and show the whole lines ready, "
+        "as llama.vim's t_max_predict_ms: a suggestion later than a second is typed over; 0 = no limit",
+        "--time-budget",
     )
+
+
+@dataclass
+class PromptOptions:
+    prefix_lines: int = option(
+        256, "lines before the cursor in the prompt (llama.vim's n_prefix): the function being written and "
+        "what it uses; the window moves in steps of 32 lines so that typing on does not shift the prompt"
+    )
+    suffix_lines: int = option(
+        8, "lines after the cursor. PSM families (all but Codestral) put them after the prefix, so every "
+        "keystroke re-evaluates them: 8 lines show what comes next at a bounded cost (`benchmarks/typing.py` "
+        "measures it)"
+    )
+    context_tokens: int = option(
+        1024, "tokens of other open files' chunks in the prompt (llama.vim's ring of chunks), newest first; "
+        "0 = none. Only files inside the workspace are used"
+    )
+    chunk_lines: int = option(64, "lines in one chunk of another file, taken around where its cursor last was")
+    chunks: int = option(16, "chunks kept in the ring; the oldest goes first, and a near-copy replaces its twin")
 
 
 @dataclass
@@ -78,6 +100,7 @@ class CacheOptions:
 class Config:
     models: ModelOptions = field(default_factory=ModelOptions)
     generation: GenerationOptions = field(default_factory=GenerationOptions)
+    prompt: PromptOptions = field(default_factory=PromptOptions)
     cache: CacheOptions = field(default_factory=CacheOptions)
 
 

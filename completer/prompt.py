@@ -26,20 +26,30 @@ LINE_COMMENT = {
 }
 
 
-# Lines of the file kept before and after the cursor, as llama.vim's defaults: enough
-# for the function being written and what follows it, and a prompt that fits 4,096
-# tokens with room for context files and the answer.
-PREFIX_LINES = 256
-SUFFIX_LINES = 64
+# The prefix window starts on a multiple of this many lines: typing on past a line end
+# then leaves the prompt's start where it was (and its KV cache valid) for 32 lines.
+PREFIX_STEP = 32
 
 
-def cursor_sections(text: str, line: int, column: int) -> tuple[str, str]:
-    """(prefix, suffix) around a cursor at 0-based line and column (in characters),
-    bounded to PREFIX_LINES before and SUFFIX_LINES after."""
-    lines = text.splitlines(keepends=True)
+def editor_lines(text: str) -> list[str]:
+    """Lines with their ends, split where editors split them: at "\n" only, not at the
+    form feeds and Unicode separators str.splitlines also breaks on."""
+    lines = [line + "\n" for line in text.split("\n")]
+    lines[-1] = lines[-1][:-1]
+    return lines
+
+
+def cursor_sections(text: str, line: int, column: int, prefix_lines: int = 256,
+                    suffix_lines: int = 8) -> tuple[str, str]:
+    """(prefix, suffix) around a cursor at 0-based line and column (in characters):
+    at least `prefix_lines` whole lines before the cursor's (fewer than PREFIX_STEP
+    more), and `suffix_lines` after it."""
+    lines = editor_lines(text)
     current = lines[line] if line < len(lines) else ""
-    prefix = "".join(lines[max(0, line - PREFIX_LINES) : line]) + current[:column]
-    suffix = current[column:] + "".join(lines[line + 1 : line + 1 + SUFFIX_LINES])
+    start = max(0, line - prefix_lines)
+    start -= start % PREFIX_STEP
+    prefix = "".join(lines[start:line]) + current[:column]
+    suffix = current[column:] + "".join(lines[line + 1 : line + 1 + suffix_lines])
     return prefix, suffix
 
 
@@ -138,6 +148,8 @@ class Vocabulary(Protocol):
     def tokenize(self, text: str, parse_special: bool = False) -> list[int]: ...
 
     def token_text(self, token: int) -> str: ...
+
+    def token_bytes(self, token: int) -> bytes: ...
 
 
 def control_token(vocabulary: Vocabulary, text: str) -> int | None:

@@ -1,17 +1,32 @@
-"""Documents' KV caches across switches.
+"""Completions for documents being edited: one engine, a session per document.
+
+    request (document text, cursor)
+      -> forward cache: the user typed the start of what is shown? its rest, no model call
+      -> newest request wins: an older one for the document is cancelled
+      -> the document's caches made live (saved states of others, LRU within a budget)
+      -> prompt: other files' chunks, path, prefix [, suffix], stablest first
+      -> token healing at the cursor
+      -> generate (the live caches keep the longest common prefix with the prompt)
+      -> post-process, remember for the forward cache
 
 The engine serves one document at a time from its live caches. When the editor
 switches to another document, the live caches are saved to memory (llama.cpp's
 per-sequence state) and the other document's are put back, so returning to a
-recently used document evaluates only what changed. Saved states live within a
-budget in MB, least recently used first out.
+recently used document evaluates only what changed.
 """
 
+import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from completer.engine import Engine
-from completer.kv import KVSequence
+from completer.config import Config
+from completer.context import ChunkRing, Workspace
+from completer.engine import Engine, Generation, generate
+from completer.healing import TokenPrefixes, heal
+from completer.kv import KVSequence, common_prefix_length
+from completer.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
+from completer.prompt import cursor_sections, render, template_for, tokenize_segments
+from completer.speculative import Sampling
 
 
 @dataclass
@@ -61,9 +76,7 @@ class DocumentCaches:
 class ForwardCache:
     """The completion last shown in a document. When the user types what it starts
     with, the rest is the answer, with no model call. It is also the better answer:
-    a prompt re-tokenized with the cursor inside one of its tokens can derail a small
-    model (seen on smol: ".i.i.i" after typing 2 characters of "into"), which only
-    token healing would fix."""
+    the model wrote it whole, not from a prompt cut inside one of its tokens."""
 
     text_before: str = ""  # the document's text before the cursor when it was shown
     completion: str = ""
@@ -80,3 +93,193 @@ class ForwardCache:
         if not self.completion.startswith(typed) or typed == self.completion:
             return None
         return self.completion[len(typed) :]
+
+
+class PositionError(ValueError):
+    """A cursor outside the document."""
+
+
+@dataclass(frozen=True)
+class CompletionRequest:
+    document: str  # the editor's name for it: a URI or a path
+    path: str  # its file path, for the prompt's header and the workspace check
+    text: str
+    line: int  # 0-based
+    character: int  # 0-based, in characters (code points)
+    language: str = ""
+
+
+@dataclass
+class Completion:
+    text: str  # to insert at the cursor
+    source: str  # "model", "forward cache" or "superseded" (a newer request took over: show nothing)
+    stop_reason: str = ""
+    prompt_tokens: int = 0
+    evaluated_tokens: int = 0  # prompt tokens the target's cache lacked
+    generation: Generation | None = None
+
+
+@dataclass
+class Counters:
+    """Since the completer started, for `completer/stats`."""
+
+    requests: int = 0
+    forward_cache_hits: int = 0
+    superseded: int = 0
+    prompt_tokens: int = 0
+    evaluated_tokens: int = 0
+    generated_tokens: int = 0
+    generation_ms: float = 0.0
+    drafted: int = 0
+    accepted: int = 0
+
+    def add(self, generation: Generation) -> None:
+        stats = generation.stats
+        self.generated_tokens += stats.tokens
+        self.generation_ms += stats.total_ms
+        self.drafted += stats.drafted
+        self.accepted += stats.accepted
+
+
+@dataclass
+class CompletionSession:
+    """What a document keeps between requests."""
+
+    path: str
+    forward: ForwardCache = field(default_factory=ForwardCache)
+    text: str = ""  # the text of its last request
+    line: int = 0  # the cursor line of its last request: where its context chunk is taken
+
+
+def split_at_cursor(text: str, line: int, character: int) -> tuple[str, str]:
+    """(the document before the cursor, the cursor line before it); PositionError when
+    the cursor is outside the text."""
+    lines = text.split("\n")
+    if not 0 <= line < len(lines):
+        raise PositionError(f"line {line} is outside the document ({len(lines)} lines)")
+    current = lines[line].rstrip("\r")
+    if not 0 <= character <= len(current):
+        raise PositionError(f"character {character} is outside line {line} ({len(current)} characters)")
+    offset = sum(len(text_line) + 1 for text_line in lines[:line]) + character
+    return text[:offset], current[:character]
+
+
+class Completer:
+    """Completions for every document, from one engine; the newest request for a
+    document wins. Thread-safe: the language server calls it from worker threads."""
+
+    def __init__(self, engine: Engine, config: Config = Config(), workspace: Workspace = Workspace([])):
+        self.engine = engine
+        self.config = config
+        self.workspace = workspace
+        self.template = template_for(engine.model)
+        self.prefixes = TokenPrefixes(engine.model, engine.model.n_vocab)
+        self.caches = DocumentCaches(engine, config.cache.budget_mb)
+        self.ring = ChunkRing(workspace, lambda text: len(engine.model.tokenize(text)),
+                              config.prompt.chunks, config.prompt.chunk_lines)
+        self.sessions: dict[str, CompletionSession] = {}
+        self.counters = Counters()
+        self._state = threading.Lock()  # sessions, running requests, counters
+        self._engine_lock = threading.Lock()  # one generation at a time
+        self._running: dict[str, threading.Event] = {}  # document -> its newest request's cancel flag
+
+    def cancel(self, document: str) -> None:
+        """Stop the document's running generation at its next round."""
+        with self._state:
+            if document in self._running:
+                self._running[document].set()
+
+    def close(self, document: str) -> None:
+        """The editor closed the document: its session and saved caches go."""
+        self.cancel(document)
+        with self._engine_lock, self._state:
+            self.sessions.pop(document, None)
+            self.caches.saved.pop(document, None)
+
+    def complete(self, request: CompletionRequest) -> Completion:
+        text_before, line_before = split_at_cursor(request.text, request.line, request.character)
+        with self._state:
+            self.counters.requests += 1
+            session = self.sessions.setdefault(request.document, CompletionSession(request.path))
+            rest = session.forward.lookup(text_before)
+            if rest is not None:
+                self.counters.forward_cache_hits += 1
+                return Completion(rest, "forward cache")
+            if request.document in self._running:
+                self._running[request.document].set()
+            cancel = self._running[request.document] = threading.Event()
+        try:
+            with self._engine_lock:
+                if cancel.is_set():
+                    return self._superseded()
+                completion = self._generate(request, session, text_before, line_before, cancel)
+            if completion.source == "superseded":
+                return self._superseded()
+            return completion
+        finally:
+            with self._state:
+                if self._running.get(request.document) is cancel:
+                    del self._running[request.document]
+
+    def _superseded(self) -> Completion:
+        with self._state:
+            self.counters.superseded += 1
+        return Completion("", "superseded", "cancelled")
+
+    def _switch_to(self, document: str) -> None:
+        """Make the document's caches live; the one left becomes a context chunk."""
+        left = self.sessions.get(self.caches.current) if self.caches.current is not None else None
+        if left is not None and self.caches.current != document and left.text:
+            self.ring.add(left.path, left.text, left.line)
+        self.caches.activate(document)
+
+    def _prompt(self, request: CompletionRequest) -> tuple[list[int], str]:
+        """The prompt's tokens, and the suffix the cursor sees. Context chunks, then
+        prefix lines, give way until prompt and answer fit the context window."""
+        options = self.config.prompt
+        room = self.engine.target.context.n_ctx_seq - self.config.generation.max_tokens - 1
+        path = self.workspace.relative(request.path) if self.workspace.contains(request.path) else request.path
+        context = self.ring.select(options.context_tokens, exclude=path)
+        repo = self.workspace.roots[0].name if self.workspace.roots else ""
+        prefix_lines, keep_chars = options.prefix_lines, None
+        while True:
+            prefix, suffix = cursor_sections(request.text, request.line, request.character, prefix_lines,
+                                             options.suffix_lines)
+            if keep_chars is not None:  # one huge line (minified code): keep what is nearest the cursor
+                prefix, suffix = prefix[len(prefix) - keep_chars:], suffix[:keep_chars]
+            segments = render(self.template, path, prefix, suffix if self.template else "", context, repo)
+            tokens = tokenize_segments(self.engine.model, segments)
+            if len(tokens) <= room:
+                return tokens, suffix
+            if context:
+                context = context[1:]  # the oldest chunk first
+            elif prefix_lines:
+                prefix_lines //= 2
+            else:
+                keep_chars = max(len(prefix), len(suffix)) // 2
+
+    def _generate(self, request: CompletionRequest, session: CompletionSession, text_before: str,
+                  line_before: str, cancel: threading.Event) -> Completion:
+        self._switch_to(request.document)
+        session.text, session.line = request.text, request.line
+        prompt, suffix = self._prompt(request)
+        evaluated = len(prompt) - common_prefix_length(self.engine.target.tokens, prompt)
+        healed_prompt, healing = heal(prompt, self.engine.model, self.prefixes)
+        cursor = CursorContext(line_before, suffix)
+        generation_options = self.config.generation
+        result = generate(
+            self.engine, healed_prompt, generation_options.max_tokens, stop=stops_for(cursor),
+            time_budget_ms=generation_options.time_budget_ms or None,
+            sampling=Sampling(temperature=generation_options.temperature), mode=generation_options.draft_mode,
+            cancel=cancel, document=request.document, language=request.language,
+            done=lambda text: cut_to_scope(text, cursor) != text, healing=healing,
+        )
+        if result.stop_reason == "cancelled":
+            return Completion("", "superseded", "cancelled")
+        shown = postprocess(result.text, cursor, timed_out=result.stop_reason == "time")
+        with self._state:
+            session.forward.remember(text_before, shown)
+            self.counters.prompt_tokens += len(prompt)
+            self.counters.evaluated_tokens += evaluated
+            self.counters.add(result)
+        return Completion(shown, "model", result.stop_reason, len(prompt), evaluated, result)

@@ -2,13 +2,17 @@
 Counted in tokens the models evaluate, which is what caching saves."""
 
 import sysconfig
+import threading
+import time
 from pathlib import Path
 
 import pytest
 
+from completer.config import Config, GenerationOptions, PromptOptions
+from completer.context import Workspace
 from completer.engine import Engine, generate
 from completer.prompt import path_header
-from completer.session import DocumentCaches
+from completer.session import Completer, CompletionRequest, DocumentCaches, PositionError
 from models.backend import LlamaModel
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -125,3 +129,98 @@ def test_a_document_switched_away_from_before_any_completion_restores_empty(engi
     caches.activate("b.py")
     caches.activate("empty.py")
     assert engine.target.tokens == [] and engine.target.context.seq_length() == 0
+
+
+# The Completer: what the language server calls.
+
+def completer_config(max_tokens: int = 16, **prompt) -> Config:
+    return Config(generation=GenerationOptions(max_tokens=max_tokens, time_budget_ms=0),
+                  prompt=PromptOptions(**prompt))
+
+
+def request_at_end(document: str, text: str, path: str | None = None) -> CompletionRequest:
+    lines = text.split("\n")
+    return CompletionRequest(document, path or document, text, len(lines) - 1, len(lines[-1]), "python")
+
+
+def test_each_keystroke_evaluates_only_the_new_tokens(engine):
+    completer = Completer(engine, completer_config(max_tokens=8))
+    text = file_text("textwrap.py")
+    first = completer.complete(request_at_end("a.py", text))
+    assert first.evaluated_tokens == first.prompt_tokens > 500
+    typed = "    def wrap_all(self, paragraphs):\n        return [self.fill(p) for p in paragraphs]\n"
+    costs = []
+    for i in range(1, len(typed) + 1):
+        completion = completer.complete(request_at_end("a.py", text + typed[:i]))
+        if completion.source == "model":
+            costs.append(completion.evaluated_tokens)
+    assert costs and max(costs) <= 4 and sum(costs) / len(costs) <= 3
+
+
+def test_a_completion_shown_then_typed_needs_no_model_call(engine):
+    completer = Completer(engine, completer_config())
+    text = file_text("textwrap.py") + "\n    def fill_all(self, texts):\n        return "
+    shown = completer.complete(request_at_end("a.py", text))
+    assert shown.source == "model" and len(shown.text) > 2
+    before = evaluated(engine)
+    again = completer.complete(request_at_end("a.py", text + shown.text[:2]))
+    assert (again.source, again.text) == ("forward cache", shown.text[2:])
+    assert evaluated(engine) == before
+    assert completer.counters.forward_cache_hits == 1
+
+
+def test_accepting_a_whole_completion_and_going_on_reuses_the_cache(engine):
+    completer = Completer(engine, completer_config())
+    text = file_text("textwrap.py") + "\n    def fill_all(self, texts):\n        return "
+    shown = completer.complete(request_at_end("a.py", text))
+    accepted = completer.complete(request_at_end("a.py", text + shown.text + "\n"))
+    assert accepted.source == "model"
+    assert accepted.evaluated_tokens <= len(engine.model.tokenize(shown.text)) + 3
+
+
+def test_a_newer_request_cancels_the_running_one_and_the_cache_stays_consistent(engine, models):
+    completer = Completer(engine, completer_config(max_tokens=400))
+    text = file_text("textwrap.py")
+    results = {}
+    older = threading.Thread(target=lambda: results.setdefault("older", completer.complete(
+        request_at_end("a.py", text + "\n# A long comment about"))))
+    older.start()
+    while "a.py" not in completer._running or not engine.target.tokens:
+        time.sleep(0.01)
+    time.sleep(0.3)  # into the generation
+    newer = completer.complete(request_at_end("a.py", text + "\n    def "))
+    older.join()
+    assert results["older"].source == "superseded" and results["older"].text == ""
+    assert newer.source == "model" and completer.counters.superseded == 1
+    # The cache holds exactly its tokens: the next completion equals a fresh engine's
+    # (plain decoding, short: longer texts may part at a near tie, see test_speculative_engine).
+    completer.config.generation = GenerationOptions(max_tokens=16, draft_mode="target", time_budget_ms=0)
+    next_request = request_at_end("a.py", text + "\n    def wrap")
+    cached = completer.complete(next_request)
+    fresh = Completer(Engine(*models, n_ctx=2048, calibrate_s=0), completer.config)
+    assert cached.text == fresh.complete(next_request).text
+    assert engine.target.context.seq_length() == len(engine.target.tokens)
+
+
+def test_other_workspace_files_become_context_and_outside_files_never_do(engine, tmp_path):
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    outside = tmp_path / "secrets.py"
+    completer = Completer(engine, completer_config(max_tokens=4, chunk_lines=16), Workspace([workspace]))
+    helper = "".join(f"def helper_{i}(value):\n    return value * {i}\n" for i in range(8))
+    secret = "".join(f"API_TOKEN_{i} = 'do-not-send-{i}'\n" for i in range(8))
+    completer.complete(request_at_end("helpers", helper, str(workspace / "helpers.py")))
+    completer.complete(request_at_end("secrets", secret, str(outside)))
+    completer.complete(request_at_end("main", "import helpers\n\nx = ", str(workspace / "main.py")))
+    assert [chunk.path for chunk in completer.ring.chunks] == ["helpers.py"]
+    prompt_text = engine.model.detokenize(engine.target.tokens)
+    assert "def helper_7(value)" in prompt_text and "# helpers.py" in prompt_text
+    assert "do-not-send" not in prompt_text and "# main.py" in prompt_text
+
+
+def test_a_cursor_outside_the_document_is_a_clear_error(engine):
+    completer = Completer(engine, completer_config())
+    with pytest.raises(PositionError, match="line 5 is outside the document"):
+        completer.complete(CompletionRequest("a.py", "a.py", "x = 1\n", 5, 0))
+    with pytest.raises(PositionError, match="character 9 is outside line 0"):
+        completer.complete(CompletionRequest("a.py", "a.py", "x = 1\n", 0, 9))

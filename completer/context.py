@@ -1,0 +1,99 @@
+"""Context from other files: a ring of chunks, as llama.vim's, limited to the workspace.
+
+A chunk is some lines of another open document, taken around where its cursor last
+was when the user left it: the code being worked on is what the next completion most
+likely uses. The ring keeps the newest chunks; a chunk nearly equal to a newer one is
+dropped, so that flipping between two places does not fill the ring with copies. The
+prompt takes the newest chunks that fit a token budget, in ring order (oldest first),
+so that a new chunk changes only the end of the context block.
+
+Only documents whose path lies inside a workspace folder become chunks: a file opened
+from elsewhere (a system header, another project's secrets) never reaches a prompt.
+No file is read from disk: chunks come from what the editor sent.
+"""
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from completer.prompt import ContextFile, editor_lines
+
+# Lines shared (of the larger chunk) above which two chunks count as the same place.
+SIMILAR = 0.9
+
+
+class Workspace:
+    """The workspace folders; paths inside them may be used as context."""
+
+    def __init__(self, roots: list[str | Path]):
+        self.roots = [Path(root).resolve() for root in roots]
+
+    def contains(self, path: str | Path) -> bool:
+        resolved = Path(path).resolve()  # symlinks and ".." resolved: no way out of a root
+        return any(resolved.is_relative_to(root) for root in self.roots)
+
+    def relative(self, path: str | Path) -> str:
+        """The path as the prompt shows it: relative to its workspace folder when inside one."""
+        resolved = Path(path).resolve()
+        for root in self.roots:
+            if resolved.is_relative_to(root):
+                return resolved.relative_to(root).as_posix()
+        return Path(path).name
+
+
+@dataclass(frozen=True)
+class Chunk:
+    path: str
+    text: str
+    tokens: int
+
+
+def chunk_around(text: str, line: int, lines: int) -> str:
+    """`lines` lines of `text` centred on `line` (0-based), fewer near the ends."""
+    all_lines = editor_lines(text)
+    start = max(0, min(line - lines // 2, len(all_lines) - lines))
+    return "".join(all_lines[start : start + lines])
+
+
+def similarity(a: str, b: str) -> float:
+    """Lines the two texts share, as a fraction of the longer one's lines."""
+    lines_a, lines_b = a.splitlines(), b.splitlines()
+    if not lines_a or not lines_b:
+        return 0.0
+    shared = len(set(lines_a) & set(lines_b))
+    return shared / max(len(set(lines_a)), len(set(lines_b)))
+
+
+class ChunkRing:
+    def __init__(self, workspace: Workspace, count_tokens: Callable[[str], int], capacity: int = 16,
+                 chunk_lines: int = 64):
+        self.workspace = workspace
+        self.count_tokens = count_tokens
+        self.capacity = capacity
+        self.chunk_lines = chunk_lines
+        self.chunks: list[Chunk] = []  # oldest first
+
+    def add(self, path: str, text: str, line: int) -> bool:
+        """Take a chunk of `path`'s `text` around `line`; False when the path is outside
+        the workspace or the chunk holds too little code to help."""
+        if not self.workspace.contains(path):
+            return False
+        chunk_text = chunk_around(text, line, self.chunk_lines)
+        if sum(1 for line_text in chunk_text.splitlines() if line_text.strip()) < 3:
+            return False
+        self.chunks = [c for c in self.chunks if similarity(c.text, chunk_text) < SIMILAR]
+        self.chunks.append(Chunk(self.workspace.relative(path), chunk_text, self.count_tokens(chunk_text)))
+        del self.chunks[: max(0, len(self.chunks) - self.capacity)]
+        return True
+
+    def select(self, budget_tokens: int, exclude: str = "") -> tuple[ContextFile, ...]:
+        """The newest chunks (not of `exclude`, the path being completed) that fit
+        `budget_tokens`, oldest first."""
+        chosen: list[Chunk] = []
+        used = 0
+        for chunk in reversed(self.chunks):
+            if chunk.path == exclude or used + chunk.tokens > budget_tokens:
+                continue
+            chosen.append(chunk)
+            used += chunk.tokens
+        return tuple(ContextFile(c.path, c.text) for c in reversed(chosen))

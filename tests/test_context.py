@@ -1,0 +1,58 @@
+"""The ring of context chunks and the workspace boundary: pure text code."""
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from completer.context import ChunkRing, Workspace, chunk_around, similarity
+
+
+def code(name: str, lines: int = 20) -> str:
+    return "".join(f"def {name}_{i}(x):\n    return x + {i}\n" for i in range(lines // 2))
+
+
+def ring(tmp_path, **options) -> ChunkRing:
+    return ChunkRing(Workspace([tmp_path]), lambda text: len(text.split()), **options)
+
+
+def test_paths_outside_the_workspace_are_refused_even_through_links(tmp_path):
+    (tmp_path / "project").mkdir()
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (tmp_path / "project" / "link").symlink_to(outside)
+    workspace = Workspace([tmp_path / "project"])
+    assert workspace.contains(tmp_path / "project" / "pkg" / "a.py")
+    assert not workspace.contains(tmp_path / "project" / ".." / "outside" / "a.py")
+    assert not workspace.contains(tmp_path / "project" / "link" / "a.py")
+    assert not Workspace([]).contains(tmp_path / "project" / "a.py")  # no workspace: no context at all
+    assert workspace.relative(tmp_path / "project" / "pkg" / "a.py") == "pkg/a.py"
+
+
+def test_a_near_copy_replaces_its_twin_and_the_oldest_goes_first(tmp_path):
+    chunks = ring(tmp_path, capacity=2, chunk_lines=20)
+    assert chunks.add(str(tmp_path / "a.py"), code("a"), 5)
+    assert chunks.add(str(tmp_path / "a.py"), code("a"), 6)  # the same place again
+    assert [c.path for c in chunks.chunks] == ["a.py"]
+    chunks.add(str(tmp_path / "b.py"), code("b"), 0)
+    chunks.add(str(tmp_path / "c.py"), code("c"), 0)
+    assert [c.path for c in chunks.chunks] == ["b.py", "c.py"]
+    assert not chunks.add(str(tmp_path / "blank.py"), "\n\n\nx = 1\n", 0)  # too little code to help
+
+
+def test_selection_takes_the_newest_that_fit_the_budget_oldest_first(tmp_path):
+    chunks = ring(tmp_path, chunk_lines=20)
+    for name in "abcd":
+        chunks.add(str(tmp_path / f"{name}.py"), code(name), 0)
+    each = chunks.chunks[0].tokens
+    assert [f.path for f in chunks.select(2 * each)] == ["c.py", "d.py"]
+    assert [f.path for f in chunks.select(2 * each, exclude="d.py")] == ["b.py", "c.py"]
+    assert chunks.select(each - 1) == ()
+
+
+@given(st.lists(st.text(alphabet="ab \n", max_size=8), max_size=40), st.integers(0, 50), st.integers(1, 30))
+def test_a_chunk_is_consecutive_lines_of_the_text_near_the_line(lines, line, size):
+    text = "\n".join(lines)
+    chunk = chunk_around(text, line, size)
+    assert chunk in text
+    assert chunk.count("\n") <= size
+    if chunk.strip():
+        assert similarity(chunk, chunk) == 1.0
