@@ -213,10 +213,12 @@ def doctor() -> None:
 @click.option("--time-budget", "time_budget_ms", default=GenerationOptions().time_budget_ms, show_default=True,
               type=click.FloatRange(min=0), help="Stop after this many ms; 0 = no limit.")
 @click.option("--stats", is_flag=True, help="Also print token counts, timings and acceptance to stderr.")
+@click.option("--show-prompt", is_flag=True, help="Also print the prompt the model saw, control tokens included, "
+              "to stderr.")
 @_model_options
 @_reports_model_errors
 def complete(file: Path, line: int, col: int, max_tokens: int, draft_mode: str, temperature: float,
-             time_budget_ms: float, stats: bool, models: ModelOptions) -> None:
+             time_budget_ms: float, stats: bool, show_prompt: bool, models: ModelOptions) -> None:
     """Print a completion of FILE at the cursor, decoded speculatively."""
     from completer.engine import Engine
     from completer.session import Completer, CompletionRequest, PositionError, split_at_cursor
@@ -231,15 +233,19 @@ def complete(file: Path, line: int, col: int, max_tokens: int, draft_mode: str, 
     except PositionError:
         raise click.BadParameter(f"{file} has no line {line} column {col} (it has {len(text.splitlines())} "
                                  "lines, counted from 1)", param_hint="--line/--col") from None
-    files = resolve(Preset.from_name(config.models.preset), config.models.target, config.models.draft)
-    target = LlamaModel(files.target, config.models.target_gpu_layers)
     speculative = draft_mode != "target"
+    files = resolve(Preset.from_name(config.models.preset), config.models.target, config.models.draft,
+                    with_draft=speculative)
+    target = LlamaModel(files.target, config.models.target_gpu_layers)
     draft = LlamaModel(files.draft, config.models.draft_gpu_layers) if speculative else None
     engine = Engine(target, draft, n_ctx=config.models.context_tokens, threads=config.models.threads,
                     calibrate_s=1.0 if speculative else 0.0)
     request = CompletionRequest(str(file), str(file), text, line - 1, col - 1, file.suffix.lstrip("."))
     completion = Completer(engine, config).complete(request)
     click.echo(completion.text)
+    if show_prompt:
+        errors.print(target.detokenize(completion.prompt, special=True), markup=False, highlight=False,
+                     soft_wrap=True)
     if stats:
         s = completion.generation.stats
         errors.print(

@@ -114,9 +114,13 @@ class Completion:
     text: str  # to insert at the cursor
     source: str  # "model", "forward cache" or "superseded" (a newer request took over: show nothing)
     stop_reason: str = ""
-    prompt_tokens: int = 0
+    prompt: list[int] = field(default_factory=list)  # as rendered, before token healing
     evaluated_tokens: int = 0  # prompt tokens the target's cache lacked
     generation: Generation | None = None
+
+    @property
+    def prompt_tokens(self) -> int:
+        return len(self.prompt)
 
 
 @dataclass
@@ -282,4 +286,4 @@ class Completer:
             self.counters.prompt_tokens += len(prompt)
             self.counters.evaluated_tokens += evaluated
             self.counters.add(result)
-        return Completion(shown, "model", result.stop_reason, len(prompt), evaluated, result)
+        return Completion(shown, "model", result.stop_reason, prompt, evaluated, result)

@@ -158,18 +158,20 @@ class LlamaModel:
             raise RuntimeError(f"tokenizer wanted {-n} tokens for {len(data)} bytes")
         return tokens[:n]
 
-    def token_bytes(self, token: int) -> bytes:
-        """The bytes a token stands for. A token can hold part of a UTF-8 character,
-        so callers join bytes before decoding."""
-        n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buffer, len(self._piece_buffer), 0, False)
+    def token_bytes(self, token: int, special: bool = False) -> bytes:
+        """The bytes a token stands for (a control token's text only if `special`). A
+        token can hold part of a UTF-8 character, so callers join bytes before decoding."""
+        n = llama_cpp.llama_token_to_piece(self._vocab, token, self._piece_buffer, len(self._piece_buffer), 0,
+                                           special)
         if n < 0:
             buffer = ctypes.create_string_buffer(-n)
-            n = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, -n, 0, False)
+            n = llama_cpp.llama_token_to_piece(self._vocab, token, buffer, -n, 0, special)
             return buffer.raw[:n]
         return self._piece_buffer.raw[:n]
 
-    def detokenize(self, tokens: list[int]) -> str:
-        return b"".join(self.token_bytes(t) for t in tokens).decode("utf-8", errors="replace")
+    def detokenize(self, tokens: list[int], special: bool = False) -> str:
+        """Text of the tokens; with `special`, control tokens appear as their text (to show a prompt)."""
+        return b"".join(self.token_bytes(t, special) for t in tokens).decode("utf-8", errors="replace")
 
     def token_text(self, token: int) -> str:
         """The vocabulary's stored text of a token (control tokens included), for comparing vocabularies."""

@@ -20,7 +20,7 @@ from models.presets import DerivedDraft, HubFile, ModelSource, PackagedFile, Pre
 @dataclass(frozen=True)
 class ModelFiles:
     target: Path
-    draft: Path
+    draft: Path | None  # None when asked for the target alone
 
 
 def packaged_path(source: PackagedFile) -> Path:
@@ -86,12 +86,16 @@ def fetch(source: ModelSource, target: Path | None = None, download: bool = True
 
 
 def resolve(
-    preset: Preset, target_path: str | Path | None = None, draft_path: str | Path | None = None, download: bool = True
+    preset: Preset, target_path: str | Path | None = None, draft_path: str | Path | None = None, download: bool = True,
+    with_draft: bool = True,
 ) -> ModelFiles:
     """The target and draft files for `preset`, explicit paths first; both validated and
-    checked to share one vocabulary."""
+    checked to share one vocabulary. Without `with_draft`, the target only: plain
+    decoding needs no draft, so none is downloaded."""
     target = Path(target_path).expanduser() if target_path else fetch(preset.target, download=download)
     check_gguf(target)
+    if not with_draft:
+        return ModelFiles(target, None)
     draft = Path(draft_path).expanduser() if draft_path else fetch(preset.draft, target=target, download=download)
     check_gguf(draft)
     check_same_vocabulary(target, draft)

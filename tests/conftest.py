@@ -44,3 +44,11 @@ def run_completer(*args: str, env: dict[str, str] | None = None, timeout: float 
         [str(completer), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO,
         env={**os.environ, **(env or {})},
     )
+
+
+@pytest.fixture(scope="session")
+def smol_fim(smol, smol_cache) -> Path:
+    """The smol target with StarCoder's FIM control tokens (see fim_model.py)."""
+    from fim_model import fim_variant
+
+    return fim_variant(smol.target, smol_cache / "smol-fim.gguf")

@@ -90,3 +90,13 @@ def test_an_unknown_preset_names_the_known_ones():
     result = run_completer("models", "pull", "gpt-5")
     assert result.returncode == 1
     assert "unknown preset 'gpt-5'" in result.stderr and "smol" in result.stderr
+
+
+def test_plain_decoding_with_a_fim_target_needs_no_draft_and_shows_its_prompt(smol_fim):
+    # The Hub is unreachable here: a draft lookup would fail after its retries.
+    result = run_completer("complete", "examples/stats.py", "--line", "19", "--col", "17", "--target",
+                           str(smol_fim), "--mode", "target", "--max-tokens", "4", "--show-prompt")
+    assert result.returncode == 0, result.stderr
+    prompt = result.stderr
+    assert prompt.startswith("<fim_prefix>") and "return math.<fim_suffix>" in prompt
+    assert prompt.rstrip().endswith("<fim_middle>")

@@ -224,3 +224,33 @@ def test_a_cursor_outside_the_document_is_a_clear_error(engine):
         completer.complete(CompletionRequest("a.py", "a.py", "x = 1\n", 5, 0))
     with pytest.raises(PositionError, match="character 9 is outside line 0"):
         completer.complete(CompletionRequest("a.py", "a.py", "x = 1\n", 0, 9))
+
+
+
+def test_a_fim_family_prompt_re_evaluates_the_new_tokens_and_the_bounded_suffix(smol_fim):
+    fim_target = LlamaModel(smol_fim, n_gpu_layers=0)
+    completer = Completer(Engine(fim_target, None, n_ctx=2048, calibrate_s=0),
+                          completer_config(max_tokens=8, suffix_lines=4))
+    assert completer.template.family == "starcoder"
+    text = file_text("textwrap.py")
+    cut = text.index("\n", len(text) // 2) + 1
+    before, after = text[:cut], text[cut:]
+    suffix_lines = "".join(after.split("\n")[:4])
+    special = fim_target.special
+
+    def complete(typed: str):
+        lines = (before + typed).split("\n")
+        return completer.complete(CompletionRequest("a.py", "a.py", before + typed + after, len(lines) - 1,
+                                                    len(lines[-1]), "python"))
+
+    complete("")
+    held = completer.engine.target.tokens
+    assert held[0] == special.fim_prefix and special.fim_suffix in held and special.fim_middle in held
+    assert held.index(special.fim_suffix) < held.index(special.fim_middle)
+    suffix_tokens = held.index(special.fim_middle) - held.index(special.fim_suffix)
+    assert suffix_tokens >= len(fim_target.tokenize(suffix_lines)) // 2
+    typed = "    def "
+    costs = [c.evaluated_tokens for c in map(complete, (typed[:i] for i in range(1, len(typed) + 1)))
+             if c.source == "model"]
+    # Each keystroke: the typed characters, then the whole suffix section again (PSM).
+    assert costs and all(suffix_tokens <= cost <= suffix_tokens + 4 for cost in costs)
