@@ -256,3 +256,21 @@ def complete(file: Path, line: int, col: int, max_tokens: int, draft_mode: str, 
             highlight=False,
             soft_wrap=True,
         )
+
+
+@main.command()
+@click.option("--stdio", "transport", flag_value="stdio", default=True, help="Speak LSP on stdin/stdout (default).")
+@click.option("--tcp", "transport", flag_value="tcp", help="Listen on 127.0.0.1 instead (one client).")
+@click.option("--port", default=2087, show_default=True, type=click.IntRange(1, 65535), help="Port for --tcp.")
+def serve(transport: str, port: int) -> None:
+    """Run the language server; editors start it as `completer serve --stdio`.
+
+    Options come from the client's initializationOptions (the same names as the
+    README's option table); logs go to stderr and window/logMessage."""
+    logging.getLogger("completer").setLevel(logging.INFO)
+    from lsp.server import server
+
+    if transport == "tcp":
+        server.start_tcp("127.0.0.1", port)  # loopback only: nothing leaves the machine
+    else:
+        server.start_io()

@@ -5,9 +5,11 @@ initializationOptions. README.md's option table is generated from this module
 (`python -m completer.config`) and a test keeps the two equal.
 """
 
-from dataclasses import dataclass, field, fields
+import types
+from dataclasses import dataclass, field, fields, replace
+from typing import Any
 
-from models.presets import DEFAULT_PRESET
+from models.presets import DEFAULT_PRESET, PRESETS
 
 
 # Draft mode -> the providers it may use. Every mode still lets the tuner fall back to
@@ -97,11 +99,77 @@ class CacheOptions:
 
 
 @dataclass
+class ServerOptions:
+    debounce_ms: float = option(
+        0.0, "language server: wait this long after a request before generating; a newer request in the "
+        "meantime replaces it without touching the model. Editors debounce already, and the newest request "
+        "cancels an older generation anyway, so 0"
+    )
+
+
+@dataclass
 class Config:
     models: ModelOptions = field(default_factory=ModelOptions)
     generation: GenerationOptions = field(default_factory=GenerationOptions)
     prompt: PromptOptions = field(default_factory=PromptOptions)
     cache: CacheOptions = field(default_factory=CacheOptions)
+    server: ServerOptions = field(default_factory=ServerOptions)
+
+
+# Options whose values are one of a set.
+CHOICES: dict[str, tuple[str, ...]] = {"models.preset": tuple(PRESETS), "generation.draft_mode": tuple(DRAFT_MODES)}
+
+
+def _coerce(name: str, value: Any, kind: Any) -> Any:
+    """`value` as the option's type, or ValueError saying what was expected."""
+    allowed = set(kind.__args__) if isinstance(kind, types.UnionType) else {kind}
+    if value is None and type(None) in allowed:
+        return None
+    if str in allowed and isinstance(value, str):
+        if name in CHOICES and value not in CHOICES[name]:
+            raise ValueError(f"one of {', '.join(CHOICES[name])}")
+        if int in allowed and value != "auto":  # a layer count: a number or "auto"
+            raise ValueError("a number or \"auto\"")
+        return value
+    numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if int in allowed and numeric and float(value).is_integer() and value >= 0:
+        return int(value)
+    if float in allowed and numeric and value >= 0:
+        return float(value)
+    expected = " or ".join(sorted(t.__name__ for t in allowed if t is not type(None)))
+    raise ValueError(f"a non-negative {expected}" if {int, float} & allowed else f"a {expected}")
+
+
+def config_from_dict(data: Any, base: Config | None = None) -> tuple[Config, list[str]]:
+    """A Config from nested dicts ({"generation": {"max_tokens": 32}}, as editors send
+    initializationOptions and settings), on top of `base`. A bad value keeps the default
+    and yields a message naming the option, the value and what it should be."""
+    config = base or Config()
+    problems: list[str] = []
+    if not isinstance(data, dict):
+        return config, [] if data is None else [f"options must be an object, not {data!r}: using the defaults"]
+    groups = {group.name: group for group in fields(Config)}
+    for group_name, values in data.items():
+        if group_name not in groups:
+            problems.append(f"unknown option group {group_name!r}; groups: {', '.join(groups)}")
+            continue
+        if not isinstance(values, dict):
+            problems.append(f"{group_name} must be an object, not {values!r}")
+            continue
+        current = getattr(config, group_name)
+        items = {item.name: item for item in fields(current)}
+        changes = {}
+        for key, value in values.items():
+            name = f"{group_name}.{key}"
+            if key not in items:
+                problems.append(f"unknown option {name}; {group_name} has {', '.join(items)}")
+                continue
+            try:
+                changes[key] = _coerce(name, value, items[key].type)
+            except ValueError as expected:
+                problems.append(f"{name} = {value!r} is not {expected}: keeping {getattr(current, key)!r}")
+        config = replace(config, **{group_name: replace(current, **changes)})
+    return config, problems
 
 
 def options_table() -> str:

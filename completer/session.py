@@ -200,19 +200,28 @@ class Completer:
             self.sessions.pop(document, None)
             self.caches.saved.pop(document, None)
 
-    def complete(self, request: CompletionRequest) -> Completion:
-        text_before, line_before = split_at_cursor(request.text, request.line, request.character)
+    def begin(self, document: str) -> threading.Event:
+        """The cancel flag of a new request for `document`; older requests for it are
+        cancelled (the newest request wins)."""
         with self._state:
-            self.counters.requests += 1
-            session = self.sessions.setdefault(request.document, CompletionSession(request.path))
-            rest = session.forward.lookup(text_before)
-            if rest is not None:
-                self.counters.forward_cache_hits += 1
-                return Completion(rest, "forward cache")
-            if request.document in self._running:
-                self._running[request.document].set()
-            cancel = self._running[request.document] = threading.Event()
+            if document in self._running:
+                self._running[document].set()
+            cancel = self._running[document] = threading.Event()
+        return cancel
+
+    def complete(self, request: CompletionRequest, cancel: threading.Event | None = None) -> Completion:
+        """The completion at the request's cursor. `cancel` (from begin(), made here when
+        not given) stops the generation at its next round; the result is then empty."""
+        text_before, line_before = split_at_cursor(request.text, request.line, request.character)
+        cancel = cancel or self.begin(request.document)
         try:
+            with self._state:
+                self.counters.requests += 1
+                session = self.sessions.setdefault(request.document, CompletionSession(request.path))
+                rest = session.forward.lookup(text_before)
+                if rest is not None:
+                    self.counters.forward_cache_hits += 1
+                    return Completion(rest, "forward cache")
             with self._engine_lock:
                 if cancel.is_set():
                     return self._superseded()

@@ -1,0 +1,217 @@
+"""The language server: thin handlers over completer.session.Completer.
+
+    initialize         options -> Config (bad values: defaults and a showMessage)
+    initialized        models load in a thread, reported with $/progress
+    didOpen/didChange  lsp.documents keeps the text (LSP line breaks, negotiated encoding)
+    inlineCompletion   -> Completer.complete in a worker thread; the newest request for a
+                          document cancels the older one, $/cancelRequest cancels its own
+    completion         the same, as one completion item marked as AI
+    completer/stats    counters; completer.accept (each item's command) counts acceptance
+
+Requests before the models are ready get an empty answer. A model that fails to load
+is reported once, with what to run, and the server keeps answering.
+"""
+
+import asyncio
+import itertools
+import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from importlib.metadata import version
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+from pygls.capabilities import ServerCapabilitiesBuilder
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+from pygls.protocol.language_server import lsp_method
+from pygls.uris import to_fs_path
+
+from completer.config import Config, config_from_dict
+from lsp import protocol
+from lsp.completing import complete_at, completion_items, inline_items
+from lsp.documents import Document
+from lsp.loading import load_models
+
+log = logging.getLogger("completer.lsp")
+
+
+class CompleterProtocol(LanguageServerProtocol):
+    """pygls's protocol, with open documents kept by the server (lsp.documents), not in
+    pygls's workspace, which splits lines where LSP does not (form feeds, U+2028)."""
+
+    def _user_handler(self, method: str, params: Any):
+        if (handler := self.fm.features.get(method)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_OPEN, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams):
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_CHANGE, params)
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
+        yield from self._user_handler(types.TEXT_DOCUMENT_DID_CLOSE, params)
+
+
+@dataclass
+class Suggestions:
+    """Items shown and accepted: how often the user takes what is offered."""
+
+    shown: int = 0
+    accepted: int = 0
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.accepted / self.shown if self.shown else 0.0
+
+
+class CompleterServer(LanguageServer):
+    def __init__(self):
+        super().__init__(protocol.SERVER_NAME, version("completer"), protocol_cls=CompleterProtocol)
+        self.config = Config()
+        self.encoding = "utf-16"
+        self.roots: list[Path] = []
+        self.documents: dict[str, Document] = {}
+        self.completer = None  # completer.session.Completer once the models are loaded
+        self.model_names = ("", "")
+        self.load_error: str | None = None
+        self.suggestions = Suggestions()
+        self.item_ids = itertools.count(1)
+        # Inference runs here, off the event loop, one generation at a time (the
+        # Completer's lock); more workers let a superseded request return at once.
+        self.workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="completer")
+        self.loop: asyncio.AbstractEventLoop | None = None  # pygls's, known from `initialize` on
+        self.loads = 0  # model loads started: a load finishing after a newer one started is dropped
+
+    # From worker threads, anything sent to the client goes through the event loop.
+    def from_thread(self, function, *args) -> None:
+        self.loop.call_soon_threadsafe(function, *args)
+
+    def tell(self, kind: types.MessageType, message: str, show: bool = False) -> None:
+        """Log to stderr and window/logMessage; with `show`, window/showMessage too."""
+        log.log(logging.ERROR if kind == types.MessageType.Error else logging.INFO, message)
+        self.window_log_message(types.LogMessageParams(kind, message))
+        if show:
+            self.window_show_message(types.ShowMessageParams(kind, f"completer: {message}"))
+
+    def stats(self) -> dict[str, Any]:
+        counters = self.completer.counters if self.completer else None
+        prompt = counters.prompt_tokens if counters else 0
+        values = {
+            "ready": self.completer is not None,
+            "error": self.load_error or "",
+            "target": self.model_names[0],
+            "draft": self.model_names[1],
+            "requests": counters.requests if counters else 0,
+            "forward_cache_hits": counters.forward_cache_hits if counters else 0,
+            "superseded": counters.superseded if counters else 0,
+            "cache_hit_rate": 1 - counters.evaluated_tokens / prompt if prompt else 0.0,
+            "draft_acceptance_rate": counters.accepted / counters.drafted if counters and counters.drafted else 0.0,
+            "tokens_per_second": (counters.generated_tokens / counters.generation_ms * 1000
+                                  if counters and counters.generation_ms else 0.0),
+            "suggestions_shown": self.suggestions.shown,
+            "suggestions_accepted": self.suggestions.accepted,
+            "suggestion_acceptance_rate": self.suggestions.acceptance_rate,
+        }
+        assert tuple(values) == protocol.STATS_KEYS
+        return values
+
+
+server = CompleterServer()
+
+
+def apply_options(ls: CompleterServer, data: Any) -> bool:
+    """Options on top of the current ones; True when the models must be reloaded."""
+    config, problems = config_from_dict(data, ls.config)
+    for problem in problems:
+        ls.tell(types.MessageType.Warning, problem, show=True)
+    reload = config.models != ls.config.models
+    ls.config = config
+    if ls.completer is not None and not reload:
+        ls.completer.config = config
+    return reload
+
+
+@server.feature(types.INITIALIZE)
+def initialize(ls: CompleterServer, params: types.InitializeParams) -> None:
+    ls.loop = asyncio.get_running_loop()
+    ls.encoding = str(ServerCapabilitiesBuilder.choose_position_encoding(params.capabilities).value)
+    folders = [folder.uri for folder in params.workspace_folders or []]
+    if not folders and params.root_uri:
+        folders = [params.root_uri]
+    ls.roots = [Path(path) for uri in folders if uri and (path := to_fs_path(uri))]
+    apply_options(ls, params.initialization_options)
+
+
+@server.feature(types.INITIALIZED)
+def initialized(ls: CompleterServer, params: types.InitializedParams) -> None:
+    start_loading(ls)
+
+
+def start_loading(ls: CompleterServer) -> None:
+    ls.completer, ls.load_error = None, None
+    ls.loads += 1
+    threading.Thread(target=load_models, args=(ls, ls.config, ls.loads), name="completer-load", daemon=True).start()
+
+
+@server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
+def did_change_configuration(ls: CompleterServer, params: types.DidChangeConfigurationParams) -> None:
+    settings = params.settings
+    if isinstance(settings, dict) and protocol.SETTINGS_SECTION in settings:
+        settings = settings[protocol.SETTINGS_SECTION]
+    if apply_options(ls, settings):
+        ls.tell(types.MessageType.Info, "model options changed: loading the models again")
+        start_loading(ls)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+def did_open(ls: CompleterServer, params: types.DidOpenTextDocumentParams) -> None:
+    item = params.text_document
+    ls.documents[item.uri] = Document(item.uri, item.text, item.version, item.language_id)
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+def did_change(ls: CompleterServer, params: types.DidChangeTextDocumentParams) -> None:
+    document = ls.documents.get(params.text_document.uri)
+    if document is None:
+        ls.tell(types.MessageType.Warning, f"didChange for {params.text_document.uri}, which is not open: ignored")
+        return
+    for change in params.content_changes:
+        document.apply(change, ls.encoding)
+    document.version = params.text_document.version
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+async def did_close(ls: CompleterServer, params: types.DidCloseTextDocumentParams) -> None:
+    ls.documents.pop(params.text_document.uri, None)
+    if ls.completer is not None:
+        await ls.loop.run_in_executor(ls.workers, ls.completer.close, params.text_document.uri)
+
+
+@server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
+async def inline_completion(ls: CompleterServer, params: types.InlineCompletionParams
+                            ) -> types.InlineCompletionList | None:
+    answer = await complete_at(ls, params.text_document.uri, params.position)
+    return inline_items(ls, answer) if answer else None
+
+
+@server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[".", "(", " "]))
+async def completion(ls: CompleterServer, params: types.CompletionParams) -> types.CompletionList | None:
+    answer = await complete_at(ls, params.text_document.uri, params.position)
+    return completion_items(ls, answer) if answer else None
+
+
+@server.command(protocol.ACCEPT_COMMAND)
+def accept(ls: CompleterServer, *arguments: Any) -> None:
+    ls.suggestions.accepted += 1
+
+
+@server.feature(protocol.STATS)
+def stats(ls: CompleterServer, params: Any) -> dict[str, Any]:
+    return ls.stats()

@@ -1,0 +1,64 @@
+"""Driving the real `completer serve --stdio` with pytest-lsp's real client."""
+
+import asyncio
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lsprotocol import types
+from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
+
+from lsp import protocol
+
+SERVER = [str(Path(sys.executable).with_name("completer")), "serve", "--stdio"]
+FAST = {"generation": {"max_tokens": 16, "time_budget_ms": 0}}
+
+
+async def start(cache: Path, options: dict[str, Any] | None = None, client: str = "visual-studio-code",
+                encodings: list[str] | None = None, root: Path | None = None) -> LanguageClient:
+    """A client connected to a fresh server, initialized; the smol pair by default."""
+    env = {**os.environ, "COMPLETER_CACHE_DIR": str(cache)}
+    lsp_client = await ClientServerConfig(server_command=SERVER, server_env=env).start()
+    capabilities = client_capabilities(client)
+    if encodings is not None:
+        capabilities.general = types.GeneralClientCapabilities(position_encodings=encodings)
+    options = {"models": {"preset": "smol"}, **FAST, **(options or {})}
+    folders = [types.WorkspaceFolder(root.as_uri(), root.name)] if root else None
+    lsp_client.init_result = await lsp_client.initialize_session(types.InitializeParams(
+        capabilities=capabilities, initialization_options=options, workspace_folders=folders,
+        root_uri=root.as_uri() if root else None))
+    return lsp_client
+
+
+async def stats(client: LanguageClient) -> dict[str, Any]:
+    result = await client.protocol.send_request_async(protocol.STATS, None)
+    return result._asdict()  # pygls hands an unknown method's result over as a named tuple
+
+
+async def wait_ready(client: LanguageClient, timeout: float = 120) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout
+    while not (current := await stats(client))["ready"]:
+        assert not current["error"] and time.monotonic() < deadline, f"the models did not load: {current['error']}"
+        await asyncio.sleep(0.2)
+    return current
+
+
+def open_document(client: LanguageClient, uri: str, text: str, language: str = "python") -> None:
+    client.text_document_did_open(types.DidOpenTextDocumentParams(
+        types.TextDocumentItem(uri, language, 1, text)))
+
+
+def insert(client: LanguageClient, uri: str, version: int, line: int, character: int, text: str) -> None:
+    """Type `text` at a position: an incremental change."""
+    position = types.Position(line, character)
+    client.text_document_did_change(types.DidChangeTextDocumentParams(
+        types.VersionedTextDocumentIdentifier(version=version, uri=uri),
+        [types.TextDocumentContentChangePartial(types.Range(position, position), text)]))
+
+
+async def inline(client: LanguageClient, uri: str, line: int, character: int) -> types.InlineCompletionList | None:
+    return await client.text_document_inline_completion_async(types.InlineCompletionParams(
+        context=types.InlineCompletionContext(types.InlineCompletionTriggerKind.Automatic),
+        text_document=types.TextDocumentIdentifier(uri), position=types.Position(line, character)))
