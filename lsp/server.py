@@ -141,7 +141,8 @@ def apply_options(ls: CompleterServer, data: Any) -> bool:
 @server.feature(types.INITIALIZE)
 def initialize(ls: CompleterServer, params: types.InitializeParams) -> None:
     ls.loop = asyncio.get_running_loop()
-    ls.encoding = str(ServerCapabilitiesBuilder.choose_position_encoding(params.capabilities).value)
+    encoding = ServerCapabilitiesBuilder.choose_position_encoding(params.capabilities)  # what pygls announces
+    ls.encoding = str(getattr(encoding, "value", encoding))
     folders = [folder.uri for folder in params.workspace_folders or []]
     if not folders and params.root_uri:
         folders = [params.root_uri]

@@ -1,17 +1,28 @@
 """textDocument/inlineCompletion from the real server process and the real smol pair."""
 
+import asyncio
+
 import pytest
 from lsprotocol import types
+from pygls.exceptions import JsonRpcException
 
+from lsp.documents import units
 from lsp_session import inline, insert, open_document, start, stats, wait_ready
 
 STATS_PY = "def mean(values):\n    return sum(values) / len(values)\n\n\ndef variance(values):\n    "
+# A list the model goes on filling: a generation that runs until stopped.
+LONG = "def numbers():\n    return [\n        1,\n        2,\n        3,\n        "
+
+
+async def started(cache, **options):
+    client = await start(cache, options)
+    await wait_ready(client)
+    return client
 
 
 @pytest.fixture
 async def client(smol, smol_cache):
-    lsp_client = await start(smol_cache)
-    await wait_ready(lsp_client)
+    lsp_client = await started(smol_cache)
     yield lsp_client
     await lsp_client.shutdown_session()
 
@@ -25,8 +36,90 @@ async def test_typing_then_an_inline_completion_gives_real_text(client):
     result = await inline(client, uri, 5, 4 + len(typed))
     assert result is not None and len(result.items) == 1
     item = result.items[0]
-    assert item.insert_text.strip() and item.insert_text.startswith("values")
-    assert item.range.start == types.Position(5, 4 + len(typed))
+    assert item.insert_text.startswith("values")
+    assert item.range.start == item.range.end == types.Position(5, 4 + len(typed))
     assert item.command.command == "completer.accept"
     current = await stats(client)
-    assert current["requests"] == 1 and current["suggestions_shown"] == 1
+    assert current["requests"] == 1 and current["suggestions_shown"] == 1 and current["tokens_per_second"] > 0
+
+
+async def test_mid_line_the_item_replaces_the_rest_of_the_line(client):
+    uri = "file:///project/mid.py"
+    open_document(client, uri, STATS_PY + "center = mean()\n")
+    result = await inline(client, uri, 5, len("    center = mean("))
+    item = result.items[0]
+    assert item.insert_text.endswith(")") and item.insert_text != ")"
+    assert item.range.end == types.Position(5, len("    center = mean()"))
+
+
+async def test_accepting_an_item_counts_in_the_statistics(client):
+    uri = "file:///project/accept.py"
+    open_document(client, uri, STATS_PY + "center = mean(")
+    item = (await inline(client, uri, 5, len("    center = mean("))).items[0]
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        item.command.command, item.command.arguments))
+    current = await stats(client)
+    assert current["suggestions_accepted"] == 1 and current["suggestion_acceptance_rate"] == 1.0
+
+
+@pytest.mark.parametrize("encoding", ["utf-16", "utf-8", "utf-32"])
+async def test_positions_count_the_negotiated_code_units_on_emoji_and_cjk(smol, smol_cache, encoding):
+    client = await start(smol_cache, encodings=[encoding])
+    assert client.init_result.capabilities.position_encoding == encoding
+    await wait_ready(client)
+    uri = "file:///project/unicode.py"
+    before = '    label = "😀 平均 😀"; center = '
+    open_document(client, uri, STATS_PY + before[4:] + "\n")
+    # Type after the emoji and CJK, at a position counted in the encoding's units.
+    insert(client, uri, 2, 5, units(before, encoding), "mean(")
+    line = before + "mean("
+    result = await inline(client, uri, 5, units(line, encoding))
+    item = result.items[0]
+    assert item.insert_text.startswith("values")
+    assert item.range.start == item.range.end == types.Position(5, units(line, encoding))
+    await client.shutdown_session()
+
+
+async def test_a_superseded_request_returns_no_stale_text(smol, smol_cache):
+    client = await started(smol_cache, generation={"max_tokens": 400, "time_budget_ms": 0})
+    uri = "file:///project/long.py"
+    open_document(client, uri, LONG)
+    older = asyncio.create_task(inline(client, uri, 5, 8))
+    await asyncio.sleep(1.0)  # the older request is generating
+    insert(client, uri, 2, 5, 8, "4")
+    newer = asyncio.create_task(inline(client, uri, 5, 9))
+    assert await older is None
+    result = await newer
+    assert result is not None and result.items[0].range.start == types.Position(5, 9)
+    assert (await stats(client))["superseded"] == 1
+    await client.shutdown_session()
+
+
+async def test_cancel_request_stops_the_generation_and_the_server_goes_on(smol, smol_cache):
+    client = await started(smol_cache, generation={"max_tokens": 400, "time_budget_ms": 0})
+    uri = "file:///project/long.py"
+    open_document(client, uri, LONG)
+    request = asyncio.create_task(client.protocol.send_request_async(
+        types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionParams(
+            context=types.InlineCompletionContext(types.InlineCompletionTriggerKind.Invoked),
+            text_document=types.TextDocumentIdentifier(uri), position=types.Position(5, 8)), msg_id="long-one"))
+    await asyncio.sleep(1.0)
+    client.cancel_request(types.CancelParams(id="long-one"))
+    with pytest.raises(JsonRpcException, match="cancel"):
+        await request
+    await asyncio.sleep(0.5)  # the generation stops at its next round
+    assert (await stats(client))["superseded"] == 1
+    open_document(client, "file:///project/stats.py", STATS_PY + "center = mean(")
+    result = await inline(client, "file:///project/stats.py", 5, len("    center = mean("))
+    assert result.items[0].insert_text.startswith("values")
+    await client.shutdown_session()
+
+
+async def test_a_position_outside_the_document_is_an_invalid_params_error(client):
+    uri = "file:///project/short.py"
+    open_document(client, uri, "x = 1\n")
+    with pytest.raises(JsonRpcException, match="outside the document"):
+        await inline(client, uri, 7, 0)
+    with pytest.raises(JsonRpcException, match="not open"):
+        await inline(client, "file:///project/never-opened.py", 0, 0)
+    assert (await stats(client))["ready"]  # still serving
