@@ -37,16 +37,17 @@ async def run(args: argparse.Namespace) -> None:
     server = [str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "completer"), "serve", "--stdio"]
     client = await ClientServerConfig(server_command=server).start()
     transcript: list[str] = []
+    recording = False  # from the didOpen on, for the first messages
+
+    def record(direction: str, message) -> None:
+        if recording and len(transcript) < 14:
+            data = json.dumps(client.protocol._serialize_message(message), default=str, ensure_ascii=False)
+            transcript.append(f"{direction} {data[:400]}")
+
     if args.log:
-        original = client.protocol._send_data
-
-        def logged(data):
-            if len(transcript) < 40:
-                transcript.append("client -> " + json.dumps(client.protocol._serialize_message(data),
-                                                            default=str)[:300])
-            return original(data)
-
-        client.protocol._send_data = logged
+        send, receive = client.protocol._send_data, client.protocol.handle_message
+        client.protocol._send_data = lambda data: (record("client ->", data), send(data))[1]
+        client.protocol.handle_message = lambda message: (record("server ->", message), receive(message))[1]
     await client.initialize_session(types.InitializeParams(
         capabilities=client_capabilities("visual-studio-code"),
         initialization_options={"models": {"preset": args.preset},
@@ -54,6 +55,7 @@ async def run(args: argparse.Namespace) -> None:
     while not (await client.protocol.send_request_async(protocol.STATS, None)).ready:
         await asyncio.sleep(0.2)
     uri = Path(tempfile.gettempdir(), args.file).as_uri()
+    recording = True
     cursor = text.index("\n", len(text) // 2) + 1
     line = text[:cursor].count("\n")
     client.text_document_did_open(types.DidOpenTextDocumentParams(types.TextDocumentItem(uri, "python", 1, text)))
@@ -72,15 +74,13 @@ async def run(args: argparse.Namespace) -> None:
         client.text_document_did_change(types.DidChangeTextDocumentParams(
             types.VersionedTextDocumentIdentifier(version=i + 2, uri=uri),
             [types.TextDocumentContentChangePartial(types.Range(position, position), char)]))
-        result = await complete(i + 1)
+        await complete(i + 1)
         ms = (time.perf_counter() - started) * 1000
         every.append(ms)
         hits = (await client.protocol.send_request_async(protocol.STATS, None)).forward_cache_hits
         if hits == before:
             model.append(ms)
         before = hits
-        if args.log and i < 3:
-            transcript.append(f"server -> {result}"[:300])
     stats = (await client.protocol.send_request_async(protocol.STATS, None))._asdict()
     await client.shutdown_session()
 

@@ -21,7 +21,7 @@ STATS_KEYS = (
     "superseded",  # of those, cancelled by a newer request or $/cancelRequest
     "cache_hit_rate",  # prompt tokens found in the KV caches / prompt tokens
     "draft_acceptance_rate",  # drafted tokens the target accepted / drafted tokens
-    "tokens_per_second",  # generated tokens / generation time
+    "tokens_per_second",  # generated tokens / time in generation, prompt evaluation included
     "suggestions_shown",  # items returned with text
     "suggestions_accepted",  # items whose accept command ran
     "suggestion_acceptance_rate",
