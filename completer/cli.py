@@ -11,6 +11,7 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from completer.bench import MODES as BENCH_MODES
 from completer.config import DRAFT_MODES, CacheOptions, Config, GenerationOptions, ModelOptions
 from models.errors import ModelError
 from models.paths import cache_dir
@@ -274,3 +275,110 @@ def serve(transport: str, port: int) -> None:
         server.start_tcp("127.0.0.1", port)  # loopback only: nothing leaves the machine
     else:
         server.start_io()
+
+
+def _repository_root() -> Path:
+    """The git work tree around the current directory, else the current directory."""
+    import subprocess
+
+    found = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True)
+    return Path(found.stdout.strip()) if found.returncode == 0 else Path.cwd()
+
+
+@main.command()
+@click.argument("paths", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
+@click.option("--modes", default=",".join(BENCH_MODES), show_default=True,
+              help="Comma-separated modes; target, the baseline, is always run.")
+@click.option("--n", "count", type=click.IntRange(min=1), help="Holes.  [default: 40; 6 with --quick]")
+@click.option("--seed", default=1, show_default=True, help="Seed for picking holes.")
+@click.option("--max-tokens", type=click.IntRange(min=1), help="Tokens each mode generates per hole (no early "
+              "stop: the same work for all).  [default: 48; 24 with --quick]")
+@click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0))
+@click.option("--holes", "holes_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Replay the holes of an earlier run's JSON instead of picking new ones.")
+@click.option("--json", "json_path", default="completer-bench.json", show_default=True, type=click.Path(path_type=Path),
+              help="Where to write every per-hole record, the machine and the settings.")
+@click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Also draw speedup per mode and acceptance per hole kind (needs the plot extra).")
+@click.option("--typing", is_flag=True, help="Also replay typing: keystroke to completion, cached against cold.")
+@click.option("--quick", is_flag=True, help="6 holes of 24 tokens: a first look in a few minutes.")
+@_model_options
+@_reports_model_errors
+def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max_tokens: int | None,
+          temperature: float,
+          holes_file: Path | None, json_path: Path, plot_path: Path | None, typing: bool, quick: bool,
+          models: ModelOptions) -> None:
+    """Measure what speculation and caching buy on your code: every mode side by side.
+
+    PATHS are repositories or folders (default: the current repository). Holes are
+    spread over their source files by language; .gitignore, generated, vendored and
+    binary files are skipped."""
+    import json
+
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    from completer.bench import report
+    from completer.bench.holes import holes_from_json, pick_holes
+    from completer.bench.run import Bench, Settings
+    from models.backend import LlamaModel
+    from models.resolve import resolve
+
+    chosen = tuple(dict.fromkeys(["target", *(m.strip() for m in modes.split(",") if m.strip())]))
+    unknown = [m for m in chosen if m not in BENCH_MODES]
+    if unknown:
+        raise click.BadParameter(f"unknown mode {', '.join(unknown)}; modes: {', '.join(BENCH_MODES)}",
+                                 param_hint="--modes")
+    count = count or (6 if quick else 40)
+    max_tokens = max_tokens or (24 if quick else 48)
+    roots = list(paths) or [_repository_root()]
+    try:
+        holes = holes_from_json(json.loads(holes_file.read_text())) if holes_file else pick_holes(roots, count, seed)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    settings = Settings(models.preset, chosen, max_tokens, temperature, models.context_tokens)
+    files = resolve(Preset.from_name(models.preset), models.target, models.draft)
+    target = LlamaModel(files.target, models.target_gpu_layers)
+    draft = LlamaModel(files.draft, models.draft_gpu_layers)
+    runner = Bench(target, draft, settings)
+    records: list[dict] = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    with Progress(*columns, console=errors) as progress:
+        task = progress.add_task(f"{len(holes)} holes x {len(chosen)} modes", total=len(holes))
+        for index, hole in enumerate(holes):
+            records += runner.run_hole(index, hole)
+            progress.advance(task)
+    summary = report.summarize(records, chosen, runner.engine.costs)
+    where = ", ".join(sorted({str(Path(h.root)) for h in holes}))
+    wide = Console(width=max(console.width, report.TABLE_WIDTH))
+    wide.print(report.table(summary, f"{len(holes)} holes in {where}; {max_tokens} tokens; T={temperature}; "
+                                     f"preset {models.preset}"))
+    console.print(report.FOOTNOTE, soft_wrap=True)
+    result = {"machine": report.machine(), "preset": models.preset,
+              "models": {"target": str(files.target), "draft": str(files.draft)},
+              "settings": {"modes": list(chosen), "n": len(holes), "seed": seed, "max_tokens": max_tokens,
+                           "temperature": temperature, "context_tokens": models.context_tokens,
+                           "roots": [str(r) for r in roots]},
+              "cost_curve_ms": {str(k): v for k, v in sorted(runner.engine.costs.verify_ms.items())},
+              "summary": summary, "holes": [h.to_json() for h in holes], "records": records}
+    if typing:
+        from completer.bench.typing import replay
+
+        typed_files = list(dict.fromkeys(h.path for h in holes))[:2]
+        with errors.status("replaying typing"):
+            result["typing"], _ = replay(target, draft, [(str(p), p.read_text(encoding="utf-8", errors="replace"),
+                                                           p.suffix.lstrip(".")) for p in typed_files],
+                                         context_tokens=models.context_tokens)
+        t = result["typing"]
+        console.print(f"typing replay over {len(typed_files)} files, {t['keystrokes']} keystrokes "
+                      f"({t['forward_cache_hits']} answered by the forward cache): cached p50 {t['cached_p50_ms']:.0f} ms"
+                      f" / p95 {t['cached_p95_ms']:.0f} ms (model calls {t['cached_model_p50_ms']:.0f} / "
+                      f"{t['cached_model_p95_ms']:.0f} ms); cold p50 {t['cold_p50_ms']:.0f} / p95 {t['cold_p95_ms']:.0f}"
+                      f" ms; prompt tokens evaluated per keystroke {t['tokens_per_keystroke']:.2f} "
+                      f"(max {t['max_tokens_per_keystroke']})", soft_wrap=True)
+    json_path.write_text(json.dumps(result, indent=1))
+    console.print(f"every record: {json_path}")
+    if plot_path:
+        report.plot(plot_path, summary, records)
+        console.print(f"figure: {plot_path}")

@@ -246,7 +246,7 @@ class Completer:
             self.ring.add(left.path, left.text, left.line)
         self.caches.activate(document)
 
-    def _prompt(self, request: CompletionRequest) -> tuple[list[int], str]:
+    def prompt(self, request: CompletionRequest) -> tuple[list[int], str]:
         """The prompt's tokens, and the suffix the cursor sees. Context chunks, then
         prefix lines, give way until prompt and answer fit the context window."""
         options = self.config.prompt
@@ -275,7 +275,7 @@ class Completer:
                   line_before: str, cancel: threading.Event) -> Completion:
         self._switch_to(request.document)
         session.text, session.line = request.text, request.line
-        prompt, suffix = self._prompt(request)
+        prompt, suffix = self.prompt(request)
         evaluated = len(prompt) - common_prefix_length(self.engine.target.tokens, prompt)
         healed_prompt, healing = heal(prompt, self.engine.model, self.prefixes)
         cursor = CursorContext(line_before, suffix)

@@ -37,7 +37,7 @@ async def stats(client: LanguageClient) -> dict[str, Any]:
     return result._asdict()  # pygls hands an unknown method's result over as a named tuple
 
 
-async def wait_ready(client: LanguageClient, timeout: float = 120) -> dict[str, Any]:
+async def wait_ready(client: LanguageClient, timeout: float = 300) -> dict[str, Any]:
     deadline = time.monotonic() + timeout
     while not (current := await stats(client))["ready"]:
         assert not current["error"] and time.monotonic() < deadline, f"the models did not load: {current['error']}"

@@ -1,0 +1,7 @@
+"""`completer bench`: holes in a repository, every mode side by side, a report.
+
+The mode names live here, apart from the engine, so the CLI can list them without
+loading llama.cpp."""
+
+PEER = "peer:llama-cpp-python"
+MODES = ("target", "ngram", "draft", "hybrid", "auto", PEER)

@@ -1,0 +1,105 @@
+"""A bench run's arithmetic, on plain records: small pure functions, checked by hand in tests.
+
+A record is one mode on one hole:
+    {"hole": index, "kind": str, "mode": str, "tokens": [ids], "ms": generation time,
+     "passes": target forward passes, "drafted": n, "accepted": n, "spec_rounds": n,
+     "spec_tokens": tokens those rounds made, "predicted": sum of predicted E,
+     "rounds": [[provider or null, k], ...], "identical": bool, "near_tie": bool,
+     "shown": post-processed text}
+"""
+
+import difflib
+import statistics
+
+import numpy as np
+
+from completer.tuning import CostModel
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(np.percentile(values, q)) if values else 0.0
+
+
+def exact_first_line(shown: str, truth: str) -> bool:
+    """The first non-empty line of the completion equals the truth's, ignoring the
+    whitespace around them."""
+    def first(text: str) -> str:
+        return next((line.strip() for line in text.split("\n") if line.strip()), "")
+
+    return first(shown) == first(truth)
+
+
+def compared(text: str, kind: str) -> str:
+    """What of a text a hole of `kind` is judged on: the first non-empty line for line
+    holes, everything for blocks."""
+    if kind == "block":
+        return text
+    return next((line for line in text.split("\n") if line.strip()), "")
+
+
+def edit_similarity(shown: str, truth: str) -> float:
+    """1 for equal texts, 0 for nothing in common (difflib's ratio, whitespace-trimmed)."""
+    a, b = shown.strip(), truth.strip()
+    if not a and not b:
+        return 1.0
+    return difflib.SequenceMatcher(None, a, b, autojunk=False).ratio()
+
+
+def speedups(target: list[dict], mode: list[dict]) -> list[float]:
+    """Per hole: this mode's tokens/s over target's on the same hole."""
+    return [(len(m["tokens"]) / m["ms"]) / (len(t["tokens"]) / t["ms"])
+            for t, m in zip(target, mode) if t["tokens"] and m["tokens"] and t["ms"] > 0 and m["ms"] > 0]
+
+
+def rounds_ms(rounds: list[list], costs: CostModel, free_verify: bool = False) -> float:
+    """What the rounds cost by the measured curve; with free_verify, each verify pass
+    priced as one decode step (a memory-bound target, as on a GPU)."""
+    step = costs.verify(1)
+    return sum((costs.draft(provider, k) + (step if free_verify else costs.verify(k + 1))) if provider else step
+               for provider, k in rounds)
+
+
+def summarize_mode(target: list[dict], mode: list[dict], costs: CostModel | None, speculative: bool) -> dict:
+    """One mode's summary entry, from its records and target's, hole by hole in the same order."""
+    tokens = sum(len(r["tokens"]) for r in mode)
+    ms = sum(r["ms"] for r in mode)
+    target_rate = sum(len(r["tokens"]) for r in target) / sum(r["ms"] for r in target)
+    per_hole = speedups(target, mode)
+    drafted = sum(r.get("drafted", 0) for r in mode)
+    spec_rounds = sum(r.get("spec_rounds", 0) for r in mode)
+    passes = sum(r.get("passes", 0) for r in mode)
+    entry = {
+        "holes": len(mode),
+        "tokens_per_s": tokens / ms * 1000 if ms else 0.0,
+        "speedup_vs_target": (tokens / ms) / target_rate if ms else 0.0,
+        "median_speedup_vs_target": statistics.median(per_hole) if per_hole else 0.0,
+        "p50_ms": percentile([r["ms"] for r in mode], 50),
+        "p95_ms": percentile([r["ms"] for r in mode], 95),
+        "acceptance_rate": sum(r.get("accepted", 0) for r in mode) / drafted if drafted else None,
+        "tokens_per_pass": tokens / passes if passes else None,
+        "predicted_tokens_per_pass": sum(r.get("predicted", 0.0) for r in mode) / spec_rounds if spec_rounds else None,
+        "measured_tokens_per_round": sum(r.get("spec_tokens", 0) for r in mode) / spec_rounds if spec_rounds else None,
+        "identical_rate": sum(r["identical"] for r in mode) / len(mode),
+        "near_tie_flips": sum(1 for r in mode if not r["identical"] and r.get("near_tie")),
+        "other_differences": sum(1 for r in mode if not r["identical"] and not r.get("near_tie")),
+        "exact_match": sum(exact_first_line(r["shown"], r["truth"]) for r in mode) / len(mode),
+        "edit_similarity": statistics.mean(edit_similarity(compared(r["shown"], r["kind"]),
+                                                           compared(r["truth"], r["kind"])) for r in mode),
+        "projected_free_verify_speedup": None,
+    }
+    if speculative and costs is not None and passes:
+        rounds = [round_ for r in mode for round_ in r["rounds"]]
+        step_ms = costs.verify(1)
+        entry["projected_free_verify_speedup"] = tokens * step_ms / rounds_ms(rounds, costs, free_verify=True)
+    return entry
+
+
+def acceptance_by_kind(records: list[dict]) -> dict[str, dict[str, float]]:
+    """mode -> hole kind -> acceptance rate of drafted tokens, for modes that draft."""
+    table: dict[str, dict[str, list[int]]] = {}
+    for r in records:
+        if r.get("drafted"):
+            counts = table.setdefault(r["mode"], {}).setdefault(r["kind"], [0, 0])
+            counts[0] += r["accepted"]
+            counts[1] += r["drafted"]
+    return {mode: {kind: a / d for kind, (a, d) in kinds.items()} for mode, kinds in table.items()}

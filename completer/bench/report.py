@@ -1,0 +1,104 @@
+"""A bench run's report: the summary per mode, the terminal table, the JSON, the figure."""
+
+import os
+import platform
+from importlib.metadata import version
+from pathlib import Path
+
+from rich import box
+from rich.table import Table
+
+from completer.bench.metrics import acceptance_by_kind, summarize_mode
+from completer.bench import PEER
+from completer.tuning import CostModel
+
+
+def machine() -> dict:
+    from models.backend import default_threads, gpu_offload_supported, system_info
+
+    cpuinfo = Path("/proc/cpuinfo")
+    names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()
+             if line.startswith("model name")] if cpuinfo.exists() else []
+    cpu = names[0] if names else platform.processor()
+    return {"platform": platform.platform(), "python": platform.python_version(), "cpu": cpu,
+            "cores": os.cpu_count(), "threads": default_threads(), "gpu_offload": gpu_offload_supported(),
+            "llama_cpp_build": system_info(), "completer": version("completer"),
+            "llama_cpp_python": version("llama_cpp_python")}
+
+
+def summarize(records: list[dict], modes: tuple[str, ...], costs: CostModel) -> dict:
+    """The `summary` object: mode -> its entry."""
+    by_mode = {mode: sorted((r for r in records if r["mode"] == mode), key=lambda r: r["hole"]) for mode in modes}
+    return {mode: summarize_mode(by_mode["target"], rows, costs, speculative=mode not in ("target", PEER))
+            for mode, rows in by_mode.items()}
+
+
+def _number(value, style: str) -> str:
+    if value is None:
+        return "-"
+    return {"x": f"{value:.2f}x", "%": f"{value:.0%}", "ms": f"{value:.0f}", "2": f"{value:.2f}",
+            "1": f"{value:.1f}", "n": f"{value}"}[style]
+
+
+# (header, summary key, format); the table stays readable without colour: all of it is text.
+COLUMNS = [("tok/s", "tokens_per_s", "1"), ("speedup", "speedup_vs_target", "x"),
+           ("median", "median_speedup_vs_target", "x"), ("p50 ms", "p50_ms", "ms"), ("p95 ms", "p95_ms", "ms"),
+           ("accept", "acceptance_rate", "2"), ("tok/pass", "tokens_per_pass", "2"),
+           ("E pred", "predicted_tokens_per_pass", "2"), ("E meas", "measured_tokens_per_round", "2"),
+           ("identical", "identical_rate", "%"), ("ties", "near_tie_flips", "n"), ("other", "other_differences", "n"),
+           ("exact", "exact_match", "%"), ("edit sim", "edit_similarity", "2"),
+           ("free verify*", "projected_free_verify_speedup", "x")]
+TABLE_WIDTH = 170  # columns the table needs; a narrower console would fold every cell
+
+
+def table(summary: dict, title: str) -> Table:
+    result = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
+    result.add_column("mode", no_wrap=True)
+    for header, _, _ in COLUMNS:
+        result.add_column(header, justify="right", no_wrap=True)
+    for mode, entry in summary.items():
+        result.add_row(mode, *(_number(entry[key], style) for _, key, style in COLUMNS))
+    return result
+
+
+FOOTNOTE = ("* projection, not a measurement: the same rounds if a verify pass cost one decode step, as for a "
+            "memory-bound target on a GPU. speedup: tokens/s over target's in the same run; median: of per-hole "
+            "speedups. pred E: the Leviathan formula's tokens per round from the estimated acceptance; meas E: "
+            "what the rounds made. identical: same tokens as target; ties: differences that start at a near tie (numerics), other: the rest. "
+            "exact: first line equal to the file's; edit sim: similarity to the file's text.")
+
+
+def plot(path: Path, summary: dict, records: list[dict]) -> None:
+    """Speedup per mode (median per hole, and overall), and acceptance per hole kind."""
+    try:
+        import matplotlib
+    except ModuleNotFoundError:
+        raise SystemExit("--plot needs matplotlib: pip install 'completer[plot]'") from None
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
+    modes = list(summary)
+    xs = range(len(modes))
+    left.bar([x - 0.2 for x in xs], [summary[m]["speedup_vs_target"] for m in modes], 0.4, label="overall")
+    left.bar([x + 0.2 for x in xs], [summary[m]["median_speedup_vs_target"] for m in modes], 0.4,
+             label="median per hole")
+    left.axhline(1.0, color="black", linewidth=0.8)
+    left.set_xticks(list(xs), modes, rotation=20, ha="right")
+    left.set_ylabel("speedup vs target")
+    left.set_title("tokens/s relative to plain decoding")
+    left.legend()
+    by_kind = acceptance_by_kind(records)
+    kinds = sorted({kind for kinds in by_kind.values() for kind in kinds})
+    width = 0.8 / max(1, len(by_kind))
+    for i, (mode, rates) in enumerate(sorted(by_kind.items())):
+        right.bar([k + i * width for k in range(len(kinds))], [rates.get(kind, 0.0) for kind in kinds], width,
+                  label=mode)
+    right.set_xticks([k + 0.4 - width / 2 for k in range(len(kinds))], kinds)
+    right.set_ylim(0, 1)
+    right.set_ylabel("drafted tokens accepted")
+    right.set_title("acceptance per hole kind")
+    right.legend()
+    figure.tight_layout()
+    figure.savefig(path, dpi=110)
+    plt.close(figure)

@@ -1,0 +1,138 @@
+"""Running the modes side by side on holes.
+
+    for each hole, modes in an order rotated per hole (machine drift hits all alike):
+        prompt = the session's prompt for the file with the hole's truth taken out (the
+                 same for every mode; no healing, which the peer cannot do); prefilled
+                 outside the timing
+        time `max_tokens` new tokens, no early stop, so every mode makes the same work
+        shown = the post-processed text, compared with the hole's truth (its first line
+                for line holes, all of it for blocks)
+        identical to target's tokens? where not, the top-2 logit gap at the first
+        difference says whether it is a near tie (numerics) or not
+
+The peer is llama-cpp-python's own LlamaPromptLookupDecoding(num_pred_tokens=10) on
+the same target file, prompts, token budget and temperature.
+"""
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+
+from completer.bench import MODES, PEER
+from completer.bench.holes import Hole
+from completer.config import Config, GenerationOptions, PromptOptions
+from completer.engine import Engine, generate
+from completer.postprocess import CursorContext, postprocess
+from completer.session import Completer, CompletionRequest
+from completer.speculative import NEAR_TIE_LOGITS, Sampling
+from models.backend import LlamaContext, LlamaModel, default_threads
+
+# 128 lines before the cursor: prompts of about 1,000-1,500 tokens, so that each hole's
+# prefill (done once per mode family, and again by the peer) stays a few seconds here.
+PREFIX_LINES = 128
+
+
+@dataclass(frozen=True)
+class Settings:
+    preset: str
+    modes: tuple[str, ...] = MODES
+    max_tokens: int = 48
+    temperature: float = 0.0
+    context_tokens: int = 4096
+
+
+class Peer:
+    """llama-cpp-python's high-level generator with its prompt-lookup draft."""
+
+    def __init__(self, path: str, n_ctx: int):
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self.llm = Llama(path, n_ctx=n_ctx, n_threads=default_threads(), verbose=False, flash_attn=False,
+                         draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10), logits_all=True)
+
+    def generate(self, prompt: list[int], max_tokens: int, temperature: float, seed: int,
+                 is_end: Callable[[int], bool]) -> tuple[list[int], float]:
+        self.llm.reset()
+        self.llm.set_seed(seed)
+        self.llm.eval(prompt)  # prefill outside the timing, as for our modes; generate() then reuses it
+        started = time.perf_counter()
+        tokens: list[int] = []
+        sampling = {"temp": temperature, "top_k": 1} if temperature <= 0 else {"temp": temperature}
+        for token in self.llm.generate(prompt, **sampling):
+            if is_end(token) or len(tokens) >= max_tokens:
+                break
+            tokens.append(token)
+        return tokens, (time.perf_counter() - started) * 1000
+
+
+class Bench:
+    """The models, loaded once, and what a run needs to price rounds and check ties."""
+
+    def __init__(self, target: LlamaModel, draft: LlamaModel | None, settings: Settings):
+        self.settings = settings
+        self.model = target
+        self.engine = Engine(target, draft, n_ctx=settings.context_tokens)
+        config = Config(generation=GenerationOptions(max_tokens=settings.max_tokens),
+                        prompt=PromptOptions(prefix_lines=PREFIX_LINES))
+        self.completer = Completer(self.engine, config)  # its prompts, as the editor gets them
+        self.peer = Peer(str(target.path), settings.context_tokens) if PEER in settings.modes else None
+        self.reference = LlamaContext(target, n_ctx=settings.context_tokens)
+
+    def prompt(self, hole: Hole) -> tuple[list[int], CursorContext]:
+        """The prompt for the file with the hole's truth taken out, and the cursor's context."""
+        text = hole.path.read_text(encoding="utf-8", errors="replace")
+        offset = sum(len(line) + 1 for line in text.split("\n")[: hole.line]) + hole.column
+        if not text.startswith(hole.truth, offset):
+            raise ValueError(f"{hole.file} changed since its holes were picked: pick new ones")
+        hidden = text[:offset] + text[offset + len(hole.truth):]
+        request = CompletionRequest(str(hole.path), hole.file, hidden, hole.line, hole.column, hole.language)
+        tokens, suffix = self.completer.prompt(request)
+        return tokens, CursorContext(hidden.split("\n")[hole.line][: hole.column], suffix)
+
+    def top2_gap(self, prompt: list[int], tokens: list[int]) -> float:
+        """The target's top-2 logit gap after prompt + tokens, from a fresh prefill."""
+        self.reference.truncate(0)
+        logits = np.sort(self.reference.eval(prompt + tokens, 0, logits_at=[-1])[0])
+        return float(logits[-1] - logits[-2])
+
+    def run_hole(self, index: int, hole: Hole) -> list[dict]:
+        """Every mode on one hole: one record per mode."""
+        prompt, cursor = self.prompt(hole)
+        modes = list(self.settings.modes)
+        order = modes[index % len(modes):] + modes[: index % len(modes)]
+        records = {}
+        for mode in order:
+            records[mode] = self._run_mode(mode, index, hole, prompt)
+            records[mode]["shown"] = postprocess(self.model.detokenize(records[mode]["tokens"]), cursor)
+        plain = records["target"]["tokens"] if "target" in records else None
+        for record in records.values():
+            record["identical"] = plain is not None and record["tokens"] == plain
+            if plain is not None and not record["identical"]:
+                first = next((i for i, (a, b) in enumerate(zip(plain, record["tokens"])) if a != b),
+                             min(len(plain), len(record["tokens"])))
+                record["top2_gap"] = self.top2_gap(prompt, plain[:first])
+                record["near_tie"] = record["top2_gap"] < NEAR_TIE_LOGITS
+        return [records[mode] for mode in modes]
+
+    def _run_mode(self, mode: str, index: int, hole: Hole, prompt: list[int]) -> dict:
+        base = {"hole": index, "kind": hole.kind, "language": hole.language, "mode": mode, "truth": hole.truth,
+                "prompt_tokens": len(prompt)}
+        settings = self.settings
+        if mode == PEER:
+            tokens, ms = self.peer.generate(prompt, settings.max_tokens, settings.temperature, index,
+                                            self.model.is_end_of_generation)
+            return {**base, "tokens": tokens, "ms": ms}
+        engine = self.engine
+        engine.target.sync(prompt[:-1])  # prefill outside the timing
+        if engine.drafter:
+            engine.drafter.sequence.sync(prompt[:-1])
+        result = generate(engine, prompt, settings.max_tokens, sampling=Sampling(settings.temperature, seed=index),
+                          mode=mode, document=hole.file, language=hole.language)
+        s = result.stats
+        return {**base, "tokens": result.tokens, "ms": s.total_ms, "passes": s.target_passes, "drafted": s.drafted,
+                "accepted": s.accepted, "spec_rounds": s.speculative_rounds,
+                "spec_tokens": s.tokens_in_speculative_rounds, "predicted": s.predicted_tokens,
+                "rounds": [list(r) for r in s.rounds]}

@@ -1,0 +1,117 @@
+"""Typing replay: keystroke to completion with the session's caches, against cold.
+
+    for each file (each one a document of the same Completer):
+        the document is opened at a code line in its middle: one completion (full prefill)
+        that line is deleted and typed back (its first TYPED_CHARACTERS), a character per
+        keystroke, one completion each; halfway, a line 20 lines above is deleted;
+        between files, the documents switch (their caches are saved and restored)
+    each keystroke: ms to the completion (warm), whether the forward cache answered, and
+    the prompt tokens the target's cache lacked; every COLD_EVERY-th keystroke: the same
+    request on a second engine with empty caches (cold)
+"""
+
+import time
+from dataclasses import dataclass
+
+from completer.bench.metrics import percentile
+from completer.config import Config, GenerationOptions
+from completer.engine import Engine
+from completer.session import Completer, CompletionRequest
+from models.backend import LlamaModel
+
+TYPED_CHARACTERS = 48
+COLD_EVERY = 6  # a cold completion re-evaluates the whole prompt: seconds each, so a sample
+
+
+@dataclass
+class Keystroke:
+    ms: float
+    source: str  # "model" or "forward cache"
+    evaluated: int  # prompt tokens evaluated
+    edit: bool  # the keystroke right after deleting a line above
+
+
+def _request(path: str, text: str, cursor: int, language: str) -> CompletionRequest:
+    before = text[:cursor]
+    return CompletionRequest(path, path, text, before.count("\n"), cursor - (before.rfind("\n") + 1), language)
+
+
+def _timed(completer: Completer, request: CompletionRequest) -> tuple[float, object]:
+    started = time.perf_counter()
+    completion = completer.complete(request)
+    return (time.perf_counter() - started) * 1000, completion
+
+
+def middle_code_line(text: str) -> tuple[int, int]:
+    """(start, end) offsets of the first line from the middle on with 20+ characters of code."""
+    offset = text.index("\n", len(text) // 2) + 1
+    while offset < len(text):
+        end = text.find("\n", offset)
+        end = len(text) if end < 0 else end
+        line = text[offset:end]
+        if len(line.strip()) >= 20 and not line.strip().startswith(("#", "//", '"', "'", "*")):
+            return offset, end
+        offset = end + 1
+    raise ValueError("no line of code to retype after the middle of the file")
+
+
+def delete_line_above(text: str, cursor: int, lines_up: int = 20) -> tuple[str, int]:
+    """The text without the line `lines_up` lines above the cursor's, and the cursor moved."""
+    starts = [0] + [i + 1 for i, char in enumerate(text[:cursor]) if char == "\n"]
+    if len(starts) <= lines_up:
+        return text, cursor
+    start, end = starts[-1 - lines_up], starts[-lines_up]
+    return text[:start] + text[end:], cursor - (end - start)
+
+
+def replay(target: LlamaModel, draft: LlamaModel | None, files: list[tuple[str, str, str]],
+           max_tokens: int = 16, context_tokens: int = 4096) -> tuple[dict, list[Keystroke]]:
+    """Replay typing over `files` (path, text, language); the summary and every keystroke."""
+    config = Config(generation=GenerationOptions(max_tokens=max_tokens, time_budget_ms=0))
+    warm_engine = Engine(target, draft, n_ctx=context_tokens)
+    cold_engine = Engine(target, draft, n_ctx=context_tokens, calibrate_s=0)
+    cold_engine.costs = warm_engine.costs
+    warm, cold = Completer(warm_engine, config), Completer(cold_engine, config)
+    keystrokes: list[Keystroke] = []
+    cold_ms: list[float] = []
+    for path, text, language in files:
+        start, end = middle_code_line(text)
+        line = text[start:end][:TYPED_CHARACTERS]
+        end = start + len(line)
+        text = text[:start] + text[end:]  # the line to type, deleted
+        _timed(warm, _request(path, text, start, language))  # opened: the first, full prefill
+        cursor = start
+        for i, char in enumerate(line):
+            edit = i == len(line) // 2
+            if edit:
+                text, cursor = delete_line_above(text, cursor)
+            text = text[:cursor] + char + text[cursor:]
+            cursor += 1
+            ms, completion = _timed(warm, _request(path, text, cursor, language))
+            keystrokes.append(Keystroke(ms, completion.source, completion.evaluated_tokens, edit))
+            if len(keystrokes) % COLD_EVERY == 0:
+                cold_engine.target.truncate(0)
+                if cold_engine.drafter:
+                    cold_engine.drafter.sequence.truncate(0)
+                cold.sessions.clear()
+                cold_ms.append(_timed(cold, _request(path, text, cursor, language))[0])
+    return summarize(keystrokes, cold_ms), keystrokes
+
+
+def summarize(keystrokes: list[Keystroke], cold_ms: list[float]) -> dict:
+    every = [k.ms for k in keystrokes]
+    model = [k for k in keystrokes if k.source == "model"]
+    typing = [k.evaluated for k in model if not k.edit]
+    return {
+        "keystrokes": len(keystrokes),
+        "forward_cache_hits": len(keystrokes) - len(model),
+        "cached_p50_ms": percentile(every, 50),
+        "cached_p95_ms": percentile(every, 95),
+        "cached_model_p50_ms": percentile([k.ms for k in model], 50),
+        "cached_model_p95_ms": percentile([k.ms for k in model], 95),
+        "cold_p50_ms": percentile(cold_ms, 50),
+        "cold_p95_ms": percentile(cold_ms, 95),
+        "tokens_per_keystroke": sum(typing) / len(typing) if typing else 0.0,
+        "max_tokens_per_keystroke": max(typing, default=0),
+        "tokens_after_deleting_a_line_above": [k.evaluated for k in model if k.edit],
+    }
