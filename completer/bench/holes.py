@@ -2,8 +2,8 @@
 
     files  = the repository's files (git's list when it is a repository, so .gitignore
              counts), less generated, vendored, binary, tiny and huge ones
-    holes  = N, seeded: languages taken in turn, a random file of the language, then a
-             hole of the next kind in turn:
+    holes  = N, seeded: a language (weighted by the square root of its file count), a
+             random file of it, then a hole of the next kind in turn:
                rest of line  a non-empty, non-comment line cut at a column in
                              [0, min(15, length)], as llm-ls's testbed; truth: the rest
                next line     the cursor at the end of a code line; truth: the next line
@@ -53,9 +53,14 @@ def _listed_files(root: Path) -> list[Path]:
     try:
         listed = subprocess.run(["git", "-C", str(root), "ls-files", "-z", "--cached", "--others",
                                  "--exclude-standard"], capture_output=True, check=True, timeout=60).stdout
-        return [root / name for name in sorted(set(listed.decode("utf-8", "replace").split("\0"))) if name]
+        names = sorted(set(listed.decode("utf-8", "replace").split("\0")) - {""})
+        if names:
+            return [root / name for name in names]
+        # Nothing listed: root is a folder its enclosing repository ignores (an installed
+        # package inside a virtual environment): the user asked for it, so walk it.
     except (subprocess.CalledProcessError, FileNotFoundError, subprocess.TimeoutExpired):
-        return sorted(path for path in root.rglob("*") if path.is_file())
+        pass
+    return sorted(path for path in root.rglob("*") if path.is_file())
 
 
 def is_generated_or_binary(head: bytes) -> bool:
@@ -140,10 +145,13 @@ def pick_holes(roots: list[Path], count: int, seed: int) -> list[Hole]:
     languages = sorted({language for _, language, _ in files})
     if not languages:
         raise ValueError(f"no source files to complete in under {', '.join(map(str, roots))}")
+    # Each language weighs the square root of its file count: a mostly-Python repository
+    # gets mostly Python holes, and its few shell scripts still get some.
+    weights = [len([f for f in files if f[1] == language]) ** 0.5 for language in languages]
     holes: list[Hole] = []
     attempts = 0
     while len(holes) < count and attempts < count * 20:
-        language = languages[attempts % len(languages)]
+        language = rng.choices(languages, weights)[0]
         kind = KINDS[len(holes) % len(KINDS)]
         attempts += 1
         root, _, path = rng.choice([f for f in files if f[1] == language])
