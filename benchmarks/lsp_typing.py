@@ -27,9 +27,10 @@ import numpy as np
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, client_capabilities
 
-from benchmarks.typing import TYPED
 from lsp import protocol
 from models.paths import cache_dir
+
+TYPED = "        width = max(len(line) for line in lines) if lines else 0\n"
 
 
 async def run(args: argparse.Namespace) -> None:

@@ -269,12 +269,12 @@ def serve(transport: str, port: int) -> None:
     Options come from the client's initializationOptions (the same names as the
     README's option table); logs go to stderr and window/logMessage."""
     logging.getLogger("completer").setLevel(logging.INFO)
-    from lsp.server import server
+    from lsp.server import ResyncingInput, server
 
     if transport == "tcp":
         server.start_tcp("127.0.0.1", port)  # loopback only: nothing leaves the machine
     else:
-        server.start_io()
+        server.start_io(stdin=ResyncingInput(sys.stdin.buffer))
 
 
 def _repository_root() -> Path:
@@ -314,6 +314,7 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
     spread over their source files by language; .gitignore, generated, vendored and
     binary files are skipped."""
     import json
+    import time
 
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
         TimeRemainingColumn
@@ -344,11 +345,17 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
     records: list[dict] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("ETA"), TimeRemainingColumn())
+    started = time.monotonic()
     with Progress(*columns, console=errors) as progress:
         task = progress.add_task(f"{len(holes)} holes x {len(chosen)} modes", total=len(holes))
         for index, hole in enumerate(holes):
             records += runner.run_hole(index, hole)
             progress.advance(task)
+            if not errors.is_terminal:  # a log file gets a line per hole instead of the bar
+                elapsed = time.monotonic() - started
+                eta = elapsed / (index + 1) * (len(holes) - index - 1)
+                errors.print(f"hole {index + 1}/{len(holes)} ({hole.file}, {hole.kind}): {elapsed:.0f} s elapsed, "
+                             f"ETA {eta:.0f} s", highlight=False)
     summary = report.summarize(records, chosen, runner.engine.costs)
     where = ", ".join(sorted({str(Path(h.root)) for h in holes}))
     wide = Console(width=max(console.width, report.TABLE_WIDTH))

@@ -14,6 +14,7 @@ is reported once, with what to run, and the server keeps answering.
 
 import asyncio
 import itertools
+import json
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -22,8 +23,11 @@ from importlib.metadata import version
 from pathlib import Path
 from typing import Any
 
+from cattrs import ClassValidationError, transform_error
 from lsprotocol import types
 from pygls.capabilities import ServerCapabilitiesBuilder
+from pygls.exceptions import (JsonRpcException, JsonRpcInvalidParams, JsonRpcInvalidRequest, JsonRpcParseError,
+                              JsonRpcServerNotInitialized)
 from pygls.lsp.server import LanguageServer
 from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
@@ -40,7 +44,42 @@ log = logging.getLogger("completer.lsp")
 
 class CompleterProtocol(LanguageServerProtocol):
     """pygls's protocol, with open documents kept by the server (lsp.documents), not in
-    pygls's workspace, which splits lines where LSP does not (form feeds, U+2028)."""
+    pygls's workspace, which splits lines where LSP does not (form feeds, U+2028); and
+    an answer for every request pygls 2.1 would leave unanswered (which hangs a client):
+    one before `initialize` (-32002), one after `shutdown` (-32600), one whose params do
+    not deserialize (-32602), and a body that is not JSON (-32700, id null)."""
+
+    initialized = False
+
+    def _reject(self, msg_id: Any, error: JsonRpcException) -> None:
+        self._send_response(msg_id, error=error.to_response_error())
+
+    def structure_message(self, data: dict[str, Any]):
+        try:
+            return super().structure_message(data)
+        except JsonRpcException as error:
+            if "id" in data and "method" in data:  # a request: it must get an answer
+                cause = error.__cause__
+                why = "; ".join(transform_error(cause)) if isinstance(cause, ClassValidationError) else str(cause)
+                log.warning("%s with params that do not deserialize: %s", data["method"], why)
+                self._reject(data["id"], JsonRpcInvalidParams(f"{data['method']}: invalid params: {why}"))
+            return None
+
+    def handle_message(self, message: Any) -> None:
+        if message is None:  # answered in structure_message
+            return
+        method = getattr(message, "method", None)
+        is_request = method is not None and getattr(message, "id", None) is not None
+        if method == types.INITIALIZE:
+            self.initialized = True
+        elif not self.initialized and method not in (None, types.EXIT):
+            if is_request:
+                self._reject(message.id, JsonRpcServerNotInitialized(f"{method} before initialize"))
+            return  # a notification before initialize is dropped, as the protocol says
+        if self._shutdown and is_request and method != types.EXIT:
+            self._reject(message.id, JsonRpcInvalidRequest(f"{method} after shutdown"))
+            return
+        super().handle_message(message)
 
     def _user_handler(self, method: str, params: Any):
         if (handler := self.fm.features.get(method)) is not None:
@@ -57,6 +96,29 @@ class CompleterProtocol(LanguageServerProtocol):
     @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
     def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams):
         yield from self._user_handler(types.TEXT_DOCUMENT_DID_CLOSE, params)
+
+
+class ResyncingInput:
+    """stdin for pygls's reader, which finds a header only at the start of a line: after
+    a message whose Content-Length was too short, the rest of its body sits before the
+    next header on one line, and every later message would be lost. This hands pygls
+    the line from the header on."""
+
+    HEADER = b"Content-Length:"
+
+    def __init__(self, stream):
+        self.stream = stream
+
+    def readline(self) -> bytes:
+        line = self.stream.readline()
+        start = line.find(self.HEADER)
+        if start > 0:
+            log.warning("dropped %d bytes before a header: a wrong Content-Length before", start)
+            return line[start:]
+        return line
+
+    def read(self, n: int) -> bytes:
+        return self.stream.read(n)
 
 
 @dataclass
@@ -88,6 +150,15 @@ class CompleterServer(LanguageServer):
         self.workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="completer")
         self.loop: asyncio.AbstractEventLoop | None = None  # pygls's, known from `initialize` on
         self.loads = 0  # model loads started: a load finishing after a newer one started is dropped
+
+    def report_server_error(self, error: Exception, source: Any) -> None:
+        """A body pygls could not parse (not JSON, not UTF-8): answer with a parse error, as
+        JSON-RPC says, instead of pygls's pop-up; anything else: pygls's way."""
+        if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)):
+            log.warning("a message that is not JSON: %s", error)
+            self.protocol._send_response(None, error=JsonRpcParseError(f"not JSON: {error}").to_response_error())
+            return
+        super().report_server_error(error, source)
 
     # From worker threads, anything sent to the client goes through the event loop.
     def from_thread(self, function, *args) -> None:

@@ -1,0 +1,63 @@
+"""Messages no well-behaved client sends: each gets the proper LSP error, and the server
+goes on serving. Raw bytes to the real server process."""
+
+import pytest
+
+from raw_lsp import RawServer
+
+INITIALIZE = {"processId": None, "rootUri": None, "capabilities": {},
+              "initializationOptions": {"models": {"preset": "smol"}}}
+
+
+@pytest.fixture
+def server(smol_cache):
+    raw = RawServer({"COMPLETER_CACHE_DIR": str(smol_cache)})
+    yield raw
+    raw.close()
+
+
+def error_code(response: dict) -> int:
+    assert "error" in response, response
+    return response["error"]["code"]
+
+
+def test_a_request_before_initialize_is_refused_and_initialize_still_works(server):
+    params = {"textDocument": {"uri": "file:///a.py"}, "position": {"line": 0, "character": 0},
+              "context": {"triggerKind": 1}}
+    assert error_code(server.request(1, "textDocument/inlineCompletion", params)) == -32002
+    server.send({"method": "textDocument/didOpen", "params": {}})  # a notification: dropped
+    assert "capabilities" in server.request(2, "initialize", INITIALIZE)["result"]
+
+
+def test_bad_bodies_get_a_parse_error_and_the_server_goes_on(server):
+    server.request(1, "initialize", INITIALIZE)
+    server.send_bytes(b"{this is not json")
+    assert error_code(server.response(None)) == -32700
+    server.send_bytes(b'{"jsonrpc": "2.0", "id": 5, "method": "\xff\xfe"}')  # not UTF-8
+    assert error_code(server.response(None)) == -32700
+    assert server.request(2, "completer/stats")["result"]["ready"] in (True, False)
+
+
+def test_params_of_the_wrong_type_and_unknown_methods_are_answered(server):
+    server.request(1, "initialize", INITIALIZE)
+    wrong = server.request(2, "textDocument/inlineCompletion",
+                           {"textDocument": {"uri": 12}, "position": "here", "context": {"triggerKind": 1}})
+    assert error_code(wrong) == -32602 and "position" in wrong["error"]["message"]
+    assert error_code(server.request(3, "textDocument/unheardOf", {})) == -32601
+    assert "result" in server.request(4, "completer/stats")
+
+
+def test_a_wrong_content_length_loses_only_that_message(server):
+    server.request(1, "initialize", INITIALIZE)
+    body = b'{"jsonrpc": "2.0", "id": 2, "method": "completer/stats"}'
+    server.send_bytes(body, length=len(body) - 5)  # too short: the rest is garbage before the next header
+    assert error_code(server.response(None)) == -32700
+    assert "result" in server.request(3, "completer/stats")
+
+
+def test_requests_after_shutdown_are_invalid_and_exit_ends_the_process(server):
+    server.request(1, "initialize", INITIALIZE)
+    assert server.request(2, "shutdown")["result"] is None
+    assert error_code(server.request(3, "completer/stats")) == -32600
+    server.send({"method": "exit"})
+    assert server.process.wait(20) == 0
