@@ -2,6 +2,9 @@
 
     python -m benchmarks.numerics [--holes 12] [--tokens 48] [--preset smol]
 
+Holes are `completer bench`'s, in the standard library; the prompt is the file up to
+the cursor under its path comment (its last 1,500 tokens).
+
 Plain decoding scores one token per pass; verification scores k+1 in one batch.
 The kernels sum in different orders, so the same position gets slightly different
 logits. A greedy argmax can flip only where the target's top-2 gap is smaller than
@@ -12,13 +15,21 @@ which speculative and plain greedy outputs may honestly differ.
 """
 
 import argparse
+import sysconfig
+from pathlib import Path
 
 import numpy as np
 
-from benchmarks.speculative import hole_prompt, pick_holes
+from completer.bench.holes import Hole, pick_holes
+from completer.prompt import path_header
 from models.backend import LlamaContext, LlamaModel
 from models.presets import Preset
 from models.resolve import resolve
+
+
+def hole_prompt(hole: Hole) -> str:
+    lines = hole.path.read_text(encoding="utf-8", errors="replace").split("\n")
+    return path_header(hole.file) + "\n".join(lines[: hole.line] + [lines[hole.line][: hole.column]])
 
 
 def gap_movements(model: LlamaModel, prompt: list[int], steps: int) -> np.ndarray:
@@ -48,8 +59,8 @@ def main() -> None:
     files = resolve(Preset.from_name(args.preset))
     model = LlamaModel(files.target)
     moved = np.concatenate([
-        gap_movements(model, model.tokenize(hole_prompt(hole)[0])[-1500:], args.tokens)
-        for hole in pick_holes(args.holes, args.seed)
+        gap_movements(model, model.tokenize(hole_prompt(hole))[-1500:], args.tokens)
+        for hole in pick_holes([Path(sysconfig.get_paths()["stdlib"])], args.holes, args.seed)
     ])
     print(f"{model.path.name}: top-2 gap moved by batched vs one-token scoring over {len(moved)} positions: "
           f"median {np.median(moved):.3f}, 99th percentile {np.percentile(moved, 99):.3f}, max {moved.max():.3f}")

@@ -21,9 +21,9 @@ import numpy as np
 # target's top-2 logit gap is below this. Plain steps score one token per pass and
 # verification scores k+1 in one batch; llama.cpp's kernels for the two sum in other
 # orders, which moves the top-2 gap by up to 0.69 logits for the smol pair's Q4_0
-# target (median 0.08, 99th percentile 0.41, over 576 positions of 12 stdlib holes:
-# `python -m benchmarks.numerics`). NOTES.md measured 0.17 on another build; this
-# one (AVX-512 repacked Q4_0) needs the larger bound.
+# target (median 0.08, 99th percentile 0.41, over 576 positions of 12 stdlib holes;
+# 0.51 on another 12: `python -m benchmarks.numerics`). NOTES.md measured 0.17 on
+# another build; this one (AVX-512 repacked Q4_0) needs the larger bound.
 NEAR_TIE_LOGITS = 0.75
 
 
