@@ -172,15 +172,14 @@ class Completer:
     """Completions for every document, from one engine; the newest request for a
     document wins. Thread-safe: the language server calls it from worker threads."""
 
-    def __init__(self, engine: Engine, config: Config = Config(), workspace: Workspace = Workspace([])):
+    def __init__(self, engine: Engine, config: Config | None = None, workspace: Workspace | None = None):
         self.engine = engine
-        self.config = config
-        self.workspace = workspace
+        self.workspace = workspace or Workspace([])
         self.template = template_for(engine.model)
         self.prefixes = TokenPrefixes(engine.model, engine.model.n_vocab)
-        self.caches = DocumentCaches(engine, config.cache.budget_mb)
-        self.ring = ChunkRing(workspace, lambda text: len(engine.model.tokenize(text)),
-                              config.prompt.chunks, config.prompt.chunk_lines)
+        self.caches = DocumentCaches(engine, 0)
+        self.ring = ChunkRing(self.workspace, lambda text: len(engine.model.tokenize(text)))
+        self.configure(config or Config())
         self.sessions: dict[str, CompletionSession] = {}
         self.counters = Counters()
         self._state = threading.Lock()  # sessions, running requests, counters
@@ -199,6 +198,12 @@ class Completer:
         with self._engine_lock, self._state:
             self.sessions.pop(document, None)
             self.caches.saved.pop(document, None)
+
+    def configure(self, config: Config) -> None:
+        """New options: they apply from the next request on (the models stay)."""
+        self.config = config
+        self.caches.budget_bytes = int(config.cache.budget_mb * 2**20)
+        self.ring.capacity, self.ring.chunk_lines = config.prompt.chunks, config.prompt.chunk_lines
 
     def begin(self, document: str) -> threading.Event:
         """The cancel flag of a new request for `document`; older requests for it are

@@ -205,7 +205,7 @@ def apply_options(ls: CompleterServer, data: Any) -> bool:
     reload = config.models != ls.config.models
     ls.config = config
     if ls.completer is not None and not reload:
-        ls.completer.config = config
+        ls.completer.configure(config)
     return reload
 
 

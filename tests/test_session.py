@@ -3,6 +3,7 @@ Counted in tokens the models evaluate, which is what caching saves."""
 
 import sysconfig
 import threading
+from dataclasses import replace
 import time
 from pathlib import Path
 
@@ -194,7 +195,8 @@ def test_a_newer_request_cancels_the_running_one_and_the_cache_stays_consistent(
     assert newer.source == "model" and completer.counters.superseded == 1
     # The cache holds exactly its tokens: the next completion equals a fresh engine's
     # (plain decoding, short: longer texts may part at a near tie, see test_speculative_engine).
-    completer.config.generation = GenerationOptions(max_tokens=16, draft_mode="target", time_budget_ms=0)
+    completer.configure(replace(completer.config, generation=GenerationOptions(max_tokens=16, draft_mode="target",
+                                                                               time_budget_ms=0)))
     next_request = request_at_end("a.py", text + "\n    def wrap")
     cached = completer.complete(next_request)
     fresh = Completer(Engine(*models, n_ctx=2048, calibrate_s=0), completer.config)
