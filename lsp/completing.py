@@ -19,9 +19,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class Answer:
     document: Document
-    version: int  # the document's version the completion was made for
     position: types.Position  # the cursor, in client units
-    line: int  # the cursor's line (LSP numbering)
     text: str  # to insert at the cursor
 
 
@@ -54,7 +52,7 @@ async def complete_at(ls: "CompleterServer", uri: str, position: types.Position)
         raise
     if not completion.text or document.version != version or document.text != text:
         return None
-    return Answer(document, version, position, position.line, completion.text)
+    return Answer(document, position, completion.text)
 
 
 def _accept_command(ls: "CompleterServer") -> types.Command:
@@ -68,7 +66,7 @@ def inline_items(ls: "CompleterServer", answer: Answer) -> types.InlineCompletio
     show the completion as ghost text before it."""
     document = answer.document
     cursor = document.offset_at(answer.position, ls.encoding)
-    line_end = document.line_end(answer.line)
+    line_end = document.line_end(answer.position.line)
     rest = document.text[cursor:line_end]
     insert = answer.text + rest if rest.strip() else answer.text
     end = document.position_at(line_end, ls.encoding)
