@@ -13,7 +13,9 @@ import json
 import sysconfig
 from pathlib import Path
 
-from completer.bench.typing import replay
+from completer.bench.typing import middle_code_line, replay
+from completer.config import PromptOptions
+from completer.prompt import cursor_sections
 from models.backend import LlamaModel
 from models.presets import Preset
 from models.resolve import resolve
@@ -42,6 +44,13 @@ def main() -> None:
     print(f"| model calls / cold | {s['cached_model_p50_ms'] / s['cold_p50_ms']:.3f} | "
           f"{s['cached_model_p95_ms'] / s['cold_p95_ms']:.3f} |")
     print(json.dumps({k: round(v, 2) if isinstance(v, float) else v for k, v in s.items()}))
+    # A PSM prompt puts the suffix section after the prefix: each keystroke re-evaluates it.
+    lines = PromptOptions().suffix_lines
+    for name, text, _ in texts:
+        start = middle_code_line(text)[0]
+        suffix = cursor_sections(text, text.count("\n", 0, start), 0, suffix_lines=lines)[1]
+        print(f"{name}: a PSM family's suffix section ({lines} lines) at the typed line: "
+              f"{len(target.tokenize(suffix))} tokens per keystroke")
 
 
 if __name__ == "__main__":

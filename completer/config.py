@@ -78,8 +78,8 @@ class PromptOptions:
     )
     suffix_lines: int = option(
         8, "lines after the cursor. PSM families (all but Codestral) put them after the prefix, so every "
-        "keystroke re-evaluates them: 8 lines show what comes next at a bounded cost (`benchmarks/typing.py` "
-        "measures it)"
+        "keystroke re-evaluates them: 8 lines show what comes next at a bounded cost (`python -m "
+        "benchmarks.typing` prints it in tokens)"
     )
     context_tokens: int = option(
         1024, "tokens of other open files' chunks in the prompt (llama.vim's ring of chunks), newest first; "
