@@ -26,8 +26,7 @@ class CursorContext:
     @property
     def indent(self) -> int:
         """The cursor line's indentation: where its scope starts."""
-        stripped = self.line_before.lstrip(" \t")
-        return len(self.line_before) - len(stripped)
+        return indentation(self.line_before)
 
     @property
     def next_line(self) -> str:
@@ -36,7 +35,7 @@ class CursorContext:
         return next((line.strip() for line in rest.split("\n") if line.strip()), "")
 
 
-def _indent(line: str) -> int:
+def indentation(line: str) -> int:
     return len(line) - len(line.lstrip(" \t"))
 
 
@@ -50,7 +49,7 @@ def cut_to_scope(text: str, context: CursorContext) -> str:
     kept = [lines[0]]
     blank_before = False
     for line in lines[1:]:
-        if line.strip() and (_indent(line) < least or (blank_before and _indent(line) <= context.indent)):
+        if line.strip() and (indentation(line) < least or (blank_before and indentation(line) <= context.indent)):
             break
         blank_before = not line.strip()
         kept.append(line)

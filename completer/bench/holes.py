@@ -17,6 +17,7 @@ import subprocess
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from completer.postprocess import indentation
 from completer.prompt import LINE_COMMENT
 
 # Languages holes go in: programming languages (LINE_COMMENT also knows config formats).
@@ -96,15 +97,11 @@ def is_code(line: str, language: str) -> bool:
     return len(stripped) >= 4 and not stripped.startswith((LINE_COMMENT[language], '"""', "'''", "/*", "*", "#"))
 
 
-def _indent(line: str) -> int:
-    return len(line) - len(line.lstrip(" \t"))
-
-
 def _block_truth(lines: list[str], opener: int) -> str:
     """The lines after `opener` indented deeper than it (blank lines inside kept)."""
     body = []
     for line in lines[opener + 1 :]:
-        if line.strip() and _indent(line) <= _indent(lines[opener]):
+        if line.strip() and indentation(line) <= indentation(lines[opener]):
             break
         body.append(line)
     return "\n" + "\n".join(body).rstrip()

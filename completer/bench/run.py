@@ -25,7 +25,7 @@ from completer.bench.holes import Hole
 from completer.config import Config, GenerationOptions, PromptOptions
 from completer.engine import Engine, generate
 from completer.postprocess import CursorContext, postprocess
-from completer.session import Completer, CompletionRequest
+from completer.session import Completer, CompletionRequest, split_at_cursor
 from completer.speculative import NEAR_TIE_LOGITS, Sampling
 from models.backend import LlamaContext, LlamaModel, default_threads
 
@@ -84,7 +84,7 @@ class Bench:
     def prompt(self, hole: Hole) -> tuple[list[int], CursorContext]:
         """The prompt for the file with the hole's truth taken out, and the cursor's context."""
         text = hole.path.read_text(encoding="utf-8", errors="replace")
-        offset = sum(len(line) + 1 for line in text.split("\n")[: hole.line]) + hole.column
+        offset = len(split_at_cursor(text, hole.line, hole.column)[0])
         if not text.startswith(hole.truth, offset):
             raise ValueError(f"{hole.file} changed since its holes were picked: pick new ones")
         hidden = text[:offset] + text[offset + len(hole.truth):]
