@@ -11,8 +11,11 @@ INSTALLED := $(VENV)/.installed
 demo: $(INSTALLED)
 	$(BIN)/completer bench --quick --preset smol
 
-# The whole test suite; .ci/run calls this.
+# The whole test suite; .ci/run calls this. The VS Code extension is built, unit-tested
+# and packaged first (its toolchain, code-server and chromium, is installed once per
+# machine); pytest then drives the .vsix in code-server and the Neovim plugin in nvim.
 test: $(INSTALLED)
+	editor-extensions/vscode/scripts/build.sh
 	$(BIN)/python -m pytest
 
 # llama-cpp-python compiles llama.cpp for this CPU, without AMX (see the script).

@@ -172,6 +172,35 @@ def config_from_dict(data: Any, base: Config | None = None) -> tuple[Config, lis
     return config, problems
 
 
+def _schema_type(kind: Any) -> str | list[str]:
+    names = {int: "integer", float: "number", str: "string", type(None): "null"}
+    allowed = kind.__args__ if isinstance(kind, types.UnionType) else (kind,)
+    return names[kind] if len(allowed) == 1 else [names[t] for t in allowed]
+
+
+def camel_case(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(word.capitalize() for word in rest)
+
+
+def settings_schema() -> dict[str, dict[str, Any]]:
+    """Every option as a JSON-schema property keyed `group.optionName` (camelCase, as
+    editors' settings are named): type, default, choices and the reason beside it. The
+    VS Code extension's package.json carries these, and a test keeps the two equal."""
+    properties = {}
+    for group in fields(Config):
+        for item in fields(group.default_factory):
+            name = f"{group.name}.{item.name}"
+            schema: dict[str, Any] = {"type": _schema_type(item.type), "default": item.default}
+            if name in CHOICES:
+                schema["enum"] = list(CHOICES[name])
+            if schema["type"] in ("integer", "number"):
+                schema["minimum"] = 0
+            schema["markdownDescription"] = item.metadata["doc"][0].upper() + item.metadata["doc"][1:] + "."
+            properties[f"{group.name}.{camel_case(item.name)}"] = schema
+    return properties
+
+
 def options_table() -> str:
     """The Markdown table of every option, as README.md shows it."""
     rows = ["| option | CLI flag | default | meaning |", "|---|---|---|---|"]
@@ -184,4 +213,8 @@ def options_table() -> str:
 
 
 if __name__ == "__main__":
-    print(options_table())
+    import json
+    import sys
+
+    # --settings: the JSON-schema properties for editor extensions' settings.
+    print(json.dumps(settings_schema(), indent=2) if sys.argv[1:] == ["--settings"] else options_table())

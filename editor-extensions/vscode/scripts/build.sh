@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Builds and checks the VS Code extension: the toolchain (cached per machine), the locked
+# npm packages, a strict type check, the unit tests, the bundle and the .vsix. Writes
+# .toolchain.json for tests/test_vscode.py, which drives the .vsix in code-server.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+bash scripts/toolchain.sh
+CACHE="${COMPLETER_E2E_CACHE:-${XDG_CACHE_HOME:-$HOME/.cache}/completer-e2e}"
+NODE_BIN=$(ls -d "$CACHE"/node-*/node_modules/node/bin | sort -V | tail -1)
+CODE_SERVER=$(ls -d "$CACHE"/code-server-*/node_modules/code-server | sort -V | tail -1)
+export PATH="$NODE_BIN:$PATH"
+
+# npm ci wipes node_modules: only when the lock file is newer than the last install.
+if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
+  npm ci --no-audit --no-fund --loglevel=error
+fi
+npm run --silent typecheck
+npm test --silent
+npm run --silent build
+npm run --silent package >/dev/null
+echo "vscode: $(du -k completer.vsix | cut -f1) KB completer.vsix"
+printf '{"node": "%s", "code_server": "%s"}\n' "$NODE_BIN/node" "$CODE_SERVER/out/node/entry.js" > .toolchain.json

@@ -1,0 +1,179 @@
+// The VS Code side of completer: starts `completer serve --stdio` for the enabled
+// languages, keeps its options in step with the settings, and shows its statistics.
+// Inline completions themselves are vscode-languageclient's (registered by default).
+import * as vscode from "vscode";
+import { DidChangeConfigurationNotification, LanguageClient, State } from "vscode-languageclient/node";
+import { SERVER_NAME, SETTINGS_SECTION, STATS, type Stats } from "./protocol";
+import { launch, pullArgs, RESTART_SETTINGS, serveArgs, serverOptions, type ServerOptions } from "./settings";
+import { type ServerState, statsLines, statusView } from "./status";
+
+let extension: Extension | undefined;
+
+export function activate(context: vscode.ExtensionContext): void {
+  extension = new Extension(context);
+  void extension.update();
+}
+
+export async function deactivate(): Promise<void> {
+  await extension?.stop();
+}
+
+function settings(): vscode.WorkspaceConfiguration {
+  return vscode.workspace.getConfiguration(SETTINGS_SECTION);
+}
+
+class Extension {
+  private client: LanguageClient | undefined;
+  private state: ServerState = { kind: "idle" };
+  private readonly status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
+  private readonly output = vscode.window.createOutputChannel(SERVER_NAME, { log: true });
+  private poll: ReturnType<typeof setInterval> | undefined;
+
+  constructor(private readonly context: vscode.ExtensionContext) {
+    context.subscriptions.push(
+      this.status,
+      this.output,
+      vscode.commands.registerCommand("completer.enable", () => settings().update("enable", true, true)),
+      vscode.commands.registerCommand("completer.disable", () => settings().update("enable", false, true)),
+      vscode.commands.registerCommand("completer.showStats", () => this.showStats()),
+      vscode.commands.registerCommand("completer.restartServer", () => this.restart()),
+      vscode.commands.registerCommand("completer.pullModels", () => this.pullModels()),
+      vscode.workspace.onDidOpenTextDocument(() => void this.update()),
+      vscode.workspace.onDidChangeConfiguration((event) => void this.configurationChanged(event)),
+    );
+    this.status.command = "completer.showStats";
+    this.status.show();
+  }
+
+  // Start the server when enabled and a document in an enabled language is open.
+  async update(): Promise<void> {
+    if (!settings().get<boolean>("enable", true)) {
+      await this.stop();
+      return this.show({ kind: "disabled" });
+    }
+    const languages = settings().get<string[]>("languages", []);
+    const wanted = vscode.workspace.textDocuments.some((document) => languages.includes(document.languageId));
+    if (this.client || !wanted) return this.show(this.client ? this.state : { kind: "idle" });
+    await this.start(languages);
+  }
+
+  private async start(languages: string[]): Promise<void> {
+    const how = launch(settings().get<string>("command", "completer"), settings().get<string>("pythonPath", ""));
+    const client = new LanguageClient(
+      SERVER_NAME,
+      SERVER_NAME,
+      { command: how.command, args: serveArgs(how) },
+      {
+        documentSelector: languages.flatMap((language) => [
+          { language, scheme: "file" },
+          { language, scheme: "untitled" },
+        ]),
+        initializationOptions: this.serverOptions(),
+        outputChannel: this.output,
+      },
+    );
+    this.client = client;
+    this.show({ kind: "starting" });
+    // After a crash the client restarts the server a few times, then gives up.
+    client.onDidChangeState((change) => {
+      if (this.client !== client) return;
+      if (change.newState === State.Stopped) {
+        this.show({ kind: "stopped", reason: "the server exited; see the completer output, then restart it" });
+      } else if (change.newState === State.Running) {
+        this.show({ kind: "running", stats: undefined });
+      }
+    });
+    try {
+      await client.start();
+    } catch (error) {
+      this.client = undefined;
+      const reason = `could not run \`${how.command} ${serveArgs(how).join(" ")}\`: ${String(error)}`;
+      this.show({ kind: "stopped", reason });
+      void vscode.window.showErrorMessage(
+        `completer: ${reason}. Install completer, or set completer.command to its full path ` +
+          "(or completer.pythonPath to an interpreter that has it).",
+      );
+      return;
+    }
+    const seconds = settings().get<number>("statusIntervalSeconds", 2);
+    this.poll = setInterval(() => void this.refresh(), Math.max(0.5, seconds) * 1000);
+    void this.refresh();
+  }
+
+  async stop(): Promise<void> {
+    clearInterval(this.poll);
+    this.poll = undefined;
+    const client = this.client;
+    this.client = undefined;
+    if (client?.isRunning()) await client.stop();
+  }
+
+  private async restart(): Promise<void> {
+    await this.stop();
+    this.state = { kind: "idle" };
+    await this.update();
+  }
+
+  private serverOptions(): ServerOptions {
+    const values: Record<string, unknown> = {};
+    const declared = this.context.extension.packageJSON.contributes.configuration.properties as Record<string, unknown>;
+    for (const key of Object.keys(declared)) {
+      const name = key.slice(SETTINGS_SECTION.length + 1);
+      values[name] = settings().get(name);
+    }
+    return serverOptions(values);
+  }
+
+  private async configurationChanged(event: vscode.ConfigurationChangeEvent): Promise<void> {
+    if (!event.affectsConfiguration(SETTINGS_SECTION)) return;
+    if (RESTART_SETTINGS.some((name) => event.affectsConfiguration(`${SETTINGS_SECTION}.${name}`))) {
+      return this.restart();
+    }
+    // Model changes make the server reload; the rest apply to the next request.
+    await this.client?.sendNotification(DidChangeConfigurationNotification.type, {
+      settings: { [SETTINGS_SECTION]: this.serverOptions() },
+    });
+  }
+
+  private async refresh(): Promise<Stats | undefined> {
+    const client = this.client;
+    if (!client?.isRunning()) return undefined;
+    try {
+      const stats = await client.sendRequest<Stats>(STATS, {});
+      if (this.client === client) this.show({ kind: "running", stats });
+      return stats;
+    } catch {
+      return undefined; // stopping, or busy: the next poll asks again
+    }
+  }
+
+  private show(state: ServerState): void {
+    this.state = state;
+    const view = statusView(state);
+    this.status.text = view.text;
+    this.status.tooltip = view.tooltip;
+    this.status.backgroundColor = view.error ? new vscode.ThemeColor("statusBarItem.errorBackground") : undefined;
+    this.status.command = state.kind === "disabled" ? "completer.enable" : "completer.showStats";
+  }
+
+  private async showStats(): Promise<void> {
+    const stats = await this.refresh();
+    const view = statusView(this.state);
+    if (!stats || !stats.ready) {
+      void vscode.window.showInformationMessage(view.tooltip);
+      return;
+    }
+    void vscode.window.showInformationMessage("completer statistics", { modal: true, detail: statsLines(stats).join("\n") });
+  }
+
+  private pullModels(): void {
+    const how = launch(settings().get<string>("command", "completer"), settings().get<string>("pythonPath", ""));
+    const preset = settings().get<string>("models.preset", "");
+    const terminal = vscode.window.createTerminal({
+      name: "completer: pull models",
+      shellPath: how.command,
+      shellArgs: pullArgs(how, preset),
+    });
+    terminal.show();
+  }
+}

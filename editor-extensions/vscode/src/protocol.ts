@@ -1,0 +1,29 @@
+// completer's custom protocol, as lsp/protocol.py defines it; a test keeps the two equal.
+
+export const SERVER_NAME = "completer";
+
+// Request, no params: the statistics below.
+export const STATS = "completer/stats";
+
+// Command each completion item carries; VS Code runs it when the user accepts the item.
+export const ACCEPT_COMMAND = "completer.accept";
+
+// Where workspace/didChangeConfiguration's settings nest the server options.
+export const SETTINGS_SECTION = "completer";
+
+// The completer/stats result.
+export interface Stats {
+  ready: boolean;
+  error: string;
+  target: string;
+  draft: string;
+  requests: number;
+  forward_cache_hits: number;
+  superseded: number;
+  cache_hit_rate: number;
+  draft_acceptance_rate: number;
+  tokens_per_second: number;
+  suggestions_shown: number;
+  suggestions_accepted: number;
+  suggestion_acceptance_rate: number;
+}

@@ -1,0 +1,55 @@
+// What the status bar item says. Pure: the extension feeds it the server's state.
+import type { Stats } from "./protocol";
+
+export type ServerState =
+  | { kind: "disabled" }
+  | { kind: "idle" } // enabled, no document in an enabled language yet
+  | { kind: "starting" }
+  | { kind: "stopped"; reason: string } // the process could not start or died
+  | { kind: "running"; stats: Stats | undefined }; // stats undefined until the first answer
+
+export interface StatusView {
+  text: string;
+  tooltip: string;
+  error: boolean;
+}
+
+export function percent(rate: number): string {
+  return `${Math.round(rate * 100)}%`;
+}
+
+export function statsLines(stats: Stats): string[] {
+  return [
+    `models: ${stats.target}${stats.draft ? ` + draft ${stats.draft}` : " (no draft)"}`,
+    `requests: ${stats.requests} (${stats.forward_cache_hits} from the suggestion shown, ${stats.superseded} superseded)`,
+    `draft acceptance: ${percent(stats.draft_acceptance_rate)}`,
+    `speed: ${stats.tokens_per_second.toFixed(1)} tokens/s`,
+    `KV cache hits: ${percent(stats.cache_hit_rate)} of prompt tokens`,
+    `suggestions: ${stats.suggestions_shown} shown, ${stats.suggestions_accepted} accepted ` +
+      `(${percent(stats.suggestion_acceptance_rate)})`,
+  ];
+}
+
+export function statusView(state: ServerState): StatusView {
+  switch (state.kind) {
+    case "disabled":
+      return { text: "$(circle-slash) completer", tooltip: "completer is disabled: click to enable", error: false };
+    case "idle":
+      return { text: "$(sparkle) completer", tooltip: "completer starts with the first file in an enabled language", error: false };
+    case "starting":
+      return { text: "$(sync~spin) completer", tooltip: "completer: starting the server", error: false };
+    case "stopped":
+      return { text: "$(error) completer", tooltip: `completer stopped: ${state.reason}`, error: true };
+    case "running": {
+      const stats = state.stats;
+      if (stats?.error) return { text: "$(error) completer", tooltip: stats.error, error: true };
+      if (!stats?.ready) {
+        return { text: "$(sync~spin) completer", tooltip: "completer: loading the models", error: false };
+      }
+      const text = stats.requests
+        ? `$(sparkle) ${percent(stats.draft_acceptance_rate)} · ${stats.tokens_per_second.toFixed(0)} tok/s`
+        : "$(sparkle) completer";
+      return { text, tooltip: ["completer: ready", ...statsLines(stats), "click for details"].join("\n"), error: false };
+    }
+  }
+}

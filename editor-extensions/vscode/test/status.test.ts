@@ -1,0 +1,67 @@
+import { describe, expect, it } from "vitest";
+import type { Stats } from "../src/protocol";
+import { percent, statsLines, statusView } from "../src/status";
+
+const stats: Stats = {
+  ready: true,
+  error: "",
+  target: "smollm2.gguf",
+  draft: "smollm2-draft.gguf",
+  requests: 12,
+  forward_cache_hits: 5,
+  superseded: 2,
+  cache_hit_rate: 0.934,
+  draft_acceptance_rate: 0.716,
+  tokens_per_second: 41.26,
+  suggestions_shown: 7,
+  suggestions_accepted: 3,
+  suggestion_acceptance_rate: 3 / 7,
+};
+
+describe("statusView", () => {
+  it("shows the draft acceptance rate and tokens/s once requests were served", () => {
+    const view = statusView({ kind: "running", stats });
+    expect(view.text).toBe("$(sparkle) 72% · 41 tok/s");
+    expect(view.error).toBe(false);
+    expect(view.tooltip).toContain("suggestions: 7 shown, 3 accepted (43%)");
+  });
+
+  it("says ready without figures before the first request", () => {
+    expect(statusView({ kind: "running", stats: { ...stats, requests: 0 } }).text).toBe("$(sparkle) completer");
+  });
+
+  it("spins while the models load", () => {
+    const view = statusView({ kind: "running", stats: { ...stats, ready: false } });
+    expect(view.text).toContain("sync~spin");
+    expect(view.tooltip).toContain("loading");
+    expect(statusView({ kind: "running", stats: undefined }).tooltip).toContain("loading");
+  });
+
+  it("shows a load error, with the server's fix, as an error", () => {
+    const error = "no model file at /x.gguf: run `completer models pull smol`";
+    const view = statusView({ kind: "running", stats: { ...stats, ready: false, error } });
+    expect(view).toEqual({ text: "$(error) completer", tooltip: error, error: true });
+  });
+
+  it("shows a stopped server as an error with its reason", () => {
+    const view = statusView({ kind: "stopped", reason: "spawn completer ENOENT" });
+    expect(view.error).toBe(true);
+    expect(view.tooltip).toContain("spawn completer ENOENT");
+  });
+
+  it("marks disabled and idle without error", () => {
+    expect(statusView({ kind: "disabled" }).error).toBe(false);
+    expect(statusView({ kind: "idle" }).error).toBe(false);
+  });
+});
+
+describe("statsLines", () => {
+  it("names a missing draft", () => {
+    expect(statsLines({ ...stats, draft: "" })[0]).toBe("models: smollm2.gguf (no draft)");
+  });
+
+  it("rounds percentages", () => {
+    expect(percent(0.005)).toBe("1%");
+    expect(percent(0)).toBe("0%");
+  });
+});

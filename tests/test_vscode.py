@@ -1,0 +1,92 @@
+"""The VS Code extension: its manifest and protocol module agree with the server, and
+the packaged .vsix gives a real inline suggestion in a real VS Code (code-server) in
+headless Chromium, accepted with Tab; a settings change reaches the server, and its
+model load error shows as a notification. `editor-extensions/vscode/scripts/build.sh` (run
+by `make test` first) builds the .vsix and installs the toolchain."""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from completer.config import settings_schema
+from lsp import protocol
+
+EXTENSION = Path(__file__).resolve().parent.parent / "editor-extensions" / "vscode"
+MANIFEST = json.loads((EXTENSION / "package.json").read_text())
+SETTINGS = MANIFEST["contributes"]["configuration"]["properties"]
+ARTIFACTS = EXTENSION / "e2e-artifacts"  # where the screenshots stay for people to look at
+
+STATS_PY = '''import math
+
+
+def mean(values):
+    return sum(values) / len(values)
+
+
+def variance(values):
+    center = mean(values)
+    return sum((value - center) ** 2 for value in values) / len(values)
+
+
+def stdev(values):
+    '''
+
+
+def test_every_server_option_is_a_setting_with_the_servers_default_and_description():
+    declared = {key.removeprefix("completer."): schema for key, schema in SETTINGS.items() if key.count(".") == 2}
+    assert declared == settings_schema()
+
+
+def test_the_protocol_module_matches_the_servers():
+    source = (EXTENSION / "src" / "protocol.ts").read_text()
+    constants = dict(re.findall(r'export const (\w+) = "([^"]*)";', source))
+    assert constants == {"SERVER_NAME": protocol.SERVER_NAME, "STATS": protocol.STATS,
+                         "ACCEPT_COMMAND": protocol.ACCEPT_COMMAND, "SETTINGS_SECTION": protocol.SETTINGS_SECTION}
+    stats_interface = source[source.index("interface Stats"):]
+    assert tuple(re.findall(r"^  (\w+): ", stats_interface, re.MULTILINE)) == protocol.STATS_KEYS
+
+
+def test_every_command_is_registered_and_every_contributed_command_exists():
+    source = (EXTENSION / "src" / "extension.ts").read_text()
+    registered = set(re.findall(r'registerCommand\("([\w.]+)"', source))
+    assert registered == {command["command"] for command in MANIFEST["contributes"]["commands"]}
+
+
+def test_a_real_vscode_shows_the_servers_suggestion_and_tab_accepts_it(smol, smol_cache, tmp_path):
+    toolchain_file = EXTENSION / ".toolchain.json"
+    assert toolchain_file.exists(), "build the extension first: editor-extensions/vscode/scripts/build.sh"
+    toolchain = json.loads(toolchain_file.read_text())
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    (workspace / "stats.py").write_text(STATS_PY)
+    typed = "return math."
+    options = {"models.preset": "smol", "generation.maxTokens": 16, "generation.timeBudgetMs": 0}
+    env = {**os.environ, "CODE_SERVER": toolchain["code_server"], "VSIX": str(EXTENSION / "completer.vsix"),
+           "COMPLETER": str(Path(sys.executable).with_name("completer")), "WORKSPACE": str(workspace),
+           "FILE": "stats.py", "TYPED": typed, "ARTIFACTS": str(ARTIFACTS), "SERVER_OPTIONS": json.dumps(options),
+           "COMPLETER_CACHE_DIR": str(smol_cache), "HOME": str(tmp_path / "home")}
+    (ARTIFACTS / "result.json").unlink(missing_ok=True)
+    run = subprocess.run([toolchain["node"], str(EXTENSION / "e2e" / "run.mjs")], env=env, cwd=EXTENSION,
+                         capture_output=True, text=True, timeout=900)
+    assert run.returncode == 0, run.stderr[-4000:]
+    result = json.loads((ARTIFACTS / "result.json").read_text())
+
+    shown = "".join(result["shown"])
+    assert shown.strip(), result
+    assert (ARTIFACTS / "vscode-inline-suggestion.png").stat().st_size > 10_000
+    # Tab put exactly the ghost text after what was typed.
+    written = result["after"]
+    assert written.startswith(STATS_PY + typed)
+    inserted = written[len(STATS_PY + typed):]
+    assert re.sub(r"\s", "", inserted) == re.sub(r"\s", "", shown)
+    # The status bar shows the live acceptance rate and speed once completions ran.
+    assert re.fullmatch(r"\s*\d+% · \d+ tok/s", result["status"]), result["status"]
+    # A model setting changed in VS Code reached the server, whose load error (with the
+    # fix) became a notification.
+    assert "model file not found: /nonexistent/model.gguf" in result["notification"]
+    assert "completer models pull" in result["notification"]
