@@ -1,0 +1,345 @@
+-- Ghost text for Neovim 0.11, which has no inline completion of its own (0.12's
+-- vim.lsp.inline_completion replaces this module; see init.lua).
+--
+-- As the user types in Insert mode, ask the server for textDocument/inlineCompletion
+-- (debounced; a newer request cancels the older one) and draw the answer with one
+-- extmark: the suggestion's first line as virtual text at the cursor, the other lines
+-- as virtual lines below. Typing what the suggestion says next keeps it (the extmark is
+-- updated in place, so nothing flickers); anything else clears it and asks again.
+--
+-- The server's item replaces the rest of the cursor's line: its insertText is the
+-- completion followed by what was after the cursor (when that was not blank). A
+-- suggestion is kept as that text plus the line around the cursor when it arrived, so
+-- that one function (`current`) can tell after every keystroke whether it still holds.
+
+local M = {}
+
+M.ns = vim.api.nvim_create_namespace("completer")
+M.hl = "CompleterGhost"
+
+local REQUEST_CANCELLED, CONTENT_MODIFIED = -32800, -32801
+local AUTOMATIC = 2 -- lsp.InlineCompletionTriggerKind.Automatic
+
+-- Set by init.lua's setup: the LSP config name, the debounce and whether suggestions are on.
+M.options = { name = "completer", debounce_ms = 150, enabled = function() return true end }
+
+--- Per attached buffer: { timer, pending = {client, id}?, seq, suggestion?, extmark? }
+--- A suggestion: { row, col (0-based byte column where it starts), before (the line up to
+--- col), after (the line after col: what the item replaces), text (the item's insertText),
+--- command, client_id, accepted (its accept command already ran) }.
+local buffers = {}
+
+local function client_for(buf)
+  return vim.lsp.get_clients({ bufnr = buf, name = M.options.name })[1]
+end
+
+local function in_insert_mode()
+  return vim.api.nvim_get_mode().mode == "i"
+end
+
+--- What is left of a suggestion whose text is `text` once the user typed `typed` of it,
+--- with `after` (the rest of the line) still after the cursor: `remaining` is what the
+--- item would now insert at the cursor, replacing `after`; `shown` leaves out the copy of
+--- `after` at its end, which the buffer shows already. Nil when `typed` does not match.
+function M.remaining(text, typed, after)
+  if text:sub(1, #typed) ~= typed then
+    return nil
+  end
+  local remaining = text:sub(#typed + 1)
+  local shown = remaining
+  if after:find("%S") and vim.endswith(remaining, after) then
+    shown = remaining:sub(1, #remaining - #after)
+  end
+  return remaining, shown
+end
+
+--- The suggestion as it stands after what the user typed since it arrived, or nil when
+--- the line or the cursor no longer agree with it (or nothing of it is left to show).
+--- Returns { row, col (the cursor), remaining, shown } (see M.remaining).
+local function current(buf)
+  local state = buffers[buf]
+  local s = state and state.suggestion
+  if not s or vim.api.nvim_get_current_buf() ~= buf then
+    return nil
+  end
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+  row = row - 1
+  if row ~= s.row or col < s.col then
+    return nil
+  end
+  local line = vim.api.nvim_buf_get_lines(buf, row, row + 1, false)[1] or ""
+  if line:sub(1, s.col) ~= s.before or line:sub(col + 1) ~= s.after then
+    return nil -- edited elsewhere on the line, or the cursor moved within it
+  end
+  local remaining, shown = M.remaining(s.text, line:sub(s.col + 1, col), s.after)
+  if not remaining or shown == "" then
+    return nil
+  end
+  return { row = row, col = col, remaining = remaining, shown = shown }
+end
+
+-- Virtual text shows a tab as one cell: expand it, as the buffer would.
+local function expand_tabs(buf, text)
+  return (text:gsub("\t", string.rep(" ", vim.bo[buf].tabstop)))
+end
+
+local function render(buf, cur)
+  local state = buffers[buf]
+  local lines = vim.split(cur.shown, "\n", { plain = true })
+  local virt_lines = {}
+  for i = 2, #lines do
+    virt_lines[#virt_lines + 1] = { { expand_tabs(buf, lines[i]), M.hl } }
+  end
+  -- Reusing the extmark id updates it in place: the text shifts as the user types
+  -- without being cleared and drawn again. Right gravity (the default) keeps the cursor
+  -- before the inline text.
+  state.extmark = vim.api.nvim_buf_set_extmark(buf, M.ns, cur.row, cur.col, {
+    id = state.extmark,
+    virt_text = { { expand_tabs(buf, lines[1]), M.hl } },
+    virt_text_pos = "inline",
+    virt_lines = virt_lines[1] and virt_lines or nil,
+    hl_mode = "combine",
+  })
+end
+
+local function hide(buf)
+  local state = buffers[buf]
+  if state then
+    state.suggestion, state.extmark = nil, nil
+  end
+  if vim.api.nvim_buf_is_valid(buf) then
+    vim.api.nvim_buf_clear_namespace(buf, M.ns, 0, -1)
+  end
+end
+
+local function cancel(state)
+  local pending = state.pending
+  state.pending = nil
+  if pending and not pending.client:is_stopped() then
+    pending.client:cancel_request(pending.id)
+  end
+end
+
+--- Drop the suggestion, the pending request and the debounce timer of `buf`.
+function M.clear(buf)
+  local state = buffers[buf]
+  if not state then
+    return
+  end
+  state.timer:stop()
+  state.seq = state.seq + 1 -- an answer still in flight is stale now
+  cancel(state)
+  hide(buf)
+end
+
+local function on_answer(buf, seq, tick, cursor, line, client, err, result)
+  local state = buffers[buf]
+  if not state or seq ~= state.seq then
+    return -- superseded: a newer request or a clear came since
+  end
+  state.pending = nil
+  if err then
+    if err.code ~= REQUEST_CANCELLED and err.code ~= CONTENT_MODIFIED then
+      vim.lsp.log.warn("completer: inlineCompletion failed", err)
+    end
+    return
+  end
+  if not M.options.enabled() or not in_insert_mode() or vim.api.nvim_get_current_buf() ~= buf
+    or vim.api.nvim_buf_get_changedtick(buf) ~= tick
+    or not vim.deep_equal(vim.api.nvim_win_get_cursor(0), cursor) then
+    return -- the user moved on while the server worked
+  end
+  local items = result and (result.items or result) or {}
+  local item = items[1]
+  if not item or type(item.insertText) ~= "string" or item.insertText == "" then
+    return -- nothing to show (also while the models load); snippets are not used by completer
+  end
+  local col = cursor[2]
+  state.suggestion = {
+    row = cursor[1] - 1,
+    col = col,
+    before = line:sub(1, col),
+    after = line:sub(col + 1),
+    text = item.insertText,
+    command = item.command,
+    client_id = client.id,
+    accepted = false,
+  }
+  local cur = current(buf)
+  if cur then
+    render(buf, cur)
+  else
+    state.suggestion = nil
+  end
+end
+
+local function request(buf)
+  local state = buffers[buf]
+  local client = client_for(buf)
+  if not state or not client or not client.initialized or not M.options.enabled() or not in_insert_mode()
+    or vim.api.nvim_get_current_buf() ~= buf or vim.fn.pumvisible() == 1 then
+    return
+  end
+  cancel(state) -- newest wins; the server also drops older work for the document itself
+  state.seq = state.seq + 1
+  local seq = state.seq
+  local tick = vim.api.nvim_buf_get_changedtick(buf)
+  local cursor = vim.api.nvim_win_get_cursor(0)
+  local line = vim.api.nvim_get_current_line()
+  local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
+  params.context = { triggerKind = AUTOMATIC }
+  local ok, id = client:request("textDocument/inlineCompletion", params, function(err, result)
+    on_answer(buf, seq, tick, cursor, line, client, err, result)
+  end, buf)
+  if ok and id and seq == state.seq then
+    state.pending = { client = client, id = id }
+  end
+end
+
+--- After a keystroke or a cursor move in Insert mode: keep (and shift) the suggestion
+--- when the text still matches it, else clear it and ask again after the debounce.
+function M.on_change(buf)
+  local state = buffers[buf]
+  if not state then
+    return
+  end
+  local cur = state.suggestion and current(buf)
+  if cur then
+    render(buf, cur)
+    return
+  end
+  M.clear(buf)
+  if M.options.enabled() then
+    state.timer:start(M.options.debounce_ms, 0, vim.schedule_wrap(function()
+      request(buf)
+    end))
+  end
+end
+
+function M.visible(buf)
+  return current(buf) ~= nil
+end
+
+--- What accept-line and accept-word take from `text`. At a line break, a line takes the
+--- next line with it, so that pressing it again walks down the suggestion; a word is
+--- the blanks before it and a run of word characters or of other non-blank characters.
+function M.piece(text, kind)
+  if kind == "line" then
+    return text:match("^\n[^\n]*") or text:match("^[^\n]*")
+  elseif kind == "word" then
+    return text:match("^%s*[%w_]+") or text:match("^%s*[^%w_%s]+") or text
+  end
+  return text
+end
+
+--- Insert `text` at (row, col) of `buf`, shown in the current window, and put the
+--- cursor after it. Returns the cursor's new (0-based) row and byte column.
+function M.insert(buf, row, col, text)
+  local lines = vim.split(text, "\n", { plain = true })
+  vim.api.nvim_buf_set_text(buf, row, col, row, col, lines)
+  row = row + #lines - 1
+  col = #lines == 1 and col + #lines[1] or #lines[#lines]
+  vim.api.nvim_win_set_cursor(0, { row + 1, col })
+  return row, col
+end
+
+-- The server counts acceptances through the item's command; a suggestion taken in parts
+-- counts once.
+local function run_command(buf, s)
+  if s.accepted or not s.command then
+    return
+  end
+  s.accepted = true
+  local client = vim.lsp.get_client_by_id(s.client_id)
+  if client and not client:is_stopped() then
+    client:exec_cmd(s.command, { bufnr = buf })
+  end
+end
+
+--- Accept the suggestion shown in `buf`: "all", "line" or "word". Returns false when
+--- nothing is shown, so that the key can do what it did before.
+function M.accept(buf, kind)
+  local cur = current(buf)
+  if not cur then
+    return false
+  end
+  local state = buffers[buf]
+  local s = state.suggestion
+  local piece = kind == "all" and cur.remaining or M.piece(cur.shown, kind)
+  if kind == "all" then
+    -- Replace the rest of the line, as the item's range says; the cursor goes to the end
+    -- of the completion, before the text that was after it.
+    local line = vim.api.nvim_get_current_line()
+    vim.api.nvim_buf_set_text(buf, cur.row, cur.col, cur.row, #line, vim.split(piece, "\n", { plain = true }))
+    local shown = vim.split(cur.shown, "\n", { plain = true })
+    local last = #shown == 1 and cur.col + #shown[1] or #shown[#shown]
+    M.clear(buf)
+    vim.api.nvim_win_set_cursor(0, { cur.row + #shown, last })
+  else
+    local row, col = M.insert(buf, cur.row, cur.col, piece)
+    -- The rest stays shown, anchored at the new cursor.
+    s.row, s.col, s.before = row, col, vim.api.nvim_get_current_line():sub(1, col)
+    s.text = cur.remaining:sub(#piece + 1)
+    local rest = current(buf)
+    if rest then
+      render(buf, rest)
+    else
+      hide(buf)
+    end
+  end
+  run_command(buf, s)
+  return true
+end
+
+--- Hide the suggestion; false when there was none.
+function M.dismiss(buf)
+  local shown = M.visible(buf)
+  M.clear(buf)
+  return shown
+end
+
+function M.attach(buf)
+  if buffers[buf] then
+    return
+  end
+  buffers[buf] = { timer = assert(vim.uv.new_timer()), seq = 0 }
+  local group = vim.api.nvim_create_augroup("completer.ghost." .. buf, { clear = true })
+  -- TextChangedP: the text changed while the popup menu is shown (a completion was
+  -- inserted), which TextChangedI does not report.
+  vim.api.nvim_create_autocmd({ "InsertEnter", "TextChangedI", "TextChangedP", "CursorMovedI" }, {
+    group = group,
+    buffer = buf,
+    desc = "completer: keep, shift or ask for the suggestion",
+    callback = function()
+      M.on_change(buf)
+    end,
+  })
+  vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave" }, {
+    group = group,
+    buffer = buf,
+    desc = "completer: clear the suggestion",
+    callback = function()
+      M.clear(buf)
+    end,
+  })
+end
+
+function M.detach(buf)
+  local state = buffers[buf]
+  if not state then
+    return
+  end
+  M.clear(buf)
+  state.timer:close()
+  buffers[buf] = nil
+  pcall(vim.api.nvim_del_augroup_by_name, "completer.ghost." .. buf)
+end
+
+--- Clear every buffer (when suggestions are turned off).
+function M.clear_all()
+  for buf in pairs(buffers) do
+    M.clear(buf)
+  end
+end
+
+return M

@@ -1,0 +1,502 @@
+-- completer.nvim: code completions from completer's local language server (llama.cpp
+-- with speculative decoding), shown as ghost text in Insert mode.
+--
+--   require('completer').setup({ ... })   -- once, in your config (Neovim >= 0.11)
+--
+-- setup() registers the server with vim.lsp.config/vim.lsp.enable. On Neovim 0.12+ the
+-- built-in vim.lsp.inline_completion draws the suggestions; on 0.11, lua/completer/
+-- ghost.lua does. Either way the keys below accept or dismiss them, and do what they
+-- did before when nothing is shown.
+--
+-- Options (every one optional; `:help completer-options` says the same, and
+-- tests/test_nvim_plugin.py checks that this list, `defaults` below and
+-- doc/completer.txt agree):
+--
+--   enabled:             show suggestions from the start; :CompleterToggle flips it. The
+--                        server runs either way, so turning them on again is instant
+--   cmd:                 the command that starts the language server on stdio
+--   filetypes:           filetypes to complete in; {} = every filetype
+--   root_markers:        files or folders that mark the workspace root; the server reads
+--                        other files under it for context
+--   init_options:        the server's options as nested tables, passed as they are
+--                        (groups models, generation, prompt, cache, server: see the
+--                        option table of completer's README)
+--   debounce_ms:         wait this long after the last keystroke before asking (0.11
+--                        only; 0.12's built-in client has its own)
+--   use_builtin:         on Neovim 0.12+, use vim.lsp.inline_completion instead of
+--                        this plugin's ghost text
+--   stats_interval_ms:   statusline(): ask the server for its statistics at most this often
+--   keymaps.accept:      Insert-mode key that accepts the whole suggestion
+--   keymaps.accept_line: accepts its first line
+--   keymaps.accept_word: accepts its first word
+--   keymaps.dismiss:     hides it
+--
+-- A keymap set to false is not mapped. With nothing shown, each key does what it did
+-- before setup() (your own mapping, buffer-local or global, or the key itself).
+
+local ghost = require("completer.ghost")
+
+local M = {}
+
+local NAME = "completer" -- the LSP config name, and the server's
+local STATS = "completer/stats"
+
+local defaults = {
+  enabled = true,
+  cmd = { "completer", "serve", "--stdio" },
+  filetypes = {},
+  root_markers = { ".git" },
+  init_options = {},
+  -- Long enough to skip the keystrokes of a word typed at speed, short enough to feel
+  -- immediate; the server cancels a superseded generation anyway.
+  debounce_ms = 150,
+  use_builtin = true,
+  stats_interval_ms = 3000,
+  -- As llama.vim (<Tab>, <S-Tab>, <C-B>) and copilot.vim (<C-]> dismisses).
+  keymaps = {
+    accept = "<Tab>",
+    accept_line = "<S-Tab>",
+    accept_word = "<C-B>",
+    dismiss = "<C-]>",
+  },
+}
+
+-- Exposed read-only for the documentation test; setup() works on a copy.
+M.defaults = vim.deepcopy(defaults)
+
+local KEY_ACTIONS = {
+  accept = { kind = "all", desc = "accept the suggestion" },
+  accept_line = { kind = "line", desc = "accept a line of the suggestion" },
+  accept_word = { kind = "word", desc = "accept a word of the suggestion" },
+  dismiss = { desc = "dismiss the suggestion" },
+}
+
+M.config = vim.deepcopy(defaults)
+M.enabled = defaults.enabled
+M.failure = nil -- why the server cannot run, once setup() found out
+local builtin = false -- vim.lsp.inline_completion draws the suggestions
+local registered = false -- setup() has called vim.lsp.config
+local saved_keys = {} -- bufnr -> { [name] = { lhs, previous = maparg() dict? } }
+local stats = { value = nil, at = -math.huge, asked_at = nil } -- the last completer/stats answer
+
+local function notify(message, level)
+  vim.notify("completer: " .. message, level)
+end
+
+-- Whether `value` will do for option `name`, whose default is `default`.
+local function valid(name, default, value)
+  if name:find("^keymaps%.") then
+    return value == false or type(value) == "string"
+  elseif name == "cmd" then
+    return type(value) == "table" or type(value) == "function" -- vim.lsp accepts both
+  end
+  return type(value) == type(default)
+end
+
+--- `user` over `base`. Lists (cmd, filetypes...) and init_options are replaced, not
+--- merged, unlike vim.tbl_deep_extend, which would mix two lists index by index; only
+--- keymaps is merged key by key. An unknown option or a value of the wrong type is
+--- left out and described in `problems`.
+local function merge(base, user, prefix, problems)
+  local result = vim.deepcopy(base)
+  for key, value in pairs(user) do
+    local name = prefix .. key
+    if base[key] == nil then
+      problems[#problems + 1] = "unknown option " .. name
+    elseif key == "keymaps" and type(value) == "table" then
+      result[key] = merge(base[key], value, name .. ".", problems)
+    elseif not valid(name, base[key], value) then
+      problems[#problems + 1] = string.format("%s = %s is not a %s: keeping %s", name, vim.inspect(value),
+        type(base[key]), vim.inspect(base[key]))
+    else
+      result[key] = value
+    end
+  end
+  return result
+end
+
+-- One server serves every buffer (see reuse_client in setup).
+local function our_client()
+  return vim.lsp.get_clients({ name = NAME })[1]
+end
+
+-- An empty Lua table goes out as a JSON array; the server wants objects.
+local function as_object(value)
+  if type(value) ~= "table" then
+    return value
+  elseif next(value) == nil then
+    return vim.empty_dict()
+  end
+  local result = {}
+  for key, item in pairs(value) do
+    result[key] = as_object(item)
+  end
+  return result
+end
+
+-- Neovim 0.11 shows an error from window/showMessage with nvim_echo, not vim.notify:
+-- route the server's messages (a model that failed to load is reported once this way)
+-- through vim.notify, with their level, so notification plugins show them like ours.
+local LEVELS = vim.log.levels
+local MESSAGE_LEVELS = { LEVELS.ERROR, LEVELS.WARN, LEVELS.INFO, LEVELS.DEBUG } -- by lsp.MessageType
+
+local function show_message(_, params)
+  local message = params.message
+  if not message:find("^completer") then
+    message = "completer: " .. message
+  end
+  vim.notify(message, MESSAGE_LEVELS[params.type] or vim.log.levels.INFO)
+  return vim.NIL
+end
+
+------------------------------------------------------------------------------
+-- Neovim 0.12+: the built-in inline completion, with partial accepts added.
+
+local BUILTIN_NS = "nvim.lsp.inline_completion"
+
+-- Accept a line or a word of the item the built-in client shows: insert that piece
+-- ourselves (get()'s on_accept lets us) and run the item's command, as it would.
+local function builtin_accept_piece(buf, item, kind)
+  local text, range = item.insert_text, item.range
+  if type(text) ~= "string" or not range then
+    return nil
+  end
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+  row = row - 1
+  if row ~= range.start.row or col < range.start.col then
+    return nil
+  end
+  local line = vim.api.nvim_get_current_line()
+  local _, shown = ghost.remaining(text, line:sub(range.start.col + 1, col), line:sub(col + 1))
+  if not shown or shown == "" then
+    return nil
+  end
+  ghost.insert(buf, row, col, ghost.piece(shown, kind))
+  local client = vim.lsp.get_client_by_id(item.client_id)
+  if item.command and client then
+    client:exec_cmd(item.command, { bufnr = buf })
+  end
+  return nil -- applied here: the built-in client must not apply the whole item
+end
+
+local function builtin_shown(buf)
+  local ns = vim.api.nvim_get_namespaces()[BUILTIN_NS]
+  return ns ~= nil and #vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, { limit = 1 }) > 0
+end
+
+local function builtin_enable(on)
+  for _, client in ipairs(vim.lsp.get_clients({ name = NAME })) do
+    vim.lsp.inline_completion.enable(on, { client_id = client.id })
+  end
+end
+
+------------------------------------------------------------------------------
+-- Keys: act on the suggestion when one is shown, else do what the key did before.
+
+--- Perform `name` (accept, accept_line, accept_word, dismiss) on the suggestion shown in
+--- `buf`; false when none is shown.
+local function act(buf, name)
+  local kind = KEY_ACTIONS[name].kind
+  if not builtin then
+    if name == "dismiss" then
+      return ghost.dismiss(buf)
+    end
+    return ghost.accept(buf, kind)
+  end
+  if name == "dismiss" then
+    if not builtin_shown(buf) then
+      return false
+    end
+    builtin_enable(false) -- the built-in client has no dismiss: reset it
+    builtin_enable(true)
+    return true
+  elseif kind == "all" then
+    return vim.lsp.inline_completion.get({ bufnr = buf }) == true
+  end
+  return vim.lsp.inline_completion.get({
+    bufnr = buf,
+    on_accept = function(item)
+      return builtin_accept_piece(buf, item, kind)
+    end,
+  }) == true
+end
+
+local function feed(keys, noremap)
+  -- "i": before the rest of the typeahead, so that keys typed after this one stay after.
+  vim.api.nvim_feedkeys(keys, noremap and "ni" or "mi", false)
+end
+
+--- Do what `lhs` did before setup: replay the mapping `previous` (a maparg() dict), or
+--- type the key itself. Our own mapping is not an <expr> one, so that a replayed Lua
+--- callback may change the text (an <expr> mapping runs under textlock).
+local function fall_through(lhs, previous)
+  if not previous then
+    return feed(vim.keycode(lhs), true)
+  end
+  local noremap = previous.noremap == 1 or previous.script == 1
+  if previous.callback then
+    local keys = previous.callback()
+    if previous.expr == 1 and type(keys) == "string" then
+      feed(vim.keycode(keys), noremap) -- vim.keymap.set's <expr> default replace_keycodes
+    end
+    return
+  end
+  local rhs = previous.rhs or ""
+  if rhs:lower() == "<nop>" then
+    return
+  end
+  rhs = rhs:gsub("<[Ss][Ii][Dd]>", "<SNR>" .. (previous.sid or 0) .. "_")
+  if previous.expr == 1 then
+    feed(vim.api.nvim_eval(rhs), noremap) -- an expression's result is keys already
+  else
+    feed(vim.keycode(rhs), noremap)
+  end
+end
+
+local function press(buf, name)
+  if M.enabled and act(buf, name) then
+    return
+  end
+  local key = (saved_keys[buf] or {})[name]
+  if key then
+    fall_through(key.lhs, key.previous)
+  end
+end
+
+-- Buffer-local maps, set when the server attaches: they win over a global mapping of the
+-- same key, and a buffer-local one (an ftplugin's) is kept to fall through to.
+local function map_keys(buf)
+  if saved_keys[buf] then
+    return
+  end
+  saved_keys[buf] = {}
+  for name, lhs in pairs(M.config.keymaps) do
+    if lhs and KEY_ACTIONS[name] then
+      local previous = vim.api.nvim_buf_call(buf, function()
+        return vim.fn.maparg(lhs, "i", false, true)
+      end)
+      saved_keys[buf][name] = { lhs = lhs, previous = next(previous) ~= nil and previous or nil }
+      vim.keymap.set("i", lhs, function()
+        press(buf, name)
+      end, { buffer = buf, silent = true, desc = "completer: " .. KEY_ACTIONS[name].desc })
+    end
+  end
+end
+
+local function unmap_keys(buf)
+  local keys = saved_keys[buf]
+  saved_keys[buf] = nil
+  if not keys or not vim.api.nvim_buf_is_valid(buf) then
+    return
+  end
+  for _, key in pairs(keys) do
+    pcall(vim.keymap.del, "i", key.lhs, { buffer = buf })
+    if key.previous and key.previous.buffer == 1 then
+      vim.api.nvim_buf_call(buf, function()
+        vim.fn.mapset("i", false, key.previous)
+      end)
+    end
+  end
+end
+
+------------------------------------------------------------------------------
+-- Statistics: the statusline and :CompleterStats.
+
+local function ask_stats(client, on_answer)
+  stats.asked_at = vim.uv.now()
+  client:request(STATS, vim.empty_dict(), function(err, result)
+    stats.asked_at = nil
+    stats.at = vim.uv.now()
+    if not err and type(result) == "table" then
+      stats.value = result
+    end
+    if on_answer then
+      on_answer(err, result)
+    end
+    vim.cmd.redrawstatus()
+  end)
+end
+
+--- A short status for the statusline, e.g. "completer: drafts 72% accepted, 35.2 tok/s";
+--- "completer: loading" until the models are ready, "completer: error" when they (or
+--- the server) failed, "completer: off" when toggled off, "" with no server. Never
+--- waits: it shows the last answer and asks again at most every stats_interval_ms.
+--- Use it as %{v:lua.require'completer'.statusline()}.
+function M.statusline()
+  if M.failure then
+    return "completer: error"
+  end
+  local client = our_client()
+  if not client then
+    return ""
+  end
+  if not M.enabled then
+    return "completer: off"
+  end
+  local now = vim.uv.now()
+  -- An answer that never came (a server that died) does not block asking again.
+  local waiting = stats.asked_at and now - stats.asked_at < 10000
+  if client.initialized and not waiting and now - stats.at >= M.config.stats_interval_ms then
+    stats.asked_at = now
+    vim.schedule(function() -- not from inside the statusline's evaluation
+      if not client:is_stopped() then
+        ask_stats(client)
+      end
+    end)
+  end
+  local value = stats.value
+  if value and value.error ~= nil and value.error ~= "" then
+    return "completer: error"
+  elseif not value or not value.ready then
+    return "completer: loading"
+  end
+  -- The draft acceptance rate, as VS Code's status bar: what speculation is buying.
+  return string.format("completer: drafts %d%% accepted, %.1f tok/s",
+    math.floor(value.draft_acceptance_rate * 100 + 0.5), value.tokens_per_second)
+end
+
+--- :CompleterStats: the server's counters, one per line.
+function M.show_stats()
+  local client = our_client()
+  if not client then
+    notify("the server is not running" .. (M.failure and ": " .. M.failure or ""), vim.log.levels.WARN)
+    return
+  end
+  ask_stats(client, function(err, result)
+    if err or type(result) ~= "table" then
+      notify("completer/stats failed: " .. (err and err.message or "no answer"), vim.log.levels.ERROR)
+      return
+    end
+    local names = vim.tbl_keys(result)
+    table.sort(names)
+    local lines = {}
+    for _, name in ipairs(names) do
+      local value = result[name]
+      value = type(value) == "number" and value % 1 ~= 0 and string.format("%.3f", value) or tostring(value)
+      lines[#lines + 1] = string.format("%-27s %s", name, value)
+    end
+    vim.api.nvim_echo({ { table.concat(lines, "\n") } }, true, {})
+  end)
+end
+
+--- :CompleterToggle: suggestions off (nothing asked, nothing shown, keys fall through)
+--- or on again. `on` forces a state.
+function M.toggle(on)
+  if on == nil then
+    on = not M.enabled
+  end
+  M.enabled = on
+  if builtin then
+    builtin_enable(on)
+  elseif not on then
+    ghost.clear_all()
+  end
+  notify("suggestions " .. (on and "on" or "off"), vim.log.levels.INFO)
+end
+
+------------------------------------------------------------------------------
+-- Setup.
+
+local function on_attach(buf, client)
+  if builtin then
+    vim.lsp.inline_completion.enable(M.enabled, { client_id = client.id })
+  else
+    ghost.attach(buf)
+  end
+  map_keys(buf)
+end
+
+local function on_detach(buf)
+  ghost.detach(buf)
+  unmap_keys(buf)
+end
+
+function M.setup(opts)
+  local problems = {}
+  M.config = merge(defaults, opts or {}, "", problems)
+  M.enabled = M.config.enabled
+  M.failure = nil
+  if #problems > 0 then
+    table.sort(problems)
+    notify(table.concat(problems, "; ") .. " (see :help completer-options)", vim.log.levels.WARN)
+  end
+
+  local group = vim.api.nvim_create_augroup("completer", { clear = true })
+  local function link_ghost()
+    vim.api.nvim_set_hl(0, ghost.hl, { link = "Comment", default = true })
+  end
+  link_ghost()
+  vim.api.nvim_create_autocmd("ColorScheme", { group = group, callback = link_ghost }) -- :hi clear drops it
+  vim.api.nvim_create_user_command("CompleterStats", M.show_stats,
+    { desc = "completer: the server's statistics" })
+  vim.api.nvim_create_user_command("CompleterToggle", function()
+    M.toggle()
+  end, { desc = "completer: suggestions on/off" })
+
+  if vim.fn.has("nvim-0.11") == 0 then
+    M.failure = "Neovim 0.11 or newer is needed (vim.lsp.config)"
+    notify(M.failure, vim.log.levels.ERROR)
+    return
+  end
+  -- vim.lsp.enable skips a command that is not executable with only a line in the LSP
+  -- log: say it once here, and do not enable the server.
+  local cmd = M.config.cmd
+  if type(cmd) == "table" and vim.fn.executable(cmd[1] or "") == 0 then
+    M.failure = string.format("`%s` is not executable: install the completer Python package "
+      .. "or set the cmd option to its full path", tostring(cmd[1]))
+    notify(M.failure, vim.log.levels.ERROR)
+    return
+  end
+
+  builtin = M.config.use_builtin and vim.fn.has("nvim-0.12") == 1 and vim.lsp.inline_completion ~= nil
+  ghost.options = {
+    name = NAME,
+    debounce_ms = M.config.debounce_ms,
+    enabled = function()
+      return M.enabled
+    end,
+  }
+
+  vim.api.nvim_create_autocmd("LspAttach", {
+    group = group,
+    callback = function(args)
+      local client = vim.lsp.get_client_by_id(args.data.client_id)
+      if client and client.name == NAME then
+        on_attach(args.buf, client)
+      end
+    end,
+  })
+  vim.api.nvim_create_autocmd("LspDetach", {
+    group = group,
+    callback = function(args)
+      local client = vim.lsp.get_client_by_id(args.data.client_id)
+      if client and client.name == NAME then
+        on_detach(args.buf)
+      end
+    end,
+  })
+
+  local config = {
+    cmd = cmd,
+    filetypes = #M.config.filetypes > 0 and M.config.filetypes or nil,
+    root_markers = M.config.root_markers,
+    init_options = as_object(M.config.init_options),
+    handlers = { ["window/showMessage"] = show_message },
+    -- One server for every buffer, whatever its root: each server loads its own models.
+    reuse_client = function(client, config)
+      return client.name == config.name and not client:is_stopped()
+    end,
+    on_exit = function()
+      stats.value, stats.asked_at = nil, nil
+    end,
+  }
+  if registered then
+    vim.lsp.config[NAME] = config -- setup() again: replace, as merging would mix old lists in
+  else
+    vim.lsp.config(NAME, config) -- on top of what the user may have set with vim.lsp.config
+  end
+  registered = true
+  vim.lsp.enable(NAME)
+end
+
+return M

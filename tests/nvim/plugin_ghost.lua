@@ -1,0 +1,260 @@
+-- Run by tests/test_nvim_plugin.py: the plugin on Neovim 0.11 against the real server
+-- with the smol models, in one Neovim so that the models load once. Each section types
+-- as a user would and records what it saw with H.check; a section that fails is
+-- recorded under its name and the next one runs. The Python side asserts, with its own
+-- reading of what a line and a word are.
+local H = dofile(vim.fs.joinpath(vim.fs.dirname(debug.getinfo(1, "S").source:sub(2)), "harness.lua"))
+
+local BASE = {
+  "import math",
+  "",
+  "",
+  "def mean(values):",
+  "    return sum(values) / len(values)",
+  "",
+  "",
+  "def variance(values):",
+  "    m = mean(values)",
+  "    return sum((x - m) ** 2 for x in values) / len(values)",
+  "",
+  "",
+}
+local ACCEPT_DESC = "completer: accept the suggestion"
+
+local completer, client
+local buf -- stats.py, where the user had mappings before setup()
+
+--- BASE and `last` in `buf`, the cursor on `last`, in Normal mode.
+local function reset(last)
+  local lines = vim.list_extend(vim.deepcopy(BASE), { last })
+  vim.api.nvim_buf_set_lines(buf, 0, -1, false, lines)
+  vim.api.nvim_win_set_cursor(0, { #lines, 0 })
+  return lines
+end
+
+local function last_line()
+  local lines = H.lines(buf)
+  return lines[#lines]
+end
+
+-- textDocument/inlineCompletion requests the plugin sent.
+local inline_requests = 0
+vim.api.nvim_create_autocmd("LspRequest", {
+  callback = function(args)
+    local request = args.data.request
+    if request.method == "textDocument/inlineCompletion" and request.type == "pending" then
+      inline_requests = inline_requests + 1
+    end
+  end,
+})
+
+local function wait_ghost(what)
+  return H.wait(function()
+    return H.ghost(buf)
+  end, 90000, what)
+end
+
+local function accepted()
+  local _, result = H.request(client, "completer/stats")
+  return result.suggestions_accepted
+end
+
+--- Type `keys` on a fresh `last` line (in one go: Insert mode's first key and the
+--- next, before any request) and return the line once it changed.
+local function type_on(last, keys)
+  reset(last)
+  H.type(keys)
+  H.wait(function()
+    return last_line() ~= last
+  end, 5000, keys)
+  H.sleep(50)
+  local line = last_line()
+  H.type("<Esc>")
+  return line
+end
+
+H.run(function()
+  -- The user's own mappings, made before setup(): a global Lua callback on <Tab>, a
+  -- global <expr> mapping on <C-]> and, below, a buffer-local one on <C-B>.
+  vim.g.user_tab = 0
+  vim.keymap.set("i", "<Tab>", function()
+    vim.g.user_tab = vim.g.user_tab + 1
+  end)
+  vim.cmd([[inoremap <expr> <C-]> "[dismissed]"]])
+  vim.cmd.edit(vim.fs.joinpath(os.getenv("WORKSPACE"), "stats.py"))
+  buf = vim.api.nvim_get_current_buf()
+  vim.cmd("inoremap <buffer> <C-B> WORD")
+  reset("")
+
+  completer = require("completer")
+  completer.setup({
+    cmd = { os.getenv("COMPLETER"), "serve", "--stdio" },
+    init_options = { models = { preset = "smol" }, generation = { max_tokens = 16, time_budget_ms = 0 } },
+    stats_interval_ms = 200,
+  })
+  client = H.wait(H.client, 30000, "the client")
+  H.check("statusline_loading", completer.statusline())
+  H.wait_ready()
+  H.wait(function()
+    return vim.fn.maparg("<Tab>", "i", false, true).desc == ACCEPT_DESC
+  end, 10000, "the plugin's <Tab> in stats.py")
+
+  H.section("fallback", function()
+    -- Nothing shown: the keys do what the user's mappings did, and keys typed after
+    -- them stay after.
+    local presses = vim.g.user_tab
+    H.check("fallback_tab", { line = type_on("x = 1", "A<Tab>z"), user_tab = vim.g.user_tab - presses })
+    H.check("fallback_expr", type_on("x = 1", "A<C-]>z"))
+    H.check("fallback_buffer_local", type_on("x = 1", "A<C-B>z"))
+  end)
+
+  H.section("accept_all", function()
+    -- The buffer gets exactly the suggestion shown, and the server counts it.
+    local before = reset("def stdev(values)")
+    H.type("A")
+    local shown = wait_ghost("a suggestion after def stdev(values)")
+    local count, presses = accepted(), vim.g.user_tab
+    H.type("<Tab>")
+    H.wait(function()
+      return not vim.deep_equal(H.lines(buf), before)
+    end, 5000, "<Tab> to accept")
+    H.check("accept_all", {
+      before = before,
+      ghost = shown,
+      after = H.lines(buf),
+      cursor = vim.api.nvim_win_get_cursor(0),
+      mode = vim.api.nvim_get_mode().mode,
+      user_tab = vim.g.user_tab - presses,
+    })
+    local counted = pcall(H.wait, function()
+      return accepted() > count
+    end, 10000)
+    H.check("accept_all_counted", { before = count, after = accepted(), counted = counted })
+  end)
+
+  H.section("typing", function()
+    -- Typing what the suggestion shows next keeps it, shifted, with no new request; a
+    -- backspace brings the character back; anything else clears it.
+    reset("    center = mean(")
+    H.type("A")
+    local first = wait_ghost("a suggestion after center = mean(")
+    local requests = inline_requests
+    local char = first.text:sub(1, 1)
+    H.type(H.literal(char))
+    H.sleep(400) -- longer than the debounce: a request would have gone
+    local typed = H.ghost(buf)
+    local requests_after_typing = inline_requests
+    H.type("<BS>")
+    local back = H.ghost(buf)
+    local other = char == "#" and "@" or "#"
+    H.type(other)
+    local cleared = H.ghost(buf)
+    H.check("typing", {
+      first = first,
+      typed_char = char,
+      typed = typed or vim.NIL,
+      requests_before = requests,
+      requests_after = requests_after_typing,
+      back = back or vim.NIL,
+      other = other,
+      cleared = cleared or vim.NIL,
+    })
+    -- Moving the cursor and leaving Insert mode clear it too, as the dismiss key does
+    -- (which does not do what the user's <C-]> does then).
+    H.type("<Esc>")
+    reset("    center = mean(")
+    H.type("A")
+    wait_ghost("a suggestion to move away from")
+    H.type("<Left>")
+    H.check("cursor_move_clears", H.ghost(buf) == nil)
+    H.type("<Esc>")
+    reset("    center = mean(")
+    H.type("A")
+    wait_ghost("a suggestion again")
+    H.type("<Esc>")
+    H.check("insert_leave_clears", H.ghost(buf) == nil)
+    reset("    center = mean(")
+    H.type("A")
+    wait_ghost("a suggestion to dismiss")
+    H.type("<C-]>")
+    H.check("dismissed", { ghost = H.ghost(buf) or vim.NIL, line = last_line() })
+  end)
+
+  H.section("partial", function()
+    -- Accept line, twice, then accept word: each takes only its piece; the rest stays.
+    local before = reset("class Stats")
+    H.type("A")
+    local shown = wait_ghost("a suggestion after class Stats")
+    local count = accepted()
+    local steps = {}
+    for _, key in ipairs({ "<S-Tab>", "<S-Tab>", "<C-B>" }) do
+      local lines = H.lines(buf)
+      H.type(key)
+      H.wait(function()
+        return not vim.deep_equal(H.lines(buf), lines)
+      end, 5000, key)
+      local ghost = H.ghost(buf)
+      steps[#steps + 1] = { key = key, lines = H.lines(buf), ghost = ghost and ghost.text or vim.NIL,
+                            cursor = vim.api.nvim_win_get_cursor(0) }
+      if not ghost then
+        break
+      end
+    end
+    H.sleep(500)
+    H.check("partial", { before = before, ghost = shown, steps = steps, accepted_before = count,
+                         accepted_after = accepted() })
+  end)
+
+  H.section("fallback_raw", function()
+    -- No mapping before: <Tab> types a tab (in a buffer opened after the user's global
+    -- <Tab> mapping is gone).
+    vim.keymap.del("i", "<Tab>")
+    vim.cmd.edit(vim.fs.joinpath(os.getenv("WORKSPACE"), "notes.py"))
+    local notes = vim.api.nvim_get_current_buf()
+    vim.bo[notes].expandtab = false
+    vim.bo[notes].softtabstop = 0
+    vim.api.nvim_buf_set_lines(notes, 0, -1, false, { "x = 1" })
+    H.wait(function()
+      return vim.fn.maparg("<Tab>", "i", false, true).desc == ACCEPT_DESC
+    end, 10000, "the plugin's <Tab> in notes.py")
+    local presses = vim.g.user_tab
+    H.type("A<Tab>y")
+    H.wait(function()
+      return H.lines(notes)[1] ~= "x = 1"
+    end, 5000, "a tab")
+    H.sleep(50)
+    H.check("fallback_raw", { line = H.lines(notes)[1], user_tab = vim.g.user_tab - presses })
+    H.type("<Esc>")
+    vim.cmd.buffer(buf)
+  end)
+
+  H.section("toggle", function()
+    -- The statusline, :CompleterToggle and :CompleterStats.
+    local shows, line = pcall(H.wait, function()
+      local status = completer.statusline()
+      return status:match("^completer: %d+%% accepted, [%d.]+ tok/s$") and status
+    end, 10000)
+    H.check("statusline_ready", shows and line or completer.statusline())
+    vim.cmd("CompleterToggle")
+    H.check("statusline_off", completer.statusline())
+    local requests, presses = inline_requests, vim.g.user_tab
+    reset("def stdev(values)")
+    H.type("A")
+    H.type("x")
+    H.sleep(1500)
+    local ghost_off = H.ghost(buf)
+    H.type("<Tab>") -- falls through to the user's mapping, as with nothing shown
+    H.check("toggled_off", { ghost = ghost_off or vim.NIL, requests_before = requests,
+                             requests_after = inline_requests, user_tab = vim.g.user_tab - presses })
+    H.type("<Esc>")
+    vim.cmd("CompleterToggle")
+    reset("def stdev(values)")
+    H.type("A")
+    H.check("toggled_on", (pcall(wait_ghost, "a suggestion after :CompleterToggle again")))
+    H.type("<Esc>")
+    vim.cmd("CompleterStats")
+    H.check("stats_printed", (pcall(H.wait, function()
+      return vim.fn.execute("messages"):find("suggestions_accepted")
+    end, 10000)))
+  end)
+end)
