@@ -11,8 +11,10 @@ import click
 from rich.console import Console
 from rich.table import Table
 
+from completer.bench import DISTILLED_MODES
 from completer.bench import MODES as BENCH_MODES
 from completer.config import DRAFT_MODES, CacheOptions, Config, GenerationOptions, ModelOptions
+from models.distill_settings import LOSSES, QUANTIZE_TYPES, DistillSettings
 from models.errors import ModelError
 from models.paths import cache_dir
 from models.presets import PRESETS, Preset
@@ -176,6 +178,92 @@ def models_info(path_or_preset: str, measure: bool, threads: int) -> None:
 
 
 @main.command()
+@click.option("--preset", default=ModelOptions().preset, show_default=True, help="Preset whose target teaches.")
+@click.option("--target", "target_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Target GGUF file, instead of the preset's.")
+@click.option("--data", "data_paths", multiple=True, required=True,
+              type=click.Path(exists=True, path_type=Path),
+              help="Repository, folder or file to learn from (repeatable). .gitignore, vendored and generated "
+                   "files are skipped.")
+@click.option("--layers", default=DistillSettings.layers, show_default=True, type=click.IntRange(min=1),
+              help="Draft layers: the target's first L blocks to start from.")
+@click.option("--minutes", type=click.FloatRange(min=0, min_open=True), help="Training time budget.")
+@click.option("--steps", type=click.IntRange(min=1), help="Optimizer steps (with --minutes: whichever ends first).")
+@click.option("--loss", type=click.Choice(LOSSES), default=DistillSettings.loss, show_default=True,
+              help="tv: total variation, 1 - acceptance; kl: forward KL.")
+@click.option("--quantize", type=click.Choice(list(QUANTIZE_TYPES)), default=DistillSettings.quantize,
+              show_default=True, help="Type of the exported draft's block weights.")
+@click.option("--seed", default=DistillSettings.seed, show_default=True)
+@click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path),
+              help="Write the draft here instead of the cache (then it is not `--draft distilled`).")
+@_reports_model_errors
+def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...], layers: int, minutes: float | None,
+            steps: int | None, loss: str, quantize: str, seed: int, out_path: Path | None) -> None:
+    """Train a draft on your code so the target accepts more of what it drafts.
+
+    The draft starts as the target's first --layers blocks and learns the target's
+    next-token distribution on the source files under --data (a tenth of the files held
+    out to measure acceptance). Needs torch: pip install 'completer[distill]'. Ctrl-C
+    stops training early and still exports what was learnt."""
+    if minutes is None and steps is None:
+        raise click.UsageError("say when to stop: --minutes M or --steps N")
+    try:
+        import torch
+    except ImportError:
+        raise click.ClickException("distillation needs torch: pip install torch==2.13.0 (the CPU wheel), "
+                                   "or pip install 'completer[distill]'") from None
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    from models.backend import LlamaModel
+    from models.distill import (Distiller, Teacher, build_corpus, corpus_files, export_draft,
+                                llama_cpp_agreement, load_student)
+    from models.paths import distilled_draft_path
+    from models.resolve import resolve
+
+    settings = DistillSettings(layers=layers, minutes=minutes, steps=steps, loss=loss, quantize=quantize, seed=seed)
+    target = resolve(Preset.from_name(preset), target_path, with_draft=False).target
+    device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    teacher_model = LlamaModel(target, "auto")
+    files = corpus_files(list(data_paths))
+    corpus = build_corpus(files, teacher_model.tokenize, settings)
+    errors.print(f"{target.name} teaches the first {layers} of its layers on {device}: {len(corpus.train)} windows "
+                 f"of {settings.window} tokens from {corpus.train_files} files, {len(corpus.held_out)} held out "
+                 f"from {corpus.held_out_files}", highlight=False)
+    distiller = Distiller(load_student(target, layers, device), Teacher(teacher_model, settings), corpus, settings,
+                          device)
+    total = steps if minutes is None else minutes * 60
+    unit = "steps" if minutes is None else "s"
+    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TextColumn("{task.fields[line]}"))
+    with Progress(*columns, console=errors) as progress:
+        task = progress.add_task("distilling", total=total, line="measuring the held-out files")
+
+        def show(report, loss_value: float, done: float) -> None:
+            held_out = report.history[-1][1]
+            line = (f"step {report.steps} · {report.tokens:,} tokens · loss {loss_value:.3f} · held-out "
+                    f"acceptance {held_out.greedy_acceptance:.2f} at T=0, {held_out.acceptance:.2f} sampled "
+                    f"(step {report.history[-1][0]})")
+            progress.update(task, completed=done * total, line=line)
+            if not errors.is_terminal and (report.steps == 1 or report.steps % 25 == 0):  # a log gets lines
+                errors.print(line, highlight=False)
+
+        result = distiller.run(show)
+    destination = out_path or distilled_draft_path(target)
+    export_draft(target, distiller.student, quantize, destination)
+    before, after = result.before, result.after
+    click.echo(f"{'stopped early: ' if result.interrupted else ''}{result.steps} steps, {result.tokens:,} tokens "
+               f"in {result.seconds / 60:.1f} min ({unit} budget {total:g})")
+    click.echo(f"held-out acceptance at T=0: {before.greedy_acceptance:.3f} -> {after.greedy_acceptance:.3f}; "
+               f"sampled (1 - TV): {before.acceptance:.3f} -> {after.acceptance:.3f}")
+    # The file is what will draft: measured again through llama.cpp, after quantization.
+    exported = llama_cpp_agreement(teacher_model, destination, distiller.evaluated)
+    click.echo(f"held-out acceptance at T=0 of the exported {quantize} file, through llama.cpp: {exported:.3f}")
+    click.echo(f"draft: {destination}")
+    if out_path is None:
+        click.echo("use it: --draft distilled (models.draft = \"distilled\" in an editor); `completer bench "
+                   f"--preset {preset}` now runs draft:distilled and hybrid:distilled beside draft and hybrid")
+
+
+@main.command()
 def doctor() -> None:
     """llama.cpp build, GPU offload, threads, cache directory and each preset's state."""
     from models.backend import default_threads, gpu_offload_supported, system_info
@@ -288,7 +376,8 @@ def _repository_root() -> Path:
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--modes", default=",".join(BENCH_MODES), show_default=True,
-              help="Comma-separated modes; target, the baseline, is always run.")
+              help="Comma-separated modes; target, the baseline, is always run. When `completer distill` has "
+                   "trained a draft for the target, draft:distilled and hybrid:distilled run beside draft and hybrid.")
 @click.option("--n", "count", type=click.IntRange(min=1), help="Holes.  [default: 40; 6 with --quick]")
 @click.option("--seed", default=1, show_default=True, help="Seed for picking holes.")
 @click.option("--max-tokens", type=click.IntRange(min=1), help="Tokens each mode generates per hole (no early "
@@ -323,12 +412,15 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
     from completer.bench.holes import holes_from_json, pick_holes
     from completer.bench.run import Bench, Settings
     from models.backend import LlamaModel
+    from models.gguf_file import check_same_vocabulary
+    from models.paths import distilled_draft_path
     from models.resolve import resolve
 
     chosen = tuple(dict.fromkeys(["target", *(m.strip() for m in modes.split(",") if m.strip())]))
-    unknown = [m for m in chosen if m not in BENCH_MODES]
+    known = BENCH_MODES + DISTILLED_MODES
+    unknown = [m for m in chosen if m not in known]
     if unknown:
-        raise click.BadParameter(f"unknown mode {', '.join(unknown)}; modes: {', '.join(BENCH_MODES)}",
+        raise click.BadParameter(f"unknown mode {', '.join(unknown)}; modes: {', '.join(known)}",
                                  param_hint="--modes")
     count = count or (6 if quick else 40)
     max_tokens = max_tokens or (24 if quick else 48)
@@ -337,11 +429,20 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
         holes = holes_from_json(json.loads(holes_file.read_text())) if holes_file else pick_holes(roots, count, seed)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
-    settings = Settings(models.preset, chosen, max_tokens, temperature, models.context_tokens)
     files = resolve(Preset.from_name(models.preset), models.target, models.draft)
+    distilled_path = distilled_draft_path(files.target)
+    if models.draft is None and distilled_path.is_file():  # the distilled draft beside the preset's
+        chosen = tuple(dict.fromkeys(chosen + tuple(m for m in DISTILLED_MODES if m.partition(":")[0] in chosen)))
+    else:
+        chosen = tuple(m for m in chosen if m not in DISTILLED_MODES)
+    settings = Settings(models.preset, chosen, max_tokens, temperature, models.context_tokens)
     target = LlamaModel(files.target, models.target_gpu_layers)
     draft = LlamaModel(files.draft, models.draft_gpu_layers)
-    runner = Bench(target, draft, settings)
+    distilled = None
+    if any(m in DISTILLED_MODES for m in chosen):
+        check_same_vocabulary(files.target, distilled_path)
+        distilled = LlamaModel(distilled_path, models.draft_gpu_layers)
+    runner = Bench(target, draft, settings, distilled)
     records: list[dict] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                TextColumn("ETA"), TimeRemainingColumn())
@@ -363,7 +464,8 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
                                      f"preset {models.preset}"))
     console.print(report.FOOTNOTE, soft_wrap=True)
     result = {"machine": report.machine(), "preset": models.preset,
-              "models": {"target": str(files.target), "draft": str(files.draft)},
+              "models": {"target": str(files.target), "draft": str(files.draft),
+                         "distilled_draft": str(distilled_path) if distilled else None},
               "settings": {"modes": list(chosen), "n": len(holes), "seed": seed, "max_tokens": max_tokens,
                            "temperature": temperature, "context_tokens": models.context_tokens,
                            "roots": [str(r) for r in roots]},

@@ -34,7 +34,8 @@ class ModelOptions:
     )
     target: str | None = option(None, "path to a target GGUF, used instead of the preset's", "--target")
     draft: str | None = option(
-        None, "path to a draft GGUF, instead of the preset's; it must share the target's vocabulary", "--draft"
+        None, "path to a draft GGUF, instead of the preset's; it must share the target's vocabulary. "
+        "`distilled`: the draft `completer distill` trained for the target", "--draft"
     )
     target_gpu_layers: int | str = option(
         "auto", "target layers offloaded to the GPU; `auto` = all when llama.cpp can offload, else 0", "--gpu-layers"

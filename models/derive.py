@@ -14,6 +14,7 @@ from typing import Any
 
 import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
+from gguf.quants import quantize
 
 from models.errors import ModelError
 from models.gguf_file import TensorLocation, read_gguf
@@ -22,11 +23,33 @@ _BLOCK = re.compile(r"blk\.(\d+)\.")
 _PLAIN_DTYPES = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16}
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process
+        return True
+    return True
+
+
+def sweep_partial_files(destination: Path) -> None:
+    """Remove the temporary files of earlier writes of `destination` whose process died
+    (killed mid-write: no `finally` ran). A live writer's file is left alone."""
+    for partial in destination.parent.glob(f".{destination.name}.*.part"):
+        pid = partial.name[len(destination.name) + 2 :].split(".", 1)[0]
+        if pid.isdigit() and not _alive(int(pid)):
+            partial.unlink(missing_ok=True)
+
+
 def write_atomically(destination: Path, write: Callable[[Path], Any]) -> Path:
     """Call write(temporary_path), then move the finished file into place: a reader
-    never sees half a file, and an interrupted write leaves nothing behind."""
+    never sees half a file, and an interrupted write leaves nothing behind (a killed
+    one leaves a temporary file, named with its pid, which the next write sweeps)."""
     destination.parent.mkdir(parents=True, exist_ok=True)
-    handle, temporary = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.", suffix=".part")
+    sweep_partial_files(destination)
+    handle, temporary = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.{os.getpid()}.",
+                                         suffix=".part")
     os.close(handle)
     try:
         write(Path(temporary))
@@ -45,15 +68,18 @@ def rewrite_gguf(
     destination: Path,
     values: dict[str, Any] | None = None,
     keep_tensor: Callable[[TensorLocation], bool] = lambda tensor: True,
+    replacements: dict[str, tuple[np.ndarray, GGMLQuantizationType]] | None = None,
 ) -> Path:
     """Copy a GGUF file with some metadata values replaced and some tensors left out.
 
     Tensor data is copied as stored (quantized blocks included), so the copy is
-    exact and deterministic.
+    exact and deterministic; `replacements` gives new float32 data (numpy order) for
+    some tensors, stored as the type given.
     """
     contents = read_gguf(source, keep_arrays=True)
     architecture = contents.get("general.architecture")
     values = values or {}
+    replacements = replacements or {}
 
     def write(path: Path) -> None:
         writer = GGUFWriter(path, architecture)
@@ -62,6 +88,13 @@ def rewrite_gguf(
                 writer.add_key_value(key, values.get(key, field.value), field.type, field.sub_type)
         data = np.memmap(source, dtype=np.uint8, mode="r")
         for tensor in filter(keep_tensor, contents.tensors):
+            if tensor.name in replacements:
+                array, qtype = replacements[tensor.name]
+                if qtype == GGMLQuantizationType.F32:
+                    writer.add_tensor(tensor.name, array.astype(np.float32))
+                else:
+                    writer.add_tensor(tensor.name, quantize(array, qtype), raw_dtype=qtype)
+                continue
             raw = data[tensor.offset : tensor.offset + tensor.n_bytes]
             numpy_shape = tuple(reversed(tensor.shape))
             if tensor.type in _PLAIN_DTYPES:

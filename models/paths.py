@@ -24,3 +24,9 @@ def hub_cache_dir() -> Path:
 def derived_cache_dir() -> Path:
     """Files the project makes from other files: requantized targets, derived drafts."""
     return cache_dir() / "derived"
+
+
+def distilled_draft_path(target: Path) -> Path:
+    """Where `completer distill` puts the draft it trained for `target`; `--draft
+    distilled` (models.draft = "distilled") loads it."""
+    return cache_dir() / "distilled" / f"{target.stem}.draft.gguf"

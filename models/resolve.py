@@ -13,8 +13,12 @@ from models.derive import derive_draft, write_atomically
 from models.errors import ModelError
 from models.gguf_file import check_gguf, check_same_vocabulary
 from models.hub import cached_hub_file, download_hub_file
-from models.paths import derived_cache_dir
+from models.paths import derived_cache_dir, distilled_draft_path
 from models.presets import DerivedDraft, HubFile, ModelSource, PackagedFile, Preset
+
+
+# A draft path that names the draft `completer distill` trained for the target.
+DISTILLED = "distilled"
 
 
 @dataclass(frozen=True)
@@ -96,7 +100,13 @@ def resolve(
     check_gguf(target)
     if not with_draft:
         return ModelFiles(target, None)
-    draft = Path(draft_path).expanduser() if draft_path else fetch(preset.draft, target=target, download=download)
+    if draft_path == DISTILLED:
+        draft = distilled_draft_path(target)
+        if not draft.is_file():
+            raise ModelError(f"no distilled draft for {target.name} yet: run `completer distill --preset "
+                             f"{preset.name} --data PATH` (or --target {target}).")
+    else:
+        draft = Path(draft_path).expanduser() if draft_path else fetch(preset.draft, target=target, download=download)
     check_gguf(draft)
     check_same_vocabulary(target, draft)
     return ModelFiles(target, draft)

@@ -39,7 +39,7 @@ def stdev(values):
 
 def test_every_server_option_is_a_setting_with_the_servers_default_and_description():
     declared = {key.removeprefix("completer."): schema for key, schema in SETTINGS.items() if key.count(".") == 2}
-    assert declared == settings_schema()
+    assert declared == settings_schema(), "run editor-extensions/vscode/scripts/sync-settings.py"
 
 
 def test_the_protocol_module_matches_the_servers():

@@ -5,3 +5,6 @@ loading llama.cpp."""
 
 PEER = "peer:llama-cpp-python"
 MODES = ("target", "ngram", "draft", "hybrid", "auto", PEER)
+# With a draft `completer distill` trained for the target, these run beside the modes
+# above with it instead of the preset's draft: undistilled and distilled side by side.
+DISTILLED_MODES = ("draft:distilled", "hybrid:distilled")

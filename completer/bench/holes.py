@@ -14,6 +14,7 @@ A hole is plain data (JSON): a run can be replayed exactly from its holes.
 
 import random
 import subprocess
+from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
@@ -134,11 +135,13 @@ def make_hole(root: Path, path: Path, language: str, kind: str, rng: random.Rand
     return Hole(str(root), path.relative_to(root).as_posix(), language, kind, line, column, truth)
 
 
-def pick_holes(roots: list[Path], count: int, seed: int) -> list[Hole]:
-    """`count` holes over the roots' source files, the same for the same seed and files."""
+def pick_holes(roots: list[Path], count: int, seed: int,
+               keep: Callable[[Path], bool] = lambda path: True) -> list[Hole]:
+    """`count` holes over the roots' source files (those `keep` accepts), the same for
+    the same seed and files."""
     rng = random.Random(seed)
     files = [(root.resolve(), language, path) for root in roots
-             for language, paths in sorted(source_files(root.resolve()).items()) for path in paths]
+             for language, paths in sorted(source_files(root.resolve()).items()) for path in paths if keep(path)]
     languages = sorted({language for _, language, _ in files})
     if not languages:
         raise ValueError(f"no source files to complete in under {', '.join(map(str, roots))}")

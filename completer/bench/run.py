@@ -71,10 +71,15 @@ class Peer:
 class Bench:
     """The models, loaded once, and what a run needs to price rounds and check ties."""
 
-    def __init__(self, target: LlamaModel, draft: LlamaModel | None, settings: Settings):
+    def __init__(self, target: LlamaModel, draft: LlamaModel | None, settings: Settings,
+                 distilled: LlamaModel | None = None):
         self.settings = settings
         self.model = target
         self.engine = Engine(target, draft, n_ctx=settings.context_tokens)
+        # Mode suffix (":distilled") -> the engine whose draft it runs with.
+        self.engines = {"": self.engine}
+        if distilled is not None:
+            self.engines["distilled"] = Engine(target, distilled, n_ctx=settings.context_tokens)
         config = Config(generation=GenerationOptions(max_tokens=settings.max_tokens),
                         prompt=PromptOptions(prefix_lines=PREFIX_LINES))
         self.completer = Completer(self.engine, config)  # its prompts, as the editor gets them
@@ -125,12 +130,13 @@ class Bench:
             tokens, ms = self.peer.generate(prompt, settings.max_tokens, settings.temperature, index,
                                             self.model.is_end_of_generation)
             return {**base, "tokens": tokens, "ms": ms}
-        engine = self.engine
+        provider, _, draft = mode.partition(":")
+        engine = self.engines[draft]
         engine.target.sync(prompt[:-1])  # prefill outside the timing
         if engine.drafter:
             engine.drafter.sequence.sync(prompt[:-1])
         result = generate(engine, prompt, settings.max_tokens, sampling=Sampling(settings.temperature, seed=index),
-                          mode=mode, document=hole.file, language=hole.language)
+                          mode=provider, document=hole.file, language=hole.language)
         s = result.stats
         return {**base, "tokens": result.tokens, "ms": s.total_ms, "passes": s.target_passes, "drafted": s.drafted,
                 "accepted": s.accepted, "spec_rounds": s.speculative_rounds,

@@ -1,0 +1,276 @@
+"""`completer distill`: train a draft on the user's own code so the target accepts more
+of what it proposes. Needs the `distill` extra (torch).
+
+The draft starts as the target's first L blocks (with its embeddings, final norm and
+tied head) and learns to match the target's next-token distribution on the source
+files under the data paths. The teacher is the target as it is served: llama.cpp on
+the GGUF file, whose top-k probabilities are kept per position. Each position's
+acceptance under speculative sampling is a = sum(min(p, q)) = 1 - TV(p, q), so the
+total-variation loss optimises acceptance directly; forward KL is offered too. At
+temperature 0 a drafted token is accepted when it is the target's argmax: the held-out
+"greedy acceptance" reported is that rate.
+
+Only the blocks and the final norm train: the embeddings (and the tied head) stay the
+target's, bit for bit, which keeps the vocabulary identical and halves the work of
+every backward pass on a CPU.
+"""
+
+import hashlib
+import math
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from gguf import GGMLQuantizationType
+
+from completer.bench.holes import source_files
+from models.backend import LlamaContext, LlamaModel
+from models.derive import rewrite_gguf
+from models.distill_settings import QUANTIZE_TYPES, DistillSettings
+from models.errors import ModelError
+from models.gguf_file import read_gguf
+from models.torch_model import Transformer, load_transformer
+
+@dataclass
+class Corpus:
+    train: list[np.ndarray]  # windows of token ids, [window] each
+    held_out: list[np.ndarray]
+    train_files: int
+    held_out_files: int
+
+
+def corpus_files(paths: list[Path]) -> list[Path]:
+    """Source files under the paths: .gitignore respected (git ls-files), vendored,
+    generated, minified and binary files skipped (the rules `completer bench` uses)."""
+    files = []
+    for root in paths:
+        root = root.resolve()
+        if root.is_file():
+            files.append(root)
+            continue
+        for language_files in source_files(root).values():
+            files.extend(language_files)
+    return sorted(set(files))
+
+
+def held_out(path: Path, share: float) -> bool:
+    """A stable split by file: the same files are held out on every run."""
+    return int(hashlib.sha1(str(path).encode()).hexdigest()[:8], 16) / 0x1_0000_0000 < share
+
+
+def windows(tokens: list[int], length: int) -> list[np.ndarray]:
+    """Consecutive windows of `length` tokens; a tail of under half a window is dropped."""
+    starts = range(0, max(len(tokens) - length // 2, 1), length)
+    return [np.array(tokens[start : start + length], dtype=np.int64) for start in starts
+            if len(tokens[start : start + length]) >= length // 2]
+
+
+def build_corpus(files: list[Path], tokenize: Callable[[str], list[int]], settings: DistillSettings) -> Corpus:
+    train, test, train_files, test_files = [], [], 0, 0
+    split = [held_out(path, settings.holdout) for path in files]
+    if len(files) >= 2 and all(split) or not any(split):  # both sides need a file
+        split = [index == 0 for index in range(len(files))]
+    for path, is_held_out in zip(files, split):
+        text = path.read_text(encoding="utf-8", errors="replace")
+        pieces = windows(tokenize(text), settings.window)
+        (test if is_held_out else train).extend(pieces)
+        test_files += is_held_out
+        train_files += not is_held_out
+    if not train or not test:
+        raise ModelError(f"too little code to distill on: {len(files)} source files, "
+                         f"{len(train)} training and {len(test)} held-out windows of {settings.window} tokens. "
+                         "Point --data at a repository with more code.")
+    return Corpus(train, test, train_files, test_files)
+
+
+@dataclass(frozen=True)
+class TeacherTargets:
+    ids: torch.Tensor  # [T, top_k] token ids, most likely first
+    probs: torch.Tensor  # [T, top_k]
+
+
+class Teacher:
+    """The target in llama.cpp: the distribution the draft must match, as served.
+    Each window's top-k is computed once and kept (k=32 costs 384 bytes a position)."""
+
+    def __init__(self, model: LlamaModel, settings: DistillSettings):
+        self.context = LlamaContext(model, n_ctx=settings.window, n_batch=settings.window)
+        self.top_k = settings.top_k
+        self.kept: dict[int, TeacherTargets] = {}
+
+    def targets(self, key: int, tokens: np.ndarray) -> TeacherTargets:
+        if key not in self.kept:
+            self.context.truncate(0)
+            logits = self.context.eval(tokens.tolist(), 0, logits_at=list(range(len(tokens))))  # [T, vocab]
+            probs, ids = torch.from_numpy(logits).softmax(-1).topk(self.top_k, dim=-1)  # [T, k], most likely first
+            self.kept[key] = TeacherTargets(ids, probs)
+        return self.kept[key]
+
+
+def distribution_gap(student_logits: torch.Tensor, teacher: TeacherTargets, loss: str) -> torch.Tensor:
+    """Per position [T]: total variation or forward KL between the teacher (its top-k
+    and one bucket for the rest) and the student, from the student's logits [T, vocab]."""
+    log_q = F.log_softmax(student_logits.float(), dim=-1)
+    log_q_top = log_q.gather(-1, teacher.ids)  # [T, k]
+    q_top, p_top = log_q_top.exp(), teacher.probs
+    p_tail = (1 - p_top.sum(-1)).clamp_min(0)
+    q_tail = (1 - q_top.sum(-1)).clamp_min(1e-9)
+    if loss == "tv":
+        return 0.5 * ((p_top - q_top).abs().sum(-1) + (p_tail - q_tail).abs())
+    return (p_top * (p_top.clamp_min(1e-12).log() - log_q_top)).sum(-1) + p_tail * (
+        p_tail.clamp_min(1e-12).log() - q_tail.log())
+
+
+@dataclass
+class HeldOut:
+    loss: float
+    acceptance: float  # expected acceptance when sampling: mean of 1 - TV
+    greedy_acceptance: float  # the draft's argmax is the target's: acceptance at temperature 0
+
+
+@dataclass
+class Report:
+    steps: int = 0
+    tokens: int = 0
+    seconds: float = 0.0
+    before: HeldOut | None = None
+    after: HeldOut | None = None
+    interrupted: bool = False
+    history: list[tuple[int, HeldOut]] = field(default_factory=list)
+
+
+class Distiller:
+    """Trains `student` towards `teacher` on `corpus`."""
+
+    def __init__(self, student: Transformer, teacher: Teacher, corpus: Corpus, settings: DistillSettings,
+                 device: torch.device):
+        self.student, self.teacher, self.corpus, self.settings, self.device = student, teacher, corpus, settings, device
+        student.token_embd.weight.requires_grad_(False)
+        self.trainable = [parameter for parameter in student.parameters() if parameter.requires_grad]
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=settings.learning_rate, weight_decay=0.0)
+        self.generator = np.random.default_rng(settings.seed)
+        self.evaluated = self.corpus.held_out[: settings.held_out_windows]
+
+    def evaluate(self) -> HeldOut:
+        self.student.eval()
+        gaps, tvs, greedy = [], [], []
+        with torch.no_grad():
+            for index, tokens in enumerate(self.evaluated):
+                teacher = self.teacher.targets(-1 - index, tokens)
+                logits = self.student(torch.from_numpy(tokens)[None].to(self.device))[0].cpu()
+                gaps.append(distribution_gap(logits, teacher, self.settings.loss).mean().item())
+                tvs.append(distribution_gap(logits, teacher, "tv").mean().item())
+                greedy.append((logits.argmax(-1) == teacher.ids[:, 0]).float().mean().item())
+        self.student.train()
+        return HeldOut(float(np.mean(gaps)), 1 - float(np.mean(tvs)), float(np.mean(greedy)))
+
+    def batches(self) -> Iterator[list[int]]:
+        """Window indices, shuffled, epoch after epoch."""
+        while True:
+            order = self.generator.permutation(len(self.corpus.train))
+            for start in range(0, len(order) - self.settings.batch + 1, self.settings.batch):
+                yield order[start : start + self.settings.batch].tolist()
+
+    def learning_rate(self, step: int, done: float) -> float:
+        """Warm up over 20 steps, then decay linearly to a tenth as the budget runs out."""
+        return self.settings.learning_rate * min(1.0, (step + 1) / 20) * (1 - 0.9 * min(done, 1.0))
+
+    def step(self, indices: list[int], step: int, done: float) -> tuple[float, int]:
+        """One optimizer step on the windows `indices`: (loss, tokens)."""
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.learning_rate(step, done)
+        self.optimizer.zero_grad(set_to_none=True)
+        total, tokens = 0.0, 0
+        for index in indices:
+            window = self.corpus.train[index]
+            teacher = self.teacher.targets(index, window)
+            logits = self.student(torch.from_numpy(window)[None].to(self.device))[0]
+            targets = TeacherTargets(teacher.ids.to(self.device), teacher.probs.to(self.device))
+            loss = distribution_gap(logits, targets, self.settings.loss).mean() / len(indices)
+            loss.backward()
+            total += loss.item()
+            tokens += len(window)
+        torch.nn.utils.clip_grad_norm_(self.trainable, 1.0)
+        self.optimizer.step()
+        return total, tokens
+
+    def run(self, progress: Callable[[Report, float, float], None], report_every_s: float = 60.0) -> Report:
+        """Train until the step or time budget is spent, or Ctrl-C; `progress(report,
+        loss, done)` after every step. The held-out set is measured before, every
+        `report_every_s` and after."""
+        settings, report = self.settings, Report()
+        report.before = self.evaluate()
+        report.history.append((0, report.before))
+        start = last_report = time.monotonic()
+        budget_s = settings.minutes * 60 if settings.minutes is not None else math.inf
+        try:
+            for indices in self.batches():
+                elapsed = time.monotonic() - start
+                done = max(elapsed / budget_s, report.steps / settings.steps if settings.steps else 0.0)
+                if done >= 1.0:
+                    break
+                loss, tokens = self.step(indices, report.steps, done)
+                report.steps += 1
+                report.tokens += tokens
+                report.seconds = time.monotonic() - start
+                if time.monotonic() - last_report >= report_every_s:
+                    report.history.append((report.steps, self.evaluate()))
+                    last_report = time.monotonic()
+                progress(report, loss, done)
+        except KeyboardInterrupt:  # stop early and keep what was learnt
+            report.interrupted = True
+        report.seconds = time.monotonic() - start
+        report.after = self.evaluate()
+        report.history.append((report.steps, report.after))
+        return report
+
+
+def llama_cpp_agreement(target: LlamaModel, draft_path: Path, sequences: list[np.ndarray]) -> float:
+    """Share of positions where the draft's argmax is the target's, both run by llama.cpp
+    from the GGUF files: the acceptance rate of drafted tokens at temperature 0."""
+    draft = LlamaModel(draft_path, 0)
+    contexts = [LlamaContext(model, n_ctx=max(len(s) for s in sequences)) for model in (target, draft)]
+    agree = total = 0
+    for tokens in sequences:
+        argmaxes = []
+        for context in contexts:
+            context.truncate(0)
+            argmaxes.append(context.eval(tokens.tolist(), 0, logits_at=list(range(len(tokens)))).argmax(-1))
+        agree += int((argmaxes[0] == argmaxes[1]).sum())
+        total += len(tokens)
+    for context in contexts:
+        context.close()
+    draft.close()
+    return agree / total
+
+
+def export_draft(target: Path, student: Transformer, quantize: str, destination: Path) -> Path:
+    """A GGUF of the trained draft, written atomically: the target's metadata but the
+    layer count, its embeddings (and head) as stored, the trained blocks quantized to
+    `quantize` (norms and biases stay float32, as llama.cpp keeps them)."""
+    contents = read_gguf(target)
+    architecture = contents.get("general.architecture")
+    qtype = QUANTIZE_TYPES[quantize]
+    trained = {name: value.detach().float().cpu().numpy() for name, value in student.gguf_tensors().items()
+               if name != "token_embd.weight" and name != "output.weight"}
+    replacements = {name: (value, qtype if value.ndim == 2 else GGMLQuantizationType.F32)
+                    for name, value in trained.items()}
+    layers = student.args.n_layer
+    values = {
+        f"{architecture}.block_count": layers,
+        "general.name": f"{contents.get('general.name', target.stem)} (first {layers} layers, distilled)",
+    }
+    kept = set(trained) | {"token_embd.weight", "output.weight"}
+    return rewrite_gguf(target, destination, values, lambda tensor: tensor.name in kept, replacements)
+
+
+def load_student(target: Path, layers: int, device: torch.device) -> Transformer:
+    contents = read_gguf(target)
+    total = contents.get(f"{contents.get('general.architecture')}.block_count")
+    if not 0 < layers < total:
+        raise ModelError(f"a draft of {target.name} needs 1 to {total - 1} layers, not {layers}.")
+    return load_transformer(target, n_layer=layers).to(device).train()
