@@ -1,6 +1,7 @@
 """Generation: rounds of draft -> verify -> accept until a stop, with the tuner choosing
 each round's provider and k. Plain decoding is the same loop with k = 0."""
 
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -15,6 +16,8 @@ from completer.kv import KVSequence
 from completer.speculative import Sampling, expected_tokens, probabilities, verify_greedy, verify_sampled
 from completer.tuning import MAX_DRAFT, AcceptanceTable, CostModel, Plan, best_plan, calibrate, match_bucket
 from models.backend import LlamaContext, LlamaModel
+
+log = logging.getLogger("completer.engine")
 
 # hybrid: an n-gram match this long is trusted over the draft model.
 HYBRID_MIN_MATCH = 5
@@ -87,10 +90,19 @@ class Engine:
             )
             if calibrate_s > 0:
                 self.costs.record_draft("draft", 1, _time_one_step(self.drafter.sequence.context))
+        self.draft_failure = ""  # why the draft model was dropped mid-session; "" while it serves
         self.ngram = NgramDrafter()
         self.acceptance = AcceptanceTable()
         self.since_used: dict[str, int] = {}  # provider -> tokens generated since its last round
         self.probe_wait: dict[str, int] = {}  # provider -> tokens to wait before probing it
+
+
+def _drop_draft(engine: Engine, error: Exception) -> None:
+    """The draft model failed (a llama.cpp error in its context): go on with n-gram
+    lookup and plain target steps, which need nothing from it, and say so in the stats."""
+    log.warning("the draft model failed, decoding without it: %s", error)
+    engine.draft_failure = f"the draft model failed ({error}); completing with the target alone"
+    engine.drafter = None
 
 
 def _time_one_step(context: LlamaContext) -> float:
@@ -148,7 +160,11 @@ def _choose(engine: Engine, mode: str, tokens: list[int], document: str, languag
     if plan.provider == "ngram":
         proposal = Proposal(lookup[: plan.k], None, lookup_ms, match)
     else:
-        proposal = engine.drafter.propose(tokens, plan.k, sampling, rng)
+        try:
+            proposal = engine.drafter.propose(tokens, plan.k, sampling, rng)
+        except (RuntimeError, ValueError) as error:  # llama_decode failed, or the draft's context is full
+            _drop_draft(engine, error)
+            return _Round(Plan(None, 0, 1.0, 0.0), None, NO_PROPOSAL)
     return _Round(plan, plan.provider, proposal)
 
 
@@ -239,7 +255,10 @@ def generate(
         verify_ms = (time.perf_counter() - verify_started) * 1000
         if chosen.provider == "draft":
             # The draft evaluated last, d1..d(k-1): keep what the target accepted.
-            engine.drafter.sequence.truncate(len(tokens) + accepted)
+            try:
+                engine.drafter.sequence.truncate(len(tokens) + accepted)
+            except RuntimeError as error:
+                _drop_draft(engine, error)
 
         new = [*draft[:accepted], next_token]
         tokens.extend(new)

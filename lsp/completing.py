@@ -26,16 +26,16 @@ class Answer:
 async def complete_at(ls: "CompleterServer", uri: str, position: types.Position) -> Answer | None:
     """The completion at `position`, or None: models not ready, superseded by a newer
     request, cancelled, nothing worth showing, or the document changed meanwhile."""
-    completer = ls.completer
-    if completer is None:
-        return None
     document = ls.documents.get(uri)
     if document is None:
         raise JsonRpcInvalidParams(f"{uri} is not open: send textDocument/didOpen first")
     try:
         offset = document.offset_at(position, ls.encoding, strict=True)
-    except PositionError as error:
+    except PositionError as error:  # wrong whether or not the models are loaded yet
         raise JsonRpcInvalidParams(str(error)) from None
+    completer = ls.completer
+    if completer is None:
+        return None
     text, version = document.text, document.version
     line_start = text.rfind("\n", 0, offset) + 1
     request = CompletionRequest(uri, to_fs_path(uri) or uri, text, text.count("\n", 0, offset), offset - line_start,
@@ -50,14 +50,19 @@ async def complete_at(ls: "CompleterServer", uri: str, position: types.Position)
     except asyncio.CancelledError:  # $/cancelRequest: stop the generation at its next round
         cancel.set()
         raise
+    failure = completer.engine.draft_failure
+    if failure and not ls.draft_failure_shown:  # once: the stats keep saying it
+        ls.draft_failure_shown = True
+        ls.tell(types.MessageType.Warning, failure, show=True)
     if not completion.text or document.version != version or document.text != text:
         return None
     return Answer(document, position, completion.text)
 
 
-def _accept_command(ls: "CompleterServer") -> types.Command:
+def _accept_command(ls: "CompleterServer", answer: Answer) -> types.Command:
     ls.suggestions.shown += 1
-    return types.Command("Accept completion", protocol.ACCEPT_COMMAND, arguments=[next(ls.item_ids)])
+    return types.Command("Accept completion", protocol.ACCEPT_COMMAND,
+                         arguments=[next(ls.item_ids), answer.document.version])
 
 
 def inline_items(ls: "CompleterServer", answer: Answer) -> types.InlineCompletionList:
@@ -70,7 +75,8 @@ def inline_items(ls: "CompleterServer", answer: Answer) -> types.InlineCompletio
     rest = document.text[cursor:line_end]
     insert = answer.text + rest if rest.strip() else answer.text
     end = document.position_at(line_end, ls.encoding)
-    item = types.InlineCompletionItem(insert, range=types.Range(answer.position, end), command=_accept_command(ls))
+    item = types.InlineCompletionItem(insert, range=types.Range(answer.position, end),
+                                      command=_accept_command(ls, answer))
     return types.InlineCompletionList([item])
 
 
@@ -87,6 +93,6 @@ def completion_items(ls: "CompleterServer", answer: Answer) -> types.CompletionL
         text_edit=types.TextEdit(types.Range(answer.position, answer.position), answer.text),
         insert_text_format=types.InsertTextFormat.PlainText,
         sort_text="0",
-        command=_accept_command(ls),
+        command=_accept_command(ls, answer),
     )
     return types.CompletionList(is_incomplete=True, items=[item])

@@ -71,6 +71,9 @@ def load_models(ls: "CompleterServer", config: Config, load: int) -> None:
         log.exception("loading the models failed")
         failed(ls, load, progress, f"could not load the models: {error}")
         return
+    for model in filter(None, (target, draft)):
+        if model.gpu_fallback:  # out of GPU memory: fewer layers there, and the user told why it is slower
+            ls.from_thread(ls.tell, types.MessageType.Warning, model.gpu_fallback, True)
     names = (files.target.name, files.draft.name if files.draft else "")
     ls.from_thread(ready, ls, load, completer, names, progress)
 
@@ -79,6 +82,7 @@ def ready(ls: "CompleterServer", load: int, completer, names: tuple[str, str], p
     if load != ls.loads:
         return
     ls.completer, ls.model_names = completer, names
+    ls.draft_failure_shown = False
     progress.end("ready")
     ls.tell(types.MessageType.Info, f"ready: target {names[0]}" + (f", draft {names[1]}" if names[1] else ""))
 

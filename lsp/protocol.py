@@ -6,8 +6,13 @@ SERVER_NAME = "completer"
 
 # Request, no params: the statistics below, as a JSON object.
 STATS = "completer/stats"
+# Request, params {"uri": ...}: the server's copy of an open document, {"text", "version"},
+# or null when it is not open. For checking document sync from a client (or a test).
+DOCUMENT = "completer/document"
+
 # Command (workspace/executeCommand) each completion item carries: the editor runs it
-# when the user accepts the item. Arguments: [item id].
+# when the user accepts the item. Arguments: [item id, the document version the
+# completion was computed for].
 ACCEPT_COMMAND = "completer.accept"
 
 # Keys of the completer/stats result.
@@ -16,6 +21,7 @@ STATS_KEYS = (
     "error",  # why the models did not load, with what to run; "" when they did or are loading
     "target",  # model file names; "" until loaded
     "draft",
+    "draft_failure",  # why the draft model was dropped mid-session (the target completes alone); "" if not
     "requests",  # completion requests answered
     "forward_cache_hits",  # of those, answered from the completion shown, with no model call
     "superseded",  # of those, cancelled by a newer request or $/cancelRequest
@@ -25,6 +31,8 @@ STATS_KEYS = (
     "suggestions_shown",  # items returned with text
     "suggestions_accepted",  # items whose accept command ran
     "suggestion_acceptance_rate",
+    "sessions",  # documents with a completion session (open ones the server has completed in)
+    "saved_kv_mb",  # KV caches saved for documents not being completed (cache.budget_mb bounds it)
 )
 
 # Where `settings` of workspace/didChangeConfiguration may nest the options.

@@ -143,6 +143,7 @@ class CompleterServer(LanguageServer):
         self.completer = None  # completer.session.Completer once the models are loaded
         self.model_names = ("", "")
         self.load_error: str | None = None
+        self.draft_failure_shown = False  # the draft failed mid-session and the user was told
         self.suggestions = Suggestions()
         self.item_ids = itertools.count(1)
         # Inference runs here, off the event loop, one generation at a time (the
@@ -179,6 +180,7 @@ class CompleterServer(LanguageServer):
             "error": self.load_error or "",
             "target": self.model_names[0],
             "draft": self.model_names[1],
+            "draft_failure": self.completer.engine.draft_failure if self.completer else "",
             "requests": counters.requests if counters else 0,
             "forward_cache_hits": counters.forward_cache_hits if counters else 0,
             "superseded": counters.superseded if counters else 0,
@@ -189,6 +191,8 @@ class CompleterServer(LanguageServer):
             "suggestions_shown": self.suggestions.shown,
             "suggestions_accepted": self.suggestions.accepted,
             "suggestion_acceptance_rate": self.suggestions.acceptance_rate,
+            "sessions": len(self.completer.sessions) if self.completer else 0,
+            "saved_kv_mb": self.completer.caches.saved_bytes / 2**20 if self.completer else 0.0,
         }
         assert tuple(values) == protocol.STATS_KEYS
         return values
@@ -287,3 +291,12 @@ def accept(ls: CompleterServer, *arguments: Any) -> None:
 @server.feature(protocol.STATS)
 def stats(ls: CompleterServer, params: Any) -> dict[str, Any]:
     return ls.stats()
+
+
+@server.feature(protocol.DOCUMENT)
+def document(ls: CompleterServer, params: Any) -> dict[str, Any] | None:
+    uri = getattr(params, "uri", None)
+    if not isinstance(uri, str):
+        raise JsonRpcInvalidParams(f"{protocol.DOCUMENT} takes {{\"uri\": string}}")
+    found = ls.documents.get(uri)
+    return {"text": found.text, "version": found.version} if found else None

@@ -81,6 +81,15 @@ def resolve_gpu_layers(n_gpu_layers: int | str, n_layers: int) -> int:
     return int(n_gpu_layers)
 
 
+def fewer_gpu_layers(requested: int) -> list[int]:
+    """The GPU layer counts to try in turn when loading runs out of GPU memory: what was
+    asked for, then half as many each time, then none (the CPU always works)."""
+    counts = [requested]
+    while counts[-1] > 0:
+        counts.append(counts[-1] // 2)
+    return counts
+
+
 @dataclass(frozen=True)
 class SpecialTokens:
     """Token ids of the vocabulary's control tokens; None where the vocabulary has none."""
@@ -114,11 +123,21 @@ class LlamaModel:
         _init_backend()
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = vocab_only
-        self.gpu_layers = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers, header.layers)
-        params.n_gpu_layers = self.gpu_layers
-        _recent_llama_errors.clear()
+        requested = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers, header.layers)
+        self.gpu_fallback = ""  # what was given up when the GPU could not hold the layers asked for
         started = time.perf_counter()
-        self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+        for self.gpu_layers in fewer_gpu_layers(requested):
+            params.n_gpu_layers = self.gpu_layers
+            _recent_llama_errors.clear()
+            self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
+            if self._model or self.gpu_layers == 0:
+                break
+            log.warning("%s: %d layers on the GPU failed (%s); trying fewer", self.path.name, self.gpu_layers,
+                        "; ".join(_recent_llama_errors) or "out of memory?")
+        if self._model and self.gpu_layers < requested:
+            self.gpu_fallback = (f"{self.path.name}: the GPU could not hold {requested} layers; loaded with "
+                                 f"{self.gpu_layers} on the GPU and the rest on the CPU (set the GPU layers lower "
+                                 "to skip the failed tries)")
         self.load_ms = (time.perf_counter() - started) * 1000  # ms
         if not self._model:
             reason = "; ".join(_recent_llama_errors) or "see the log"

@@ -16,9 +16,11 @@ _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<
 
 
 class FakeHub:
-    def __init__(self, files: dict[tuple[str, str], Path]):
+    def __init__(self, files: dict[tuple[str, str], Path], cut_first_download_at: int | None = None):
         self.files = files
         self.requests: list[tuple[str, str]] = []
+        # Drop the connection after this many bytes of the first GET: a download cut half-way.
+        self.cut_at = cut_first_download_at
         hub = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -62,6 +64,11 @@ class FakeHub:
                 self._headers(path, start)
                 with open(path, "rb") as file:
                     file.seek(start)
+                    if hub.cut_at is not None:
+                        self.wfile.write(file.read(hub.cut_at))
+                        hub.cut_at = None
+                        self.close_connection = True
+                        return
                     while chunk := file.read(1 << 20):
                         self.wfile.write(chunk)
 

@@ -38,9 +38,9 @@ class RawServer:
     def send(self, message: dict[str, Any]) -> None:
         self.send_bytes(json.dumps({"jsonrpc": "2.0", **message}).encode())
 
-    def request(self, id_: Any, method: str, params: Any = None) -> dict[str, Any]:
+    def request(self, id_: Any, method: str, params: Any = None, timeout: float = 30) -> dict[str, Any]:
         self.send({"id": id_, "method": method, "params": params})
-        return self.response(id_)
+        return self.response(id_, timeout)
 
     def response(self, id_: Any, timeout: float = 30) -> dict[str, Any]:
         """The response with this id (server-sent requests and notifications skipped)."""

@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.backend import LlamaContext, LlamaModel
+from models.backend import LlamaContext, LlamaModel, fewer_gpu_layers
 
 CODE = '''def fibonacci(n):
     """Return the n-th Fibonacci number."""
@@ -142,3 +142,8 @@ def test_eval_past_the_context_is_refused(target):
     with pytest.raises(ValueError, match="do not fit"):
         context.eval(list(range(100, 100 + context.n_ctx_seq + 1)), 0)
     context.eval(list(range(100, 100 + context.n_ctx_seq)), 0)  # exactly full is fine
+
+
+def test_out_of_gpu_memory_retries_with_half_the_layers_down_to_the_cpu():
+    assert fewer_gpu_layers(31) == [31, 15, 7, 3, 1, 0]
+    assert fewer_gpu_layers(0) == [0]

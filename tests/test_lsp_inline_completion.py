@@ -56,6 +56,7 @@ async def test_accepting_an_item_counts_in_the_statistics(client):
     uri = "file:///project/accept.py"
     open_document(client, uri, STATS_PY + "center = mean(")
     item = (await inline(client, uri, 5, len("    center = mean("))).items[0]
+    assert item.command.arguments[1] == 1  # the document version the completion was made for
     await client.workspace_execute_command_async(types.ExecuteCommandParams(
         item.command.command, item.command.arguments))
     current = await stats(client)

@@ -12,6 +12,7 @@ import pytest
 from scipy.stats import chi2_contingency, chisquare
 
 from completer.engine import Engine, generate
+from completer.kv import KVSequence
 from completer.speculative import NEAR_TIE_LOGITS, Sampling, probabilities
 from models.backend import LlamaContext, LlamaModel
 
@@ -156,3 +157,16 @@ def test_stops_at_a_stop_string_a_time_budget_and_a_cancel(engine, target):
 def test_an_unknown_mode_is_refused(engine, target):
     with pytest.raises(ValueError, match="unknown draft mode 'fast'"):
         generate(engine, target.tokenize("x = 1"), 4, mode="fast")
+
+
+def test_a_draft_that_fails_mid_session_leaves_the_target_completing_alone(smol, target):
+    engine = Engine(target, LlamaModel(smol.draft), n_ctx=1024, calibrate_s=0)
+    prompt = target.tokenize(stdlib_holes(1)[0])
+    assert len(prompt) > 100
+    # A real llama.cpp context too small for the prompt: the draft's next evaluation fails.
+    engine.drafter.sequence = KVSequence(LlamaContext(engine.drafter.sequence.context.model, n_ctx=64))
+    failed = generate(engine, prompt, 24, mode="draft", draft_length=3)
+    assert engine.drafter is None and "the draft model failed" in engine.draft_failure
+    plain = generate(Engine(target, None, n_ctx=1024, calibrate_s=0), prompt, 24, mode="target")
+    assert failed.tokens == plain.tokens  # nothing lost: the target's own text
+    assert generate(engine, prompt, 8, mode="draft").tokens == plain.tokens[:8]  # and it goes on serving

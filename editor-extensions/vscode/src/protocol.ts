@@ -17,6 +17,7 @@ export interface Stats {
   error: string;
   target: string;
   draft: string;
+  draft_failure: string;
   requests: number;
   forward_cache_hits: number;
   superseded: number;
@@ -26,4 +27,6 @@ export interface Stats {
   suggestions_shown: number;
   suggestions_accepted: number;
   suggestion_acceptance_rate: number;
+  sessions: number;
+  saved_kv_mb: number;
 }

@@ -21,6 +21,7 @@ export function percent(rate: number): string {
 export function statsLines(stats: Stats): string[] {
   return [
     `models: ${stats.target}${stats.draft ? ` + draft ${stats.draft}` : " (no draft)"}`,
+    ...(stats.draft_failure ? [stats.draft_failure] : []),
     `requests: ${stats.requests} (${stats.forward_cache_hits} from the suggestion shown, ${stats.superseded} superseded)`,
     `draft acceptance: ${percent(stats.draft_acceptance_rate)}`,
     `speed: ${stats.tokens_per_second.toFixed(1)} tokens/s`,

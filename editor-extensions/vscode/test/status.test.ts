@@ -7,6 +7,7 @@ const stats: Stats = {
   error: "",
   target: "smollm2.gguf",
   draft: "smollm2-draft.gguf",
+  draft_failure: "",
   requests: 12,
   forward_cache_hits: 5,
   superseded: 2,
@@ -16,6 +17,8 @@ const stats: Stats = {
   suggestions_shown: 7,
   suggestions_accepted: 3,
   suggestion_acceptance_rate: 3 / 7,
+  sessions: 2,
+  saved_kv_mb: 12.5,
 };
 
 describe("statusView", () => {
@@ -58,6 +61,11 @@ describe("statusView", () => {
 describe("statsLines", () => {
   it("names a missing draft", () => {
     expect(statsLines({ ...stats, draft: "" })[0]).toBe("models: smollm2.gguf (no draft)");
+  });
+
+  it("says when the draft failed and the target completes alone", () => {
+    const failure = "the draft model failed (llama_decode failed); completing with the target alone";
+    expect(statsLines({ ...stats, draft_failure: failure })).toContain(failure);
   });
 
   it("rounds percentages", () => {

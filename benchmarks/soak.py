@@ -1,0 +1,228 @@
+"""A long typing session against the real server: memory, leaks, latency drift, crashes
+and stale completions.
+
+    python -m benchmarks.soak [--keystrokes 10000] [--documents 5] [--interval-ms 30] [--preset smol]
+
+Algorithm:
+    start `completer serve --stdio`; open `documents` standard library files (their
+        first 6,000 characters); wait until the models are ready
+    for each keystroke, `interval-ms` apart (a fast typist):
+        type the next character of a line of code at the cursor of the current document
+            (an incremental didChange), then request an inline completion at the cursor
+            without waiting for it; an older request still open is cancelled
+            ($/cancelRequest) every third time, else left for the server to supersede
+        every 40th keystroke: wait for the open request, as a pause in typing does
+        every 150th: delete a line 20 lines above the cursor (an edit above)
+        every 250th: switch to the next document
+    time each answered request from its didChange to its response
+    a stale completion: an answer whose version (the accept command's second argument)
+        is not the version of the document the request was made against
+    at the end: close every document; completer/stats must show no session left and no
+        saved KV cache
+Report resident memory after the first thousand keystrokes and at the end, p50/p95 of the
+first and the last thousand, crashes (the process gone) and stale completions.
+"""
+
+import argparse
+import asyncio
+import itertools
+import json
+import statistics
+import sysconfig
+import time
+from pathlib import Path
+
+TYPED = "        width = max(len(line) for line in lines) if lines else 0\n"
+FILES = ["textwrap.py", "shlex.py", "string.py", "fnmatch.py", "glob.py", "calendar.py", "csv.py"]
+
+
+class Client:
+    """JSON-RPC over the server's stdio, requests answered by id as they arrive."""
+
+    def __init__(self, process: asyncio.subprocess.Process):
+        self.process = process
+        self.ids = itertools.count(1)
+        self.pending: dict[int, asyncio.Future] = {}
+        self.reader = asyncio.create_task(self._read())
+
+    async def _read(self) -> None:
+        stream = self.process.stdout
+        while True:
+            length = None
+            while (line := await stream.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line.split(b":")[1])
+            if not line or length is None:
+                return
+            message = json.loads(await stream.readexactly(length))
+            future = self.pending.pop(message.get("id"), None) if "method" not in message else None
+            if future is not None and not future.done():
+                future.set_result(message)
+
+    def send(self, message: dict) -> None:
+        body = json.dumps({"jsonrpc": "2.0", **message}).encode()
+        self.process.stdin.write(b"Content-Length: %d\r\n\r\n" % len(body) + body)
+
+    def request(self, method: str, params) -> tuple[int, asyncio.Future]:
+        id_ = next(self.ids)
+        self.pending[id_] = asyncio.get_running_loop().create_future()
+        self.send({"id": id_, "method": method, "params": params})
+        return id_, self.pending[id_]
+
+    async def call(self, method: str, params=None, timeout: float = 120) -> dict:
+        _, future = self.request(method, params)
+        return await asyncio.wait_for(future, timeout)
+
+
+def resident_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        return next(int(line.split()[1]) for line in status if line.startswith("VmRSS:")) / 1024
+
+
+def percentile(values: list[float], q: float) -> float:
+    return float(statistics.quantiles(values, n=100)[q - 1]) if len(values) >= 2 else (values or [0.0])[0]
+
+
+class Document:
+    def __init__(self, uri: str, text: str):
+        self.uri, self.text, self.version = uri, text, 1
+        self.cursor = text.index("\n", len(text) // 2) + 1  # a line start in the middle
+        self.typed = 0
+
+    def position(self, offset: int) -> dict:
+        line = self.text.count("\n", 0, offset)
+        return {"line": line, "character": len((self.text[self.text.rfind("\n", 0, offset) + 1 : offset])
+                                               .encode("utf-16-le")) // 2}
+
+    def change(self, start: int, end: int, text: str) -> dict:
+        """The didChange for replacing start..end with text, applied here too."""
+        self.version += 1
+        change = {"range": {"start": self.position(start), "end": self.position(end)}, "text": text}
+        self.text = self.text[:start] + text + self.text[end:]
+        return {"method": "textDocument/didChange",
+                "params": {"textDocument": {"uri": self.uri, "version": self.version}, "contentChanges": [change]}}
+
+
+async def run(args: argparse.Namespace) -> dict:
+    server = [str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "completer"), "serve", "--stdio"]
+    process = await asyncio.create_subprocess_exec(*server, stdin=asyncio.subprocess.PIPE,
+                                                   stdout=asyncio.subprocess.PIPE,
+                                                   stderr=asyncio.subprocess.DEVNULL, limit=2**24)
+    client = Client(process)
+    await client.call("initialize", {"processId": None, "rootUri": None, "capabilities": {},
+                                     "initializationOptions": {"models": {"preset": args.preset},
+                                                               "generation": {"max_tokens": 16}}})
+    client.send({"method": "initialized", "params": {}})
+    while not (await client.call("completer/stats"))["result"]["ready"]:
+        await asyncio.sleep(0.2)
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    documents = []
+    for name in FILES[: args.documents]:
+        document = Document((stdlib / name).as_uri(), (stdlib / name).read_text()[:6000])
+        client.send({"method": "textDocument/didOpen", "params": {"textDocument": {
+            "uri": document.uri, "languageId": "python", "version": 1, "text": document.text}}})
+        documents.append(document)
+
+    latencies: list[tuple[int, float]] = []  # (keystroke, ms)
+    stale = answered = cancelled = 0
+    open_request: tuple[int, asyncio.Future, int, float, int] | None = None  # id, future, version, sent, keystroke
+    memory_after_warm_up = 0.0
+    arrivals: dict[int, float] = {}  # request id -> when its response arrived
+
+    async def settle(request, wait: bool) -> None:
+        nonlocal stale, answered
+        id_, future, version, sent, keystroke = request
+        if wait:
+            await asyncio.wait_for(asyncio.shield(future), 120)
+        if not future.done():
+            return
+        message = future.result()
+        if "error" in message:
+            return  # cancelled: -32800
+        answered += 1
+        latencies.append((keystroke, (arrivals.pop(id_) - sent) * 1000))
+        for item in (message.get("result") or {}).get("items", []):
+            stale += item["command"]["arguments"][1] != version
+
+    current = 0
+    started = time.monotonic()
+    for keystroke in range(args.keystrokes):
+        if process.returncode is not None:
+            break
+        if keystroke and keystroke % 250 == 0:
+            current = (current + 1) % len(documents)
+        document = documents[current]
+        if keystroke % 150 == 149:  # delete a line 20 lines above the cursor
+            above = document.text.rfind("\n", 0, document.cursor)
+            for _ in range(20):
+                above = document.text.rfind("\n", 0, max(above, 0))
+            line_start = above + 1
+            line_end = document.text.index("\n", line_start) + 1
+            if line_end < document.cursor:
+                client.send(document.change(line_start, line_end, ""))
+                document.cursor -= line_end - line_start
+        character = TYPED[document.typed % len(TYPED)]
+        document.typed += 1
+        sent = time.perf_counter()
+        client.send(document.change(document.cursor, document.cursor, character))
+        document.cursor += 1
+        if open_request is not None:
+            if open_request[1].done():
+                await settle(open_request, wait=False)
+            elif keystroke % 3 == 0:
+                client.send({"method": "$/cancelRequest", "params": {"id": open_request[0]}})
+                cancelled += 1
+        id_, future = client.request("textDocument/inlineCompletion", {
+            "textDocument": {"uri": document.uri}, "position": document.position(document.cursor),
+            "context": {"triggerKind": 2}})
+        future.add_done_callback(lambda _, id_=id_: arrivals.__setitem__(id_, time.perf_counter()))
+        open_request = (id_, future, document.version, sent, keystroke)
+        if keystroke % 40 == 39:
+            await settle(open_request, wait=True)
+            open_request = None
+        await process.stdin.drain()
+        await asyncio.sleep(args.interval_ms / 1000)
+        if keystroke == 999:
+            memory_after_warm_up = resident_mb(process.pid)
+        if keystroke % 1000 == 999:
+            print(f"{keystroke + 1} keystrokes, {time.monotonic() - started:.0f} s, "
+                  f"{resident_mb(process.pid):.0f} MB", flush=True)
+    crashed = process.returncode is not None
+    if open_request is not None and not crashed:
+        await settle(open_request, wait=True)
+    report: dict = {"keystrokes": args.keystrokes, "documents": args.documents, "crashes": int(crashed),
+                    "answered": answered, "cancelled": cancelled, "stale_completions": stale}
+    if not crashed:
+        memory_end = resident_mb(process.pid)
+        for document in documents:
+            client.send({"method": "textDocument/didClose", "params": {"textDocument": {"uri": document.uri}}})
+        stats = (await client.call("completer/stats"))["result"]
+        first = [ms for k, ms in latencies if k < 1000]
+        last = [ms for k, ms in latencies if k >= args.keystrokes - 1000]
+        report.update({
+            "memory_after_warm_up_mb": memory_after_warm_up, "memory_end_mb": memory_end,
+            "memory_growth_mb": memory_end - memory_after_warm_up,
+            "sessions_after_closing": stats["sessions"], "saved_kv_mb_after_closing": stats["saved_kv_mb"],
+            "first_1000_p50_ms": percentile(first, 50), "first_1000_p95_ms": percentile(first, 95),
+            "last_1000_p50_ms": percentile(last, 50), "last_1000_p95_ms": percentile(last, 95),
+            "requests": stats["requests"], "forward_cache_hits": stats["forward_cache_hits"],
+            "superseded": stats["superseded"], "seconds": time.monotonic() - started,
+        })
+        client.send({"id": 0, "method": "shutdown"})
+        client.send({"method": "exit"})
+    await asyncio.wait_for(process.wait(), 30)
+    return report
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--keystrokes", type=int, default=10_000)
+    parser.add_argument("--documents", type=int, default=5, choices=range(1, len(FILES) + 1))
+    parser.add_argument("--interval-ms", type=float, default=30.0)
+    parser.add_argument("--preset", default="smol")
+    report = asyncio.run(run(parser.parse_args()))
+    print(json.dumps(report, indent=1))
+
+
+if __name__ == "__main__":
+    main()
