@@ -357,8 +357,9 @@ def serve(transport: str, port: int) -> None:
     Options come from the client's initializationOptions (the same names as the
     README's option table); logs go to stderr and window/logMessage."""
     logging.getLogger("completer").setLevel(logging.INFO)
-    from lsp.server import ResyncingInput, server
+    from lsp.server import ResyncingInput, keep_large_buffers_off_the_heap, server
 
+    keep_large_buffers_off_the_heap()
     if transport == "tcp":
         server.start_tcp("127.0.0.1", port)  # loopback only: nothing leaves the machine
     else:
