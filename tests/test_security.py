@@ -14,7 +14,7 @@ from hub_server import FakeHub
 from models.errors import ModelError
 from models.paths import cache_dir, distilled_draft_path
 from models.presets import Preset
-from models.resolve import _converted_path, _derived_path, resolve
+from models.resolve import _converted_path, _derived_path
 
 PRESET = Preset.from_name("qwen2.5-coder-1.5b")
 
@@ -36,7 +36,7 @@ def test_a_distilled_draft_stays_in_the_cache_whatever_its_targets_name(director
     assert distilled_draft_path(target).resolve().parent == (cache_dir() / "distilled").resolve()
 
 
-def test_derived_and_converted_files_stay_in_the_cache(smol, smol_cache, monkeypatch, tmp_path):
+def test_derived_and_converted_files_stay_in_the_cache(smol, monkeypatch, tmp_path):
     monkeypatch.setenv("COMPLETER_CACHE_DIR", str(tmp_path / "cache"))
     hostile = tmp_path / "..weird name..gguf"
     hostile.write_bytes(smol.draft.read_bytes())
