@@ -11,9 +11,11 @@ NODE_BIN=$(ls -d "$CACHE"/node-*/node_modules/node/bin | sort -V | tail -1)
 CODE_SERVER=$(ls -d "$CACHE"/code-server-*/node_modules/code-server | sort -V | tail -1)
 export PATH="$NODE_BIN:$PATH"
 
-# npm ci wipes node_modules: only when the lock file is newer than the last install.
+# The locked versions. Not `npm ci`: it refuses the lock because vite's optional
+# napi-windows-process-start-time (Windows only) is not on the registry here, which
+# `npm install` skips, as it skips any optional package it cannot get.
 if [[ ! -f node_modules/.package-lock.json || package-lock.json -nt node_modules/.package-lock.json ]]; then
-  npm ci --no-audit --no-fund --loglevel=error
+  npm install --no-audit --no-fund --loglevel=error
 fi
 npm run --silent typecheck
 npm test --silent
