@@ -149,7 +149,10 @@ def start_distill(data: Path, cache: Path, *extra: str) -> subprocess.Popen:
     return subprocess.Popen(
         [str(Path(sys.executable).with_name("completer")), "distill", "--preset", "smol", "--data", str(data),
          "--minutes", "30", *extra], env={**os.environ, "COMPLETER_CACHE_DIR": str(cache)},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        # A job started in the background inherits SIGINT ignored, and Python then raises no
+        # KeyboardInterrupt: restore the default, as a terminal gives it.
+        preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
 
 
 def wait_for_training(process: subprocess.Popen) -> str:

@@ -65,7 +65,7 @@ def test_a_hostile_document_gets_an_answer_in_bounded_time_and_memory(server, na
     assert "error" not in response, response
     result = response["result"]
     assert result is None or all(isinstance(item["insertText"], str) for item in result["items"])
-    assert elapsed < 60, f"{name}: {elapsed:.1f} s"
+    assert elapsed < 120, f"{name}: {elapsed:.1f} s"  # bounded, with room for a loaded CI machine
     server.send({"method": "textDocument/didClose", "params": {"textDocument": {"uri": uri}}})
     # Memory: the document's text held a few times over at most, and given back on close.
     stats = server.request(f"{name} stats", "completer/stats")["result"]
