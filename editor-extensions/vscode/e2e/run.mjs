@@ -128,8 +128,10 @@ async function drive(url, profile) {
     await page.click(".monaco-editor .view-lines");
     log(`${file} open`);
 
-    // The status bar item turns to the sparkle once the models are loaded.
-    await page.waitForSelector(".statusbar-item .codicon-sparkle", { timeout: minutes(5) });
+    // The status bar item says "ready" (to a screen reader) once the models are loaded. Its
+    // sparkle alone does not tell: it shows before the server starts too.
+    await page.waitForSelector('.statusbar-item [aria-label^="completer: ready"], .statusbar-item[aria-label^="completer: ready"]',
+      { state: "attached", timeout: minutes(5) });
     log("models loaded");
 
     await page.keyboard.press("Control+End");

@@ -152,6 +152,7 @@ class Extension {
     const view = statusView(state);
     this.status.text = view.text;
     this.status.tooltip = view.tooltip;
+    this.status.accessibilityInformation = { label: view.label };
     this.status.backgroundColor = view.error ? new vscode.ThemeColor("statusBarItem.errorBackground") : undefined;
     this.status.command = state.kind === "disabled" ? "completer.enable" : "completer.showStats";
   }

@@ -11,6 +11,7 @@ export type ServerState =
 export interface StatusView {
   text: string;
   tooltip: string;
+  label: string; // what a screen reader says: the text's icons mean nothing to one
   error: boolean;
 }
 
@@ -32,6 +33,11 @@ export function statsLines(stats: Stats): string[] {
 }
 
 export function statusView(state: ServerState): StatusView {
+  const view = statusWithoutLabel(state);
+  return { ...view, label: view.tooltip.split("\n")[0] };
+}
+
+function statusWithoutLabel(state: ServerState): Omit<StatusView, "label"> {
   switch (state.kind) {
     case "disabled":
       return { text: "$(circle-slash) completer", tooltip: "completer is disabled: click to enable", error: false };
@@ -47,10 +53,10 @@ export function statusView(state: ServerState): StatusView {
       if (!stats?.ready) {
         return { text: "$(sync~spin) completer", tooltip: "completer: loading the models", error: false };
       }
-      const text = stats.requests
-        ? `$(sparkle) ${percent(stats.draft_acceptance_rate)} · ${stats.tokens_per_second.toFixed(0)} tok/s`
-        : "$(sparkle) completer";
-      return { text, tooltip: ["completer: ready", ...statsLines(stats), "click for details"].join("\n"), error: false };
+      const figures = `${percent(stats.draft_acceptance_rate)} · ${stats.tokens_per_second.toFixed(0)} tok/s`;
+      const text = stats.requests ? `$(sparkle) ${figures}` : "$(sparkle) completer";
+      const ready = stats.requests ? `completer: ready, ${figures}` : "completer: ready";
+      return { text, tooltip: [ready, ...statsLines(stats), "click for details"].join("\n"), error: false };
     }
   }
 }

@@ -43,13 +43,21 @@ describe("statusView", () => {
   it("shows a load error, with the server's fix, as an error", () => {
     const error = "no model file at /x.gguf: run `completer models pull smol`";
     const view = statusView({ kind: "running", stats: { ...stats, ready: false, error } });
-    expect(view).toEqual({ text: "$(error) completer", tooltip: error, error: true });
+    expect(view).toEqual({ text: "$(error) completer", tooltip: error, label: error, error: true });
   });
 
   it("shows a stopped server as an error with its reason", () => {
     const view = statusView({ kind: "stopped", reason: "spawn completer ENOENT" });
     expect(view.error).toBe(true);
     expect(view.tooltip).toContain("spawn completer ENOENT");
+  });
+
+  it("tells a screen reader the state without icons, and says ready only once the models are", () => {
+    expect(statusView({ kind: "running", stats }).label).toBe("completer: ready, 72% · 41 tok/s");
+    expect(statusView({ kind: "running", stats: { ...stats, requests: 0 } }).label).toBe("completer: ready");
+    for (const state of [{ kind: "idle" }, { kind: "starting" }, { kind: "running", stats: undefined }] as const) {
+      expect(statusView(state).label).not.toContain("ready");
+    }
   });
 
   it("marks disabled and idle without error", () => {
