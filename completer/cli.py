@@ -14,7 +14,7 @@ from rich.table import Table
 from completer.bench import DISTILLED_MODES
 from completer.bench import MODES as BENCH_MODES
 from completer.config import DRAFT_MODES, CacheOptions, Config, GenerationOptions, ModelOptions
-from models.distill_settings import LOSSES, QUANTIZE_TYPES, DistillSettings
+from models.distill_settings import LOSSES, PRECISIONS, QUANTIZE_TYPES, TEACHERS, DistillSettings
 from models.errors import ModelError
 from models.paths import cache_dir
 from models.presets import PRESETS, Preset
@@ -193,12 +193,19 @@ def models_info(path_or_preset: str, measure: bool, threads: int) -> None:
               help="tv: total variation, 1 - acceptance; kl: forward KL.")
 @click.option("--quantize", type=click.Choice(list(QUANTIZE_TYPES)), default=DistillSettings.quantize,
               show_default=True, help="Type of the exported draft's block weights.")
+@click.option("--teacher", type=click.Choice(TEACHERS), default=DistillSettings.teacher, show_default=True,
+              help="torch: the target in torch, batched (fast); llama.cpp: the target as served. Held-out figures "
+                   "always come from llama.cpp.")
+@click.option("--precision", type=click.Choice(PRECISIONS), default=DistillSettings.precision, show_default=True,
+              help="Matrix products in bfloat16 or float32; auto: bfloat16 where the hardware has it (AMX, "
+                   "AVX512-BF16, GPUs).")
 @click.option("--seed", default=DistillSettings.seed, show_default=True)
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the draft here instead of the cache (then it is not `--draft distilled`).")
 @_reports_model_errors
 def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...], layers: int, minutes: float | None,
-            steps: int | None, loss: str, quantize: str, seed: int, out_path: Path | None) -> None:
+            steps: int | None, loss: str, quantize: str, teacher: str, precision: str, seed: int,
+            out_path: Path | None) -> None:
     """Train a draft on your code so the target accepts more of what it drafts.
 
     The draft starts as the target's first --layers blocks and learns the target's
@@ -215,22 +222,25 @@ def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...],
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
     from models.backend import LlamaModel
-    from models.distill import (Distiller, Teacher, build_corpus, corpus_files, export_draft,
-                                llama_cpp_agreement, load_student)
+    from models.distill import (Distiller, LlamaCppTeacher, TorchTeacher, build_corpus, corpus_files, export_draft,
+                                llama_cpp_agreement, load_student, uses_bfloat16)
     from models.paths import distilled_draft_path
     from models.resolve import resolve
 
-    settings = DistillSettings(layers=layers, minutes=minutes, steps=steps, loss=loss, quantize=quantize, seed=seed)
+    settings = DistillSettings(layers=layers, minutes=minutes, steps=steps, loss=loss, quantize=quantize,
+                               teacher=teacher, precision=precision, seed=seed)
     target = resolve(Preset.from_name(preset), target_path, with_draft=False).target
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     teacher_model = LlamaModel(target, "auto")
     files = corpus_files(list(data_paths))
     corpus = build_corpus(files, teacher_model.tokenize, settings)
-    errors.print(f"{target.name} teaches the first {layers} of its layers on {device}: {len(corpus.train)} windows "
-                 f"of {settings.window} tokens from {corpus.train_files} files, {len(corpus.held_out)} held out "
-                 f"from {corpus.held_out_files}", highlight=False)
-    distiller = Distiller(load_student(target, layers, device), Teacher(teacher_model, settings), corpus, settings,
-                          device)
+    number_format = "bfloat16" if uses_bfloat16(precision, device) else "float32"
+    errors.print(f"{target.name} ({teacher}) teaches the first {layers} of its layers on {device} in {number_format}: "
+                 f"{len(corpus.train)} windows of {settings.window} tokens from {corpus.train_files} files, "
+                 f"{len(corpus.held_out)} held out from {corpus.held_out_files}", highlight=False)
+    served = LlamaCppTeacher(teacher_model, settings)
+    trainer = TorchTeacher(target, settings, device) if teacher == "torch" else served
+    distiller = Distiller(load_student(target, layers, device), trainer, corpus, settings, device, judge=served)
     total = steps if minutes is None else minutes * 60
     unit = "steps" if minutes is None else "s"
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TextColumn("{task.fields[line]}"))
