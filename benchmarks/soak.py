@@ -7,12 +7,15 @@ Algorithm:
     start `completer serve --stdio`; open `documents` standard library files (their
         first 6,000 characters); wait until the models are ready
     for each keystroke, `interval-ms` apart (a fast typist):
-        type the next character of a line of code at the cursor of the current document
-            (an incremental didChange), then request an inline completion at the cursor
-            without waiting for it; an older request still open is cancelled
-            ($/cancelRequest) every third time, else left for the server to supersede
+        type the next character of difflib.py (real code, never repeated, so that every
+            completion is generated, not found in the text above) at the cursor of the
+            current document (an incremental didChange), then request an inline
+            completion at the cursor without waiting for it; an older request still
+            open is cancelled ($/cancelRequest) every third time, else left for the
+            server to supersede
+        after each line typed: delete a line 20 lines above the cursor (an edit above),
+            so that the documents keep their size: memory then measures leaks, not text
         every 40th keystroke: wait for the open request, as a pause in typing does
-        every 150th: delete a line 20 lines above the cursor (an edit above)
         every 250th: switch to the next document
     time each answered request from its didChange to its response
     a stale completion: an answer whose version (the accept command's second argument)
@@ -36,8 +39,8 @@ from pathlib import Path
 
 # Keystrokes before memory is first read: every document visited once (a switch every 250).
 WARM_UP = 1250
-TYPED = "        width = max(len(line) for line in lines) if lines else 0\n"
 FILES = ["textwrap.py", "shlex.py", "string.py", "fnmatch.py", "glob.py", "calendar.py", "csv.py"]
+TYPED_FROM = "difflib.py"  # not among FILES
 
 
 class Client:
@@ -91,7 +94,6 @@ class Document:
     def __init__(self, uri: str, text: str):
         self.uri, self.text, self.version = uri, text, 1
         self.cursor = text.index("\n", len(text) // 2) + 1  # a line start in the middle
-        self.typed = 0
 
     def position(self, offset: int) -> dict:
         line = self.text.count("\n", 0, offset)
@@ -120,6 +122,7 @@ async def run(args: argparse.Namespace) -> dict:
     while not (await client.call("completer/stats"))["result"]["ready"]:
         await asyncio.sleep(0.2)
     stdlib = Path(sysconfig.get_paths()["stdlib"])
+    typed = (stdlib / TYPED_FROM).read_text()
     documents = []
     for name in FILES[: args.documents]:
         document = Document((stdlib / name).as_uri(), (stdlib / name).read_text()[:6000])
@@ -156,17 +159,16 @@ async def run(args: argparse.Namespace) -> dict:
         if keystroke and keystroke % 250 == 0:
             current = (current + 1) % len(documents)
         document = documents[current]
-        if keystroke % 150 == 149:  # delete a line 20 lines above the cursor
-            above = document.text.rfind("\n", 0, document.cursor)
-            for _ in range(20):
+        if document.text[document.cursor - 1] == "\n":  # a line typed: delete one 20 lines above
+            above = document.cursor - 1
+            for _ in range(21):
                 above = document.text.rfind("\n", 0, max(above, 0))
             line_start = above + 1
             line_end = document.text.index("\n", line_start) + 1
             if line_end < document.cursor:
                 client.send(document.change(line_start, line_end, ""))
                 document.cursor -= line_end - line_start
-        character = TYPED[document.typed % len(TYPED)]
-        document.typed += 1
+        character = typed[keystroke % len(typed)]
         sent = time.perf_counter()
         client.send(document.change(document.cursor, document.cursor, character))
         document.cursor += 1
