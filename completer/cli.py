@@ -14,7 +14,7 @@ from rich.table import Table
 from completer.bench import DISTILLED_MODES
 from completer.bench import MODES as BENCH_MODES
 from completer.config import DRAFT_MODES, CacheOptions, Config, GenerationOptions, ModelOptions
-from models.distill_settings import LOSSES, PRECISIONS, QUANTIZE_TYPES, TEACHERS, DistillSettings
+from models.distill_settings import INITS, LOSSES, PRECISIONS, QUANTIZE_TYPES, TEACHERS, DistillSettings
 from models.errors import ModelError
 from models.paths import cache_dir
 from models.presets import PRESETS, Preset
@@ -186,11 +186,16 @@ def models_info(path_or_preset: str, measure: bool, threads: int) -> None:
               help="Repository, folder or file to learn from (repeatable). .gitignore, vendored and generated "
                    "files are skipped.")
 @click.option("--layers", default=DistillSettings.layers, show_default=True, type=click.IntRange(min=1),
-              help="Draft layers: the target's first L blocks to start from.")
+              help="Blocks in the draft.")
+@click.option("--init", type=click.Choice(INITS), default=DistillSettings.init, show_default=True,
+              help="What the draft starts as: the target's first L-1 blocks and its last one, or its first L.")
 @click.option("--minutes", type=click.FloatRange(min=0, min_open=True), help="Training time budget.")
 @click.option("--steps", type=click.IntRange(min=1), help="Optimizer steps (with --minutes: whichever ends first).")
 @click.option("--loss", type=click.Choice(LOSSES), default=DistillSettings.loss, show_default=True,
               help="tv: total variation, 1 - acceptance; kl: forward KL.")
+@click.option("--top-token-weight", type=click.FloatRange(min=0), default=DistillSettings.top_token_weight,
+              show_default=True, help="Weight of the target's most likely token's cross-entropy, added to the loss: "
+                                      "at temperature 0 only that token is accepted.")
 @click.option("--quantize", type=click.Choice(list(QUANTIZE_TYPES)), default=DistillSettings.quantize,
               show_default=True, help="Type of the exported draft's block weights.")
 @click.option("--teacher", type=click.Choice(TEACHERS), default=DistillSettings.teacher, show_default=True,
@@ -203,12 +208,12 @@ def models_info(path_or_preset: str, measure: bool, threads: int) -> None:
 @click.option("--out", "out_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Write the draft here instead of the cache (then it is not `--draft distilled`).")
 @_reports_model_errors
-def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...], layers: int, minutes: float | None,
-            steps: int | None, loss: str, quantize: str, teacher: str, precision: str, seed: int,
-            out_path: Path | None) -> None:
+def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...], layers: int, init: str,
+            minutes: float | None, steps: int | None, loss: str, top_token_weight: float, quantize: str, teacher: str,
+            precision: str, seed: int, out_path: Path | None) -> None:
     """Train a draft on your code so the target accepts more of what it drafts.
 
-    The draft starts as the target's first --layers blocks and learns the target's
+    The draft starts as blocks of the target (--init) and learns the target's
     next-token distribution on the source files under --data (a tenth of the files held
     out to measure acceptance). Needs torch: pip install 'completer[distill]'. Ctrl-C
     stops training early and still exports what was learnt."""
@@ -227,20 +232,22 @@ def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...],
     from models.paths import distilled_draft_path
     from models.resolve import resolve
 
-    settings = DistillSettings(layers=layers, minutes=minutes, steps=steps, loss=loss, quantize=quantize,
-                               teacher=teacher, precision=precision, seed=seed)
+    settings = DistillSettings(layers=layers, init=init, minutes=minutes, steps=steps, loss=loss,
+                               top_token_weight=top_token_weight, quantize=quantize, teacher=teacher,
+                               precision=precision, seed=seed)
     target = resolve(Preset.from_name(preset), target_path, with_draft=False).target
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     teacher_model = LlamaModel(target, "auto")
     files = corpus_files(list(data_paths))
     corpus = build_corpus(files, teacher_model.tokenize, settings)
     number_format = "bfloat16" if uses_bfloat16(precision, device) else "float32"
-    errors.print(f"{target.name} ({teacher}) teaches the first {layers} of its layers on {device} in {number_format}: "
+    errors.print(f"{target.name} ({teacher}) teaches a {layers}-block draft ({init.replace('-', ' ')} blocks) on "
+                 f"{device} in {number_format}: "
                  f"{len(corpus.train)} windows of {settings.window} tokens from {corpus.train_files} files, "
                  f"{len(corpus.held_out)} held out from {corpus.held_out_files}", highlight=False)
     served = LlamaCppTeacher(teacher_model, settings)
     trainer = TorchTeacher(target, settings, device) if teacher == "torch" else served
-    distiller = Distiller(load_student(target, layers, device), trainer, corpus, settings, device, judge=served)
+    distiller = Distiller(load_student(target, settings, device), trainer, corpus, settings, device, judge=served)
     total = steps if minutes is None else minutes * 60
     unit = "steps" if minutes is None else "s"
     columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TextColumn("{task.fields[line]}"))

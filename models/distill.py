@@ -1,16 +1,16 @@
 """`completer distill`: train a draft on the user's own code so the target accepts more
 of what it proposes. Needs the `distill` extra (torch).
 
-The draft starts as the target's first L blocks (with its embeddings, final norm and
-tied head) and learns to match the target's next-token distribution on the source
-files under the data paths. The teacher is the target read into torch from the same
-GGUF file, a batch of windows per pass, or (--teacher llama.cpp) the target as it is
-served; its top-k probabilities are kept per position. Held-out figures always come
-from llama.cpp, the judge. Each position's
+The draft starts as the target's first L-1 blocks and its last one (or its first L),
+with its embeddings, final norm and tied head, and learns to match the target's
+next-token distribution on the source files under the data paths. The teacher is the
+target read into torch from the same GGUF file, a batch of windows per pass, or
+(--teacher llama.cpp) the target as it is served; its top-k probabilities are kept per
+position. Held-out figures always come from llama.cpp, the judge. Each position's
 acceptance under speculative sampling is a = sum(min(p, q)) = 1 - TV(p, q), so the
 total-variation loss optimises acceptance directly; forward KL is offered too. At
 temperature 0 a drafted token is accepted when it is the target's argmax: the held-out
-"greedy acceptance" reported is that rate.
+"greedy acceptance" reported is that rate, and the loss adds that token's cross-entropy.
 
 Only the blocks and the final norm train: the embeddings (and the tied head) stay the
 target's, bit for bit, which keeps the vocabulary identical and halves the work of
@@ -96,6 +96,14 @@ class TeacherTargets:
     probs: torch.Tensor  # [T, top_k]
 
 
+def evenly_spaced(items: list, count: int) -> list:
+    """`count` of `items` spread evenly over the list (all of them if there are fewer): held-out
+    windows from every held-out file, not the first file's alone."""
+    if len(items) <= count:
+        return list(items)
+    return [items[index * len(items) // count] for index in range(count)]
+
+
 def by_length(windows: list[np.ndarray]) -> dict[int, list[int]]:
     """Indices of the windows, grouped by length: each group runs as one batch."""
     groups: dict[int, list[int]] = {}
@@ -178,11 +186,15 @@ class TorchTeacher(Teacher):
         return out
 
 
-def distribution_gap(student_logits: torch.Tensor, teacher: TeacherTargets, loss: str) -> torch.Tensor:
+def top_log_probs(student_logits: torch.Tensor, teacher: TeacherTargets) -> torch.Tensor:
+    """The student's log-probabilities [T, k] of the teacher's top-k tokens, from its
+    logits [T, vocab]."""
+    return F.log_softmax(student_logits.float(), dim=-1).gather(-1, teacher.ids)
+
+
+def gap_from_top(log_q_top: torch.Tensor, teacher: TeacherTargets, loss: str) -> torch.Tensor:
     """Per position [T]: total variation or forward KL between the teacher (its top-k
-    and one bucket for the rest) and the student, from the student's logits [T, vocab]."""
-    log_q = F.log_softmax(student_logits.float(), dim=-1)
-    log_q_top = log_q.gather(-1, teacher.ids)  # [T, k]
+    and one bucket for the rest) and the student."""
     q_top, p_top = log_q_top.exp(), teacher.probs
     p_tail = (1 - p_top.sum(-1)).clamp_min(0)
     q_tail = (1 - q_top.sum(-1)).clamp_min(1e-9)
@@ -190,6 +202,19 @@ def distribution_gap(student_logits: torch.Tensor, teacher: TeacherTargets, loss
         return 0.5 * ((p_top - q_top).abs().sum(-1) + (p_tail - q_tail).abs())
     return (p_top * (p_top.clamp_min(1e-12).log() - log_q_top)).sum(-1) + p_tail * (
         p_tail.clamp_min(1e-12).log() - q_tail.log())
+
+
+def distribution_gap(student_logits: torch.Tensor, teacher: TeacherTargets, loss: str) -> torch.Tensor:
+    """Per position [T]: `loss` between the teacher and the student's logits [T, vocab]."""
+    return gap_from_top(top_log_probs(student_logits, teacher), teacher, loss)
+
+
+def training_loss(student_logits: torch.Tensor, teacher: TeacherTargets, settings: DistillSettings) -> torch.Tensor:
+    """Per position [T]: the distribution gap plus settings.top_token_weight times the
+    cross-entropy of the teacher's most likely token, which decides acceptance at
+    temperature 0."""
+    log_q_top = top_log_probs(student_logits, teacher)
+    return gap_from_top(log_q_top, teacher, settings.loss) - settings.top_token_weight * log_q_top[:, 0]
 
 
 @dataclass
@@ -223,7 +248,7 @@ class Distiller:
         self.trainable = [parameter for parameter in student.parameters() if parameter.requires_grad]
         self.optimizer = torch.optim.AdamW(self.trainable, lr=settings.learning_rate, weight_decay=0.0)
         self.generator = np.random.default_rng(settings.seed)
-        self.evaluated = self.corpus.held_out[: settings.held_out_windows]
+        self.evaluated = evenly_spaced(self.corpus.held_out, settings.held_out_windows)
 
     def evaluate(self) -> HeldOut:
         self.student.eval()
@@ -268,9 +293,9 @@ class Distiller:
                 logits = self.student(batch)  # [B, T, vocab]
             ids = torch.stack([teachers[index].ids for index in group]).to(self.device)
             probs = torch.stack([teachers[index].probs for index in group]).to(self.device)
-            gaps = distribution_gap(logits.flatten(0, 1), TeacherTargets(ids.flatten(0, 1), probs.flatten(0, 1)),
-                                    self.settings.loss)
-            loss = gaps.sum() / tokens  # every position weighs the same
+            losses = training_loss(logits.flatten(0, 1), TeacherTargets(ids.flatten(0, 1), probs.flatten(0, 1)),
+                                   self.settings)
+            loss = losses.sum() / tokens  # every position weighs the same
             loss.backward()
             total += loss.item()
         torch.nn.utils.clip_grad_norm_(self.trainable, 1.0)
@@ -341,15 +366,26 @@ def export_draft(target: Path, student: Transformer, quantize: str, destination:
     layers = student.args.n_layer
     values = {
         f"{architecture}.block_count": layers,
-        "general.name": f"{contents.get('general.name', target.stem)} (first {layers} layers, distilled)",
+        "general.name": f"{contents.get('general.name', target.stem)} ({layers} blocks, distilled)",
     }
     kept = set(trained) | {"token_embd.weight", "output.weight"}
     return rewrite_gguf(target, destination, values, lambda tensor: tensor.name in kept, replacements)
 
 
-def load_student(target: Path, layers: int, device: torch.device) -> Transformer:
+def draft_blocks(total: int, layers: int, init: str) -> list[int]:
+    """The target's blocks a draft of `layers` blocks starts from (settings.init)."""
+    if not 0 < layers < total:
+        raise ModelError(f"a draft of a {total}-block target needs 1 to {total - 1} layers, not {layers}.")
+    if init == "first" or layers == 1:
+        return list(range(layers))
+    return [*range(layers - 1), total - 1]
+
+
+def load_student(target: Path, settings: DistillSettings, device: torch.device) -> Transformer:
     contents = read_gguf(target)
     total = contents.get(f"{contents.get('general.architecture')}.block_count")
-    if not 0 < layers < total:
-        raise ModelError(f"a draft of {target.name} needs 1 to {total - 1} layers, not {layers}.")
-    return load_transformer(target, n_layer=layers).to(device).train()
+    try:
+        blocks = draft_blocks(total, settings.layers, settings.init)
+    except ModelError as error:
+        raise ModelError(f"{target.name}: {error}") from None
+    return load_transformer(target, blocks=blocks).to(device).train()

@@ -10,6 +10,7 @@ trained weights go back into a GGUF file by name.
 """
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,14 +178,15 @@ def read_tensor(path: Path, tensor: TensorLocation) -> np.ndarray:
     return dequantize(raw.reshape(shape[:-1] + (-1,)), tensor.type).reshape(shape)
 
 
-def load_transformer(path: str | Path, n_layer: int | None = None) -> Transformer:
-    """The model in `path`, dequantized to float32; with `n_layer`, its first n_layer
-    blocks only (with its embeddings, final norm and head): a draft cut from it."""
+def load_transformer(path: str | Path, blocks: Sequence[int] | None = None) -> Transformer:
+    """The model in `path`, dequantized to float32; with `blocks`, only those of its blocks,
+    in that order (with its embeddings, final norm and head): a draft cut from it."""
     path = Path(path)
     contents = read_gguf(path)
-    args = ModelArgs.from_gguf(contents, n_layer)
+    args = ModelArgs.from_gguf(contents, None if blocks is None else len(blocks))
     model = Transformer(args)
-    wanted = {gguf_name(name) for name in model.state_dict()}
+    sources = {name: source_name(gguf_name(name), blocks) for name in model.state_dict()}
+    wanted = set(sources.values())
     weights = {
         tensor.name: torch.from_numpy(read_tensor(path, tensor))
         for tensor in contents.tensors
@@ -194,5 +196,14 @@ def load_transformer(path: str | Path, n_layer: int | None = None) -> Transforme
     if missing:
         raise ModelError(f"{path} lacks tensors {', '.join(sorted(missing)[:5])}: not a complete "
                          f"{args.architecture} model.")
-    model.load_state_dict({name: weights[gguf_name(name)] for name in model.state_dict()})
+    model.load_state_dict({name: weights[source] for name, source in sources.items()})
     return model.eval()
+
+
+def source_name(tensor: str, blocks: Sequence[int] | None) -> str:
+    """The file's tensor that fills `tensor` of a model made of `blocks`: blk.i is the
+    file's blk.blocks[i]."""
+    if blocks is None or not tensor.startswith("blk."):
+        return tensor
+    _, index, rest = tensor.split(".", 2)
+    return f"blk.{blocks[int(index)]}.{rest}"

@@ -19,8 +19,9 @@ from conftest import REPO, run_completer
 from models.backend import LlamaModel
 from models.derive import write_atomically
 from models.distill import (
-    Distiller, LlamaCppTeacher, TeacherTargets, TorchTeacher, build_corpus, by_length, corpus_files,
-    distribution_gap, export_draft, held_out, llama_cpp_agreement, load_student, uses_bfloat16, windows,
+    Distiller, LlamaCppTeacher, TeacherTargets, TorchTeacher, build_corpus, by_length, corpus_files, distribution_gap,
+    draft_blocks, evenly_spaced, export_draft, held_out, llama_cpp_agreement, load_student, training_loss,
+    uses_bfloat16, windows,
 )
 from models.distill_settings import DistillSettings
 from models.errors import ModelError
@@ -94,6 +95,28 @@ def test_the_losses_against_their_definitions(case):
     assert kl >= -1e-5
     same = TeacherTargets(teacher.ids, torch.tensor(q[top][None], dtype=torch.float32))
     assert distribution_gap(student, same, "tv").item() == pytest.approx(0, abs=1e-5)
+    # The training loss adds the cross-entropy of the teacher's most likely token.
+    for weight in (0.0, 1.5):
+        loss = training_loss(student, teacher, DistillSettings(steps=1, top_token_weight=weight)).item()
+        assert loss == pytest.approx(kl - weight * np.log(q[top[0]]), abs=1e-3)
+
+
+@given(st.integers(0, 400), st.integers(1, 40))
+def test_the_evaluated_windows_are_spread_over_the_whole_held_out_set(total, count):
+    chosen = evenly_spaced(list(range(total)), count)
+    assert len(chosen) == min(total, count) and len(set(chosen)) == len(chosen) and chosen == sorted(chosen)
+    gaps = np.diff([0, *chosen, total]) if chosen else []
+    assert all(gap <= -(-total // count) for gap in gaps)  # no stretch of the set is left out
+
+
+def test_the_draft_starts_from_the_first_blocks_and_by_default_the_last():
+    assert draft_blocks(30, 4, "first-and-last") == [0, 1, 2, 29]
+    assert draft_blocks(30, 4, "first") == [0, 1, 2, 3]
+    assert draft_blocks(30, 1, "first-and-last") == [0]
+    assert DistillSettings(steps=1).init == "first-and-last"
+    for layers in (0, 30):
+        with pytest.raises(ModelError, match="1 to 29 layers"):
+            draft_blocks(30, layers, "first")
 
 
 def test_windows_are_batched_by_length():
@@ -144,7 +167,7 @@ def distilled(smol, corpus_and_target, tmp_path_factory):
     corpus, target = corpus_and_target
     torch.manual_seed(0)
     cpu = torch.device("cpu")
-    distiller = Distiller(load_student(smol.target, 4, cpu), TorchTeacher(smol.target, QUICK, cpu), corpus, QUICK,
+    distiller = Distiller(load_student(smol.target, QUICK, cpu), TorchTeacher(smol.target, QUICK, cpu), corpus, QUICK,
                           cpu, judge=LlamaCppTeacher(target, QUICK))
     report = distiller.run(lambda *_: None)
     out = export_draft(smol.target, distiller.student, QUICK.quantize,
@@ -163,7 +186,7 @@ def test_a_short_distillation_raises_held_out_acceptance_through_llama_cpp(smol,
     assert after >= before + 0.015 and after >= 1.5 * before, (before, after)  # measured 0.033 -> 0.057
 
 
-def test_the_exported_draft_is_the_targets_first_layers_quantized(smol, distilled):
+def test_the_exported_draft_has_the_targets_vocabulary_and_quantized_blocks(smol, distilled):
     _, out, _, _ = distilled
     check_same_vocabulary(smol.target, out)
     target, draft = read_gguf(smol.target), read_gguf(out)

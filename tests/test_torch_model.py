@@ -128,16 +128,23 @@ def test_an_f16_copy_of_the_target_agrees_more_closely(smol_f16):
 
 
 def test_the_first_layers_of_the_target_are_the_derived_draft(smol):
-    draft = load_transformer(smol.target, n_layer=4)
+    draft = load_transformer(smol.target, blocks=range(4))
     assert draft.args.n_layer == len(draft.layers) == 4
     measured = difference(draft, llama_logits(smol.draft))
     assert measured.within(Q4_0), measured
 
 
+def test_a_model_cut_from_chosen_blocks_holds_those_blocks_in_that_order(smol, smol_torch):
+    cut = load_transformer(smol.target, blocks=[0, 1, 2, 29])
+    whole = smol_torch.state_dict()
+    for name, value in cut.state_dict().items():
+        assert torch.equal(value, whole[name.replace("layers.3.", "layers.29.")]), name
+
+
 def test_tensor_names_are_the_files(smol, smol_torch):
     assert tensor_shapes(smol_torch) == file_tensors(smol.target)
     # A cut model's tensors are those of the draft cut from the same file.
-    assert tensor_shapes(load_transformer(smol.target, n_layer=4)) == file_tensors(smol.draft)
+    assert tensor_shapes(load_transformer(smol.target, blocks=range(4))) == file_tensors(smol.draft)
 
 
 # --- A synthetic Qwen2: biases, NeoX rotation, GQA, rope base, untied or tied head ---
@@ -192,7 +199,7 @@ def test_the_rope_base_matters(qwen2, qwen2_reference):
 def test_qwen2_tensor_names_are_the_files(qwen2):
     assert tensor_shapes(load_transformer(qwen2)) == file_tensors(qwen2)
     first_block = {name: shape for name, shape in file_tensors(qwen2).items() if not name.startswith("blk.1.")}
-    assert tensor_shapes(load_transformer(qwen2, n_layer=1)) == first_block
+    assert tensor_shapes(load_transformer(qwen2, blocks=[0])) == first_block
 
 
 # --- Files it cannot read ---
