@@ -153,11 +153,13 @@ class LlamaCppTeacher(Teacher):
         self.context = LlamaContext(model, n_ctx=settings.window, n_batch=settings.window)
 
     def logits(self, windows: list[np.ndarray]) -> list[torch.Tensor]:
-        out = []
-        for tokens in windows:
-            self.context.truncate(0)
-            out.append(torch.from_numpy(self.context.eval(tokens.tolist(), 0, logits_at=list(range(len(tokens))))))
-        return out
+        return [torch.from_numpy(window_logits(self.context, tokens)) for tokens in windows]
+
+
+def window_logits(context: LlamaContext, tokens: np.ndarray) -> np.ndarray:
+    """llama.cpp's logits at every position of `tokens`, from an empty cache: [T, vocab]."""
+    context.truncate(0)
+    return context.eval(tokens.tolist(), 0, logits_at=list(range(len(tokens))))
 
 
 class TorchTeacher(Teacher):
@@ -340,10 +342,7 @@ def llama_cpp_agreement(target: LlamaModel, draft_path: Path, sequences: list[np
     contexts = [LlamaContext(model, n_ctx=max(len(s) for s in sequences)) for model in (target, draft)]
     agree = total = 0
     for tokens in sequences:
-        argmaxes = []
-        for context in contexts:
-            context.truncate(0)
-            argmaxes.append(context.eval(tokens.tolist(), 0, logits_at=list(range(len(tokens)))).argmax(-1))
+        argmaxes = [window_logits(context, tokens).argmax(-1) for context in contexts]
         agree += int((argmaxes[0] == argmaxes[1]).sum())
         total += len(tokens)
     for context in contexts:
