@@ -52,7 +52,9 @@ class ModelDrafter:
         rows: list[np.ndarray] = []
         last = tokens[-1]
         for _ in range(k):
-            logits = self.sequence.extend([last], logits_at=[0])  # [1, V_draft]
+            # [1, V_target]: an id the target lacks (a draft may have up to 128 padding
+            # entries more) would make the target's llama_decode refuse the whole batch.
+            logits = self.sequence.extend([last], logits_at=[0])[:, : self.target_vocab]
             if sampling.greedy:
                 last = int(logits[0].argmax())
             else:
@@ -60,18 +62,14 @@ class ModelDrafter:
                 last = sample(q, rng)
                 rows.append(q)
             drafted.append(last)
-        q = _to_vocab(np.stack(rows), self.target_vocab) if rows else None
+        q = _pad_to(np.stack(rows), self.target_vocab) if rows else None
         # The cache now holds tokens + d1..d(k-1); the engine keeps what the target accepts.
         return Proposal(drafted, q, (time.perf_counter() - caught_up) * 1000,
                         catch_up_ms=(caught_up - started) * 1000)
 
 
-def _to_vocab(q: np.ndarray, size: int) -> np.ndarray:
-    """Draft and target vocabularies may differ by a few padding entries."""
-    if q.shape[1] == size:
-        return q
-    if q.shape[1] > size:
-        return q[:, :size]
+def _pad_to(q: np.ndarray, size: int) -> np.ndarray:
+    """q [k, V_draft] as [k, size]: a draft with fewer entries never proposes the rest."""
     return np.pad(q, ((0, 0), (0, size - q.shape[1])))
 
 
