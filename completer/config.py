@@ -70,6 +70,12 @@ class GenerationOptions:
         "--time-budget",
     )
 
+    @property
+    def speculates(self) -> bool:
+        """Whether the draft mode can draft: only then are the draft model and the cost
+        of a verify pass loaded and measured."""
+        return self.draft_mode != "target"
+
 
 @dataclass
 class PromptOptions:
@@ -88,6 +94,12 @@ class PromptOptions:
     )
     chunk_lines: int = option(64, "lines in one chunk of another file, taken around where its cursor last was")
     chunks: int = option(16, "chunks kept in the ring; the oldest goes first, and a near-copy replaces its twin")
+    heal: bool = option(
+        True, "token healing: back up over the prompt's last token so that the model re-chooses how the word at "
+        "the cursor is split (after `self.cu` it gives `cur_line`, not ` = len(...)`). Above temperature 0 it draws the "
+        "first token from the target conditioned on starting with the bytes backed up over; off = exactly the "
+        "target's distribution"
+    )
 
 
 @dataclass
@@ -117,6 +129,12 @@ class Config:
     server: ServerOptions = field(default_factory=ServerOptions)
 
 
+def needs_reload(loaded: Config, new: Config) -> bool:
+    """Whether going from `loaded` to `new` needs the models loaded again: everything the
+    loaded engine was built from. Other options apply from the next request on."""
+    return loaded.models != new.models or loaded.generation.speculates != new.generation.speculates
+
+
 # Options whose values are one of a set.
 CHOICES: dict[str, tuple[str, ...]] = {"models.preset": tuple(PRESETS), "generation.draft_mode": tuple(DRAFT_MODES)}
 
@@ -126,6 +144,10 @@ def _coerce(name: str, value: Any, kind: Any) -> Any:
     allowed = set(kind.__args__) if isinstance(kind, types.UnionType) else {kind}
     if value is None and type(None) in allowed:
         return None
+    if bool in allowed:  # before the numbers: True is an int to Python, not to JSON
+        if isinstance(value, bool):
+            return value
+        raise ValueError("true or false")
     if str in allowed and isinstance(value, str):
         if name in CHOICES and value not in CHOICES[name]:
             raise ValueError(f"one of {', '.join(CHOICES[name])}")
@@ -174,7 +196,7 @@ def config_from_dict(data: Any, base: Config | None = None) -> tuple[Config, lis
 
 
 def _schema_type(kind: Any) -> str | list[str]:
-    names = {int: "integer", float: "number", str: "string", type(None): "null"}
+    names = {bool: "boolean", int: "integer", float: "number", str: "string", type(None): "null"}
     allowed = kind.__args__ if isinstance(kind, types.UnionType) else (kind,)
     return names[kind] if len(allowed) == 1 else [names[t] for t in allowed]
 

@@ -282,7 +282,8 @@ class Completer:
         session.text, session.line = request.text, request.line
         prompt, suffix = self.prompt(request)
         evaluated = len(prompt) - common_prefix_length(self.engine.target.tokens, prompt)
-        healed_prompt, healing = heal(prompt, self.engine.model, self.prefixes)
+        healed_prompt, healing = heal(prompt, self.engine.model, self.prefixes) if self.config.prompt.heal \
+            else (prompt, None)
         cursor = CursorContext(line_before, suffix)
         generation_options = self.config.generation
         result = generate(

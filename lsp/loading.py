@@ -49,7 +49,7 @@ def load_models(ls: "CompleterServer", config: Config, load: int) -> None:
     from models.resolve import resolve
 
     options = config.models
-    speculative = config.generation.draft_mode != "target"
+    speculative = config.generation.speculates
     progress = LoadProgress(ls, load)
     try:
         progress.report(f"finding the {options.preset} files (downloading them if needed)", 5)

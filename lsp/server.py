@@ -34,7 +34,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
-from completer.config import Config, config_from_dict
+from completer.config import Config, config_from_dict, needs_reload
 from lsp import protocol
 from lsp.completing import complete_at, completion_items, inline_items
 from lsp.documents import Document
@@ -221,7 +221,7 @@ def apply_options(ls: CompleterServer, data: Any) -> bool:
     config, problems = config_from_dict(data, ls.config)
     for problem in problems:
         ls.tell(types.MessageType.Warning, problem, show=True)
-    reload = config.models != ls.config.models
+    reload = needs_reload(ls.config, config)
     ls.config = config
     if ls.completer is not None and not reload:
         ls.completer.configure(config)

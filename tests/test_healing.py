@@ -92,3 +92,23 @@ def test_sampled_first_tokens_always_extend_what_was_typed(engine, target, prefi
         assert target.token_bytes(result.tokens[0]).startswith(healing.text.encode())
         assert healing.text.endswith("pa") and np.isin(result.tokens[0], healing.allowed)
         assert target.detokenize(result.tokens) == healing.text + result.text
+
+
+@pytest.mark.parametrize("heal_option", [True, False])
+def test_the_heal_option_turns_healing_off_for_the_targets_own_distribution(target, heal_option):
+    """`prompt.heal` off: the first token comes from the target at the cursor itself."""
+    from dataclasses import replace
+
+    from completer.config import Config, PromptOptions
+    from completer.session import Completer, CompletionRequest
+
+    line = TEXTWRAP.splitlines()[222]
+    cut = line.index("cu") + 2
+    config = replace(Config(), prompt=PromptOptions(heal=heal_option))
+    completer = Completer(Engine(target, None, n_ctx=2048, calibrate_s=0), config)
+    completion = completer.complete(CompletionRequest("textwrap.py", "textwrap.py", TEXTWRAP, 222, cut, "python"))
+    first = target.token_bytes(completion.generation.tokens[0])
+    # Healed, the first token re-types the prompt's last one (" cu"), backed up over;
+    # unhealed, it follows it.
+    assert first.startswith(target.token_bytes(completion.prompt[-1])) == heal_option
+    assert completion.text.startswith("r_line") == heal_option

@@ -73,6 +73,23 @@ async def test_a_configuration_change_applies_to_the_next_completion(smol, smol_
     await client.shutdown_session()
 
 
+async def test_switching_from_plain_decoding_to_a_drafting_mode_loads_the_draft(smol, smol_cache):
+    """A server started with `target` loads no draft; `hybrid` needs one, so the switch
+    reloads, and completions then draft (n-gram lookup here: the text repeats)."""
+    client = await start(smol_cache, {"generation": {"draft_mode": "target", "max_tokens": 16}})
+    assert (await wait_ready(client))["draft"] == ""
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        settings={"completer": {"generation": {"draft_mode": "hybrid"}}}))
+    loaded = await wait_ready(client)
+    assert loaded["draft"] == smol.draft.name
+    uri = "file:///project/a.py"
+    repeated = "def area(width, height):\n    return width * height\n\n\n"
+    open_document(client, uri, repeated * 3 + "def area(width, height):\n    return ")
+    assert (await inline(client, uri, 13, 11)).items
+    assert (await stats(client))["draft_acceptance_rate"] > 0
+    await client.shutdown_session()
+
+
 async def test_the_completion_fallback_offers_one_item_marked_as_ai(smol, smol_cache):
     client = await start(smol_cache, client="neovim")
     await wait_ready(client)

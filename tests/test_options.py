@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from completer.config import Config, config_from_dict
+from completer.config import Config, config_from_dict, needs_reload
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
                     lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=12), inner,
@@ -28,6 +28,30 @@ def test_each_bad_value_keeps_its_default_and_names_the_option():
     assert "one of auto, ngram, draft, hybrid, target" in problems[1]
     assert 'models.draft_gpu_layers = \'many\' is not a number or "auto"' in problems[2]
     assert "unknown option group 'colour'" in problems[3]
+
+
+def test_a_switch_is_only_true_or_false():
+    config, problems = config_from_dict({"prompt": {"heal": False}})
+    assert problems == [] and config.prompt.heal is False
+    for value in (1, "no", None):
+        config, problems = config_from_dict({"prompt": {"heal": value}})
+        assert config.prompt.heal is True and "prompt.heal" in problems[0] and "true or false" in problems[0]
+
+
+def test_a_reload_follows_what_the_loaded_engine_was_built_from():
+    """Loading skips the draft and the cost calibration for `target`: leaving or entering
+    it reloads; other generation options do not."""
+    loaded = Config()
+
+    def changed(data):
+        return config_from_dict(data, loaded)[0]
+
+    assert needs_reload(loaded, changed({"models": {"context_tokens": 2048}}))
+    assert needs_reload(loaded, changed({"generation": {"draft_mode": "target"}}))
+    plain = changed({"generation": {"draft_mode": "target"}})
+    assert needs_reload(plain, changed({"generation": {"draft_mode": "hybrid"}}))
+    assert not needs_reload(loaded, changed({"generation": {"draft_mode": "ngram", "max_tokens": 8}}))
+    assert not needs_reload(loaded, changed({"prompt": {"heal": False}}))
 
 
 @given(JSON)
