@@ -50,6 +50,10 @@ class Client:
         self.process = process
         self.ids = itertools.count(1)
         self.pending: dict[int, asyncio.Future] = {}
+        # Request id -> when its response was read. Taken here, not in a done-callback:
+        # asyncio runs callbacks on a later turn of the loop, after a waiter may already
+        # have seen the future done.
+        self.arrivals: dict[int, float] = {}
         self.reader = asyncio.create_task(self._read())
 
     async def _read(self) -> None:
@@ -64,6 +68,7 @@ class Client:
             message = json.loads(await stream.readexactly(length))
             future = self.pending.pop(message.get("id"), None) if "method" not in message else None
             if future is not None and not future.done():
+                self.arrivals[message["id"]] = time.perf_counter()
                 future.set_result(message)
 
     def send(self, message: dict) -> None:
@@ -134,7 +139,6 @@ async def run(args: argparse.Namespace) -> dict:
     stale = answered = cancelled = 0
     open_request: tuple[int, asyncio.Future, int, float, int] | None = None  # id, future, version, sent, keystroke
     memory_after_warm_up = saved_kv_after_warm_up = 0.0
-    arrivals: dict[int, float] = {}  # request id -> when its response arrived
 
     async def settle(request, wait: bool) -> None:
         nonlocal stale, answered
@@ -144,10 +148,11 @@ async def run(args: argparse.Namespace) -> dict:
         if not future.done():
             return
         message = future.result()
+        arrived = client.arrivals.pop(id_)
         if "error" in message:
             return  # cancelled: -32800
         answered += 1
-        latencies.append((keystroke, (arrivals.pop(id_) - sent) * 1000))
+        latencies.append((keystroke, (arrived - sent) * 1000))
         for item in (message.get("result") or {}).get("items", []):
             stale += item["command"]["arguments"][1] != version
 
@@ -181,7 +186,6 @@ async def run(args: argparse.Namespace) -> dict:
         id_, future = client.request("textDocument/inlineCompletion", {
             "textDocument": {"uri": document.uri}, "position": document.position(document.cursor),
             "context": {"triggerKind": 2}})
-        future.add_done_callback(lambda _, id_=id_: arrivals.__setitem__(id_, time.perf_counter()))
         open_request = (id_, future, document.version, sent, keystroke)
         if keystroke % 40 == 39:
             await settle(open_request, wait=True)
