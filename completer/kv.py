@@ -1,6 +1,10 @@
 """A sequence in a llama.cpp KV cache, and the tokens it holds."""
 
+import logging
+
 from models.backend import LlamaContext
+
+log = logging.getLogger("completer.kv")
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:
@@ -19,7 +23,9 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
 
 
 class KVSequence:
-    """One sequence of a context. `tokens` is exactly what its KV cache holds."""
+    """One sequence of a context. `tokens` is exactly what its KV cache holds: every
+    operation leaves llama.cpp's own length of the sequence equal to len(tokens), or
+    empties both (the caller then evaluates its prompt again)."""
 
     def __init__(self, context: LlamaContext, seq: int = 0):
         self.context = context
@@ -28,32 +34,66 @@ class KVSequence:
         self.evaluated = 0  # tokens run through the model since creation: what caching saves
         context.truncate(0, seq)
 
+    @property
+    def consistent(self) -> bool:
+        """llama.cpp holds as many tokens for the sequence as the list says."""
+        return self.context.seq_length(self.seq) == len(self.tokens)
+
+    def reset(self, why: str) -> None:
+        """Empty both the KV and the list, after `why` broke their agreement."""
+        log.warning("KV sequence %d: %s; emptied it, its prompt will be evaluated again", self.seq, why)
+        self.context.truncate(0, self.seq)
+        self.tokens = []
+
     def truncate(self, n: int) -> None:
         if n < len(self.tokens):
             self.context.truncate(n, self.seq)
             del self.tokens[n:]
 
     def extend(self, tokens: list[int], logits_at: tuple[int, ...] | list[int] = ()):
-        """Evaluate `tokens` after what the cache holds; logits of the chosen indices."""
-        logits = self.context.eval(tokens, len(self.tokens), self.seq, logits_at)
+        """Evaluate `tokens` after what the cache holds; logits of the chosen indices. A
+        failure (llama.cpp decodes in chunks: earlier ones may have gone in) cuts the KV
+        back to the list before it is raised."""
+        try:
+            logits = self.context.eval(tokens, len(self.tokens), self.seq, logits_at)
+        except (RuntimeError, ValueError):
+            self.context.truncate(len(self.tokens), self.seq)
+            if not self.consistent:
+                self.reset("a failed evaluation left its KV unlike its token list")
+            raise
         self.tokens.extend(tokens)
         self.evaluated += len(tokens)
         return logits
 
     def save(self) -> tuple[list[int], bytes]:
-        """The tokens and their KV state, to put back later with restore()."""
+        """The tokens and their KV state, to put back later with restore(). A sequence
+        whose KV disagrees with its list is saved empty: its state is not what the list says."""
+        if not self.consistent:
+            self.reset("its KV and token list disagree at a save")
         return list(self.tokens), self.context.save_seq(self.seq) if self.tokens else b""
 
-    def restore(self, saved: tuple[list[int], bytes]) -> None:
+    def restore(self, saved: tuple[list[int], bytes]) -> bool:
+        """Hold a saved sequence again; False (and empty) when llama.cpp could not."""
         tokens, state = saved
-        if tokens:
-            self.context.restore_seq(state, self.seq)
-        else:
+        self.tokens = []
+        if not tokens:
             self.context.truncate(0, self.seq)
+            return True
+        try:
+            self.context.restore_seq(state, self.seq)
+        except RuntimeError as error:
+            self.reset(f"restoring its saved state failed ({error})")
+            return False
         self.tokens = list(tokens)
+        if not self.consistent:
+            self.reset(f"a restored state holds {self.context.seq_length(self.seq)} tokens, not {len(tokens)}")
+            return False
+        return True
 
     def sync(self, tokens: list[int]) -> None:
         """Hold exactly `tokens`: cut at the first difference, evaluate the rest."""
+        if not self.consistent:
+            self.reset(f"llama.cpp holds {self.context.seq_length(self.seq)} tokens, the list {len(self.tokens)}")
         self.truncate(common_prefix_length(self.tokens, tokens))
         if len(tokens) > len(self.tokens):
             self.extend(tokens[len(self.tokens):])

@@ -75,24 +75,30 @@ class DocumentCaches:
 @dataclass
 class ForwardCache:
     """The completion last shown in a document. When the user types what it starts
-    with, the rest is the answer, with no model call. It is also the better answer:
-    the model wrote it whole, not from a prompt cut inside one of its tokens."""
+    with, the rest of the model's text is the answer, with no model call. It is also
+    the better answer: the model wrote it whole, not from a prompt cut inside one of
+    its tokens. The rest is post-processed again for the cursor as it is now: typing
+    can move it mid-line (an editor auto-closing a bracket), where one line is shown,
+    without what already follows the cursor."""
 
     text_before: str = ""  # the document's text before the cursor when it was shown
-    completion: str = ""
+    generated: str = ""  # the model's text, before post-processing
+    shown: str = ""  # what post-processing made of it then
+    timed_out: bool = False  # the generation ran out of time: its last line is half-written
 
-    def remember(self, text_before: str, completion: str) -> None:
-        self.text_before, self.completion = text_before, completion
+    def remember(self, text_before: str, generated: str, shown: str, timed_out: bool = False) -> None:
+        self.text_before, self.generated, self.shown, self.timed_out = text_before, generated, shown, timed_out
 
-    def lookup(self, text_before: str) -> str | None:
-        """The rest of the shown completion, if the text before the cursor is the old
-        one plus a start of it; None otherwise."""
-        if not self.completion or not text_before.startswith(self.text_before):
+    def lookup(self, text_before: str, cursor: CursorContext) -> str | None:
+        """What post-processing shows at `cursor` of the model's text after what the user
+        typed, if the text before the cursor is the old one plus a start of the shown
+        completion; None otherwise, or when that leaves nothing to show."""
+        if not self.shown or not text_before.startswith(self.text_before):
             return None
         typed = text_before[len(self.text_before) :]
-        if not self.completion.startswith(typed) or typed == self.completion:
+        if not self.shown.startswith(typed) or typed == self.shown:
             return None
-        return self.completion[len(typed) :]
+        return postprocess(self.generated[len(typed) :], cursor, timed_out=self.timed_out) or None
 
 
 class PositionError(ValueError):
@@ -218,12 +224,13 @@ class Completer:
         """The completion at the request's cursor. `cancel` (from begin(), made here when
         not given) stops the generation at its next round; the result is then empty."""
         text_before, line_before = split_at_cursor(request.text, request.line, request.character)
+        cursor = self.cursor_context(request, line_before)
         cancel = cancel or self.begin(request.document)
         try:
             with self._state:
                 self.counters.requests += 1
                 session = self.sessions.setdefault(request.document, CompletionSession(request.path))
-                rest = session.forward.lookup(text_before)
+                rest = session.forward.lookup(text_before, cursor)
                 if rest is not None:
                     self.counters.forward_cache_hits += 1
                     return Completion(rest, "forward cache")
@@ -250,6 +257,11 @@ class Completer:
         if left is not None and self.caches.current != document and left.text:
             self.ring.add(left.path, left.text, left.line)
         self.caches.activate(document)
+
+    def cursor_context(self, request: CompletionRequest, line_before: str) -> CursorContext:
+        """The cursor as post-processing sees it, with the suffix the prompt would take."""
+        suffix = cursor_sections(request.text, request.line, request.character, 0, self.config.prompt.suffix_lines)[1]
+        return CursorContext(line_before, suffix)
 
     def prompt(self, request: CompletionRequest) -> tuple[list[int], str]:
         """The prompt's tokens, and the suffix the cursor sees. Context chunks, then
@@ -295,9 +307,10 @@ class Completer:
         )
         if result.stop_reason == "cancelled":
             return Completion("", "superseded", "cancelled")
-        shown = postprocess(result.text, cursor, timed_out=result.stop_reason == "time")
+        timed_out = result.stop_reason == "time"
+        shown = postprocess(result.text, cursor, timed_out=timed_out)
         with self._state:
-            session.forward.remember(text_before, shown)
+            session.forward.remember(text_before, result.text, shown, timed_out)
             self.counters.prompt_tokens += len(prompt)
             self.counters.evaluated_tokens += evaluated
             self.counters.add(result)

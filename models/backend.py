@@ -314,11 +314,15 @@ class LlamaContext:
         return ctypes.string_at(buffer, written)  # one copy; slicing a ctypes array builds a list of ints
 
     def restore_seq(self, state: bytes, seq: int = 0) -> None:
-        """Put a state from save_seq back, into any sequence; replaces what `seq` held."""
+        """Put a state from save_seq back, into any sequence; replaces what `seq` held.
+        On failure `seq` is left empty (never half-restored) and RuntimeError is raised."""
         self.truncate(0, seq)
         buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
+        _recent_llama_errors.clear()
         if llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(state), seq) == 0:
-            raise RuntimeError(f"llama.cpp could not restore a {len(state)}-byte state into sequence {seq}")
+            self.truncate(0, seq)  # llama.cpp clears it itself today; the caller's bookkeeping relies on it
+            reason = "; ".join(_recent_llama_errors) or "see the log"
+            raise RuntimeError(f"llama.cpp could not restore a {len(state)}-byte state into sequence {seq}: {reason}")
 
     def close(self) -> None:
         if self._ctx:

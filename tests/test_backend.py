@@ -137,6 +137,25 @@ def test_sequences_are_independent_and_states_move_between_them(target):
     np.testing.assert_allclose(a, b, atol=1e-4)
 
 
+def test_a_state_that_cannot_be_restored_leaves_the_sequence_empty(target, draft):
+    """A cut state, or one from another model, is refused with llama.cpp's reason, and the
+    sequence is then empty: never part of the state, never what it held before."""
+    tokens = target.tokenize(CODE)
+    context = LlamaContext(target, n_ctx=512)
+    context.eval(tokens, 0)
+    state = context.save_seq()
+    other = LlamaContext(draft, n_ctx=512)
+    other.eval(tokens, 0)
+    for bad in [state[: len(state) // 2], other.save_seq()]:
+        context.truncate(0)
+        context.eval(tokens, 0)  # held before the restore: it must not survive a failed one
+        with pytest.raises(RuntimeError, match="could not restore .*failed to restore kv cache"):
+            context.restore_seq(bad)
+        assert context.seq_length() == 0
+    context.restore_seq(state)  # the good state still goes back
+    assert context.seq_length() == len(tokens)
+
+
 def test_eval_past_the_context_is_refused(target):
     context = LlamaContext(target, n_ctx=256)
     with pytest.raises(ValueError, match="do not fit"):

@@ -52,6 +52,25 @@ async def test_mid_line_the_item_replaces_the_rest_of_the_line(client):
     assert item.range.end == types.Position(5, len("    center = mean()"))
 
 
+@pytest.mark.parametrize("text", [
+    "import os\n\nBASE = os.path.dirname(os.path.abspath(__file__))\nDATA = os.path.join",  # one line shown
+    STATS_PY + "center = mean",  # several lines shown; after the bracket the cursor is mid-line
+])
+async def test_typing_an_auto_closed_bracket_into_a_shown_item_does_not_repeat_it(client, text):
+    """The user types the item's `(` and the editor auto-closes it: the forward cache's
+    answer is the rest of the first line, with the `)` the editor already wrote."""
+    uri = "file:///project/auto_pair.py"
+    open_document(client, uri, text)
+    line, character = text.count("\n"), len(text.split("\n")[-1])
+    first = (await inline(client, uri, line, character)).items[0].insert_text.split("\n")[0]
+    assert first.startswith("(") and first.endswith(")"), first  # the case to test
+    insert(client, uri, 2, line, character, "()")
+    item = (await inline(client, uri, line, character + 1)).items[0]
+    assert (await stats(client))["forward_cache_hits"] == 1
+    assert item.insert_text == first[1:]  # not first[1:] + ")"
+    assert item.range.end == types.Position(line, character + 2)
+
+
 async def test_accepting_an_item_counts_in_the_statistics(client):
     uri = "file:///project/accept.py"
     open_document(client, uri, STATS_PY + "center = mean(")

@@ -7,14 +7,19 @@ from dataclasses import replace
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
+from hypothesis import example, given
+from hypothesis import strategies as st
 
 from completer.config import Config, GenerationOptions, PromptOptions
 from completer.context import Workspace
 from completer.engine import Engine, generate
+from completer.kv import KVSequence
+from completer.postprocess import CursorContext, postprocess
 from completer.prompt import path_header
-from completer.session import Completer, CompletionRequest, DocumentCaches, PositionError
-from models.backend import LlamaModel
+from completer.session import Completer, CompletionRequest, DocumentCaches, ForwardCache, PositionError
+from models.backend import LlamaContext, LlamaModel
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -75,16 +80,50 @@ def test_an_edit_above_the_cursor_truncates_at_the_edit_and_completes_as_fresh(e
     assert cached == fresh
 
 
+# A token's logits do not depend on how its context was split into batches (flash
+# attention off, see test_backend.py); a KV cache that lost its content moves them by
+# far more than 1.0.
+LOGITS_TOLERANCE = 1e-3
+
+
+def live_sequences(engine: Engine) -> list[KVSequence]:
+    return [engine.target, engine.drafter.sequence]
+
+
+def held(engine: Engine) -> list[list[int]]:
+    """The tokens of each live sequence, for assert_caches_hold after a switch."""
+    return [list(sequence.tokens) for sequence in live_sequences(engine)]
+
+
+def assert_caches_hold(engine: Engine, expected: list[list[int]]) -> None:
+    """Each live sequence holds exactly its expected tokens, as llama.cpp sees it too,
+    and one more token gets the logits a fresh context gets after evaluating them."""
+    for sequence, tokens in zip(live_sequences(engine), expected, strict=True):
+        assert sequence.tokens == tokens
+        assert sequence.context.seq_length(sequence.seq) == len(tokens)
+        got = sequence.extend([198], logits_at=[0])[0]
+        sequence.truncate(len(tokens))
+        fresh = LlamaContext(sequence.context.model, n_ctx=2048)
+        fresh.eval(tokens, 0)
+        expected_logits = fresh.eval([198], len(tokens), logits_at=[0])[0]
+        assert np.abs(got - expected_logits).max() <= LOGITS_TOLERANCE
+
+
 def test_switching_documents_keeps_both_caches(engine):
     caches = DocumentCaches(engine, budget_mb=512)
     a, b = file_text("textwrap.py"), file_text("shlex.py")
     caches.activate("a.py")
     assert prepare(engine, a) > 500
+    engine.drafter.sequence.sync(engine.target.tokens)  # the draft's cache is switched too
+    held_a = held(engine)
     caches.activate("b.py")
     assert prepare(engine, b, "b.py") > 500
+    held_b = held(engine)
     caches.activate("a.py")
+    assert_caches_hold(engine, held_a)
     assert prepare(engine, a + "x") <= 3  # restored: only the typed character
     caches.activate("b.py")
+    assert_caches_hold(engine, held_b)
     assert prepare(engine, b, "b.py") == 0
 
 
@@ -99,29 +138,138 @@ def test_the_memory_budget_evicts_the_least_recently_used_document(engine):
     caches.budget_bytes = int(one_document * 1.5)  # room for one saved document, not two
     caches.activate("c.py")
     prepare(engine, c, "c.py")
+    held_c = held(engine)
     caches.activate("a.py")  # saving c evicts a, the least recently used
     assert list(caches.saved) == ["c.py"]
+    assert_caches_hold(engine, [[], []])
     assert prepare(engine, a) > 500  # a is evaluated again from the start
     caches.activate("c.py")
+    assert_caches_hold(engine, held_c)
     assert prepare(engine, c, "c.py") == 0
 
 
-def test_typing_into_the_shown_completion_needs_no_model_call(engine):
-    from completer.session import ForwardCache
+LINE = "DATA = os.path.join"
+# What a completion may hold on one line, and what an editor auto-closes after the cursor.
+ONE_LINE = st.text(st.characters(blacklist_categories=["Cs", "Cc", "Zl", "Zp"]), min_size=2, max_size=40)
+CLOSERS = st.sampled_from([")", "]", "}", '")', "))", "):"])
+MORE_LINES = st.one_of(st.just(""), st.text(max_size=40).map(lambda lines: "\n" + lines))
 
-    text = file_text("textwrap.py")
-    prompt = engine.model.tokenize(path_header("a.py") + text)
-    shown = generate(engine, prompt, 12, mode="target").text
-    assert len(shown) > 3
+
+@given(ONE_LINE, CLOSERS, MORE_LINES, st.integers(1, 39))
+@example("(os.path.dirname(__file__), os.path.sep", ")", "", 1)
+@example("(values", ")", "\n    variance = (values - center) / len(values", 1)
+def test_typing_then_an_auto_closed_bracket_never_repeats_what_follows_the_cursor(line, closer, more, typed):
+    """The model wrote `line + closer` (and maybe more lines) at the end of LINE; the user
+    types a start of it and the editor auto-closes with `closer` after the cursor. The
+    answer is what post-processing shows there: one line, without the closer, so that
+    the line the user gets is the one first shown."""
     forward = ForwardCache()
-    forward.remember(text, shown)
-    before = evaluated(engine)
+    generated = line + closer + more
+    shown = postprocess(generated, CursorContext(LINE, "\n"))
+    forward.remember(LINE, generated, shown)
+    typed = min(typed, len(line) - 1)  # a start of the line, not all of it
+    answer = forward.lookup(LINE + line[:typed], CursorContext(LINE + line[:typed], closer + "\n"))
+    assert answer == (line[typed:].rstrip() or None)
+
+
+def test_the_forward_cache_answers_only_for_the_text_it_was_shown_after():
+    forward = ForwardCache()
+    generated = "return [self.fill(text) for text in texts]\n\ndef wrap_all(texts):"
+    forward.remember("x = 1\n    ", generated, postprocess(generated, CursorContext("    ", "\n")))
+
+    def lookup(text_before: str) -> str | None:
+        return forward.lookup(text_before, CursorContext(text_before.split("\n")[-1], "\n"))
+
+    assert lookup("x = 1\n    return [self") == ".fill(text) for text in texts]"
+    assert lookup("x = 1\n    zz") is None  # typed something else: ask the model
+    assert lookup("x = 1\n    return [self.fill(text) for text in texts]") is None  # fully typed
+    assert lookup("x = 1\n   ") is None  # deleted a character
+
+
+def test_typing_into_the_shown_completion_needs_no_model_call(engine):
+    completer = Completer(engine, completer_config())
+    text = file_text("textwrap.py") + "\n    def fill_all(self, texts):\n        return "
+    shown = completer.complete(request_at_end("a.py", text)).text
+    assert len(shown) > 3 and "\n" not in shown
+    cache, evaluated_before = held(engine), evaluated(engine)
     for typed in range(1, len(shown)):
-        assert forward.lookup(text + shown[:typed]) == shown[typed:]
-    assert evaluated(engine) == before  # no model call
-    assert forward.lookup(text + "zz") is None
-    assert forward.lookup(text + shown) is None  # fully typed: nothing left to show
-    assert forward.lookup(text[:-1]) is None  # deleted a character: ask the model
+        again = completer.complete(request_at_end("a.py", text + shown[:typed]))
+        assert (again.source, again.text) == ("forward cache", shown[typed:])
+    # No model call: the caches hold what they held, and nothing was evaluated.
+    assert evaluated(engine) == evaluated_before
+    assert held(engine) == cache and engine.target.context.seq_length() == len(cache[0])
+    assert completer.counters.forward_cache_hits == completer.counters.requests - 1 == len(shown) - 1
+
+
+def spoil(snapshot, state: bytes | None = None) -> None:
+    """Make each saved sequence of `snapshot` unrestorable: its state cut in half, or
+    replaced by `state` (one from another model)."""
+    snapshot.sequences = [(tokens, state if state is not None else saved[: len(saved) // 2])
+                          for tokens, saved in snapshot.sequences]
+
+
+def draft_state(engine: Engine, text: str) -> bytes:
+    """A draft model's saved state: a target context cannot take it (4 layers, not 30)."""
+    draft = KVSequence(LlamaContext(engine.drafter.sequence.context.model, n_ctx=2048))
+    draft.sync(engine.model.tokenize(text))
+    return draft.save()[1]
+
+
+@pytest.mark.parametrize("damage", ["truncated", "another model's"])
+def test_a_restore_that_fails_empties_the_caches_and_the_next_completion_is_fresh(engine, models, caplog, damage):
+    completer = Completer(engine, Config(generation=GenerationOptions(max_tokens=16, draft_mode="target",
+                                                                      time_budget_ms=0)))
+    a, b = file_text("textwrap.py"), file_text("shlex.py")
+    completer.complete(request_at_end("a.py", a))
+    completer.complete(request_at_end("b.py", b))
+    for sequence in live_sequences(engine):  # keep what one batch evaluated: a fresh batch gives its exact logits
+        sequence.truncate(len(sequence.tokens) // 2)
+    held_b = held(engine)
+    spoil(completer.caches.saved["a.py"], draft_state(engine, a) if damage == "another model's" else None)
+    completer.caches.activate("a.py")  # what the next request for a.py does first
+    assert "evaluated again" in caplog.text
+    assert_caches_hold(engine, [[], []])  # empty, and llama.cpp agrees: not N tokens over an empty KV
+    request = request_at_end("a.py", a + "\n    def")
+    cached = completer.complete(request)
+    assert cached.evaluated_tokens == cached.prompt_tokens  # evaluated again from the start
+    fresh = Completer(Engine(*models, n_ctx=2048, calibrate_s=0), completer.config)
+    assert cached.text == fresh.complete(request).text
+    completer.caches.activate("b.py")  # the other document's snapshot is intact
+    assert_caches_hold(engine, held_b)
+
+
+def test_a_failed_restore_is_never_saved_as_a_good_snapshot(engine):
+    caches = DocumentCaches(engine, budget_mb=512)
+    caches.activate("a.py")
+    prepare(engine, file_text("textwrap.py"))
+    caches.activate("b.py")
+    prepare(engine, file_text("shlex.py"), "b.py")
+    held_b = held(engine)
+    spoil(caches.saved["a.py"])
+    caches.activate("a.py")  # fails: a's caches are left empty
+    caches.activate("b.py")  # saves a as it is: empty, not its old token list over an empty state
+    assert [tokens for tokens, _ in caches.saved["a.py"].sequences] == [[], []]
+    assert_caches_hold(engine, held_b)
+    engine.target.context.truncate(0)  # b's KV lost under its token list
+    caches.activate("a.py")
+    assert [tokens for tokens, _ in caches.saved["b.py"].sequences] == [[], []]
+    assert_caches_hold(engine, [[], []])
+
+
+def test_a_prompt_chunk_that_fails_midway_leaves_the_cache_as_before(models):
+    target = models[0]
+    sequence = KVSequence(LlamaContext(target, n_ctx=512, n_batch=16))
+    tokens = target.tokenize(file_text("textwrap.py", 400))
+    sequence.sync(tokens[:10])
+    invalid = target.n_vocab + 7  # in the second chunk of 16: llama_decode refuses the chunk
+    with pytest.raises(RuntimeError, match="llama_decode failed"):
+        sequence.extend(tokens[10:40] + [invalid] + tokens[40:60])
+    assert sequence.tokens == tokens[:10] and sequence.context.seq_length() == 10
+    sequence.sync(tokens[:60])
+    got = sequence.extend([198], logits_at=[0])[0]
+    fresh = LlamaContext(target, n_ctx=512, n_batch=16)
+    fresh.eval(tokens[:60], 0)
+    assert np.abs(got - fresh.eval([198], 60, logits_at=[0])[0]).max() <= LOGITS_TOLERANCE
 
 
 def test_a_document_switched_away_from_before_any_completion_restores_empty(engine):
@@ -187,8 +335,10 @@ def test_a_newer_request_cancels_the_running_one_and_the_cache_stays_consistent(
         request_at_end("a.py", text + "\n# A long comment about"))))
     older.start()
     while "a.py" not in completer._running or not engine.target.tokens:
-        time.sleep(0.01)
-    time.sleep(0.3)  # into the generation
+        time.sleep(0.001)
+    prefilled = len(engine.target.tokens)  # the prompt goes in as one evaluation
+    while len(engine.target.tokens) <= prefilled + 1:  # into the generation, which could soon stop by itself
+        time.sleep(0.001)
     newer = completer.complete(request_at_end("a.py", text + "\n    def "))
     older.join()
     assert results["older"].source == "superseded" and results["older"].text == ""
