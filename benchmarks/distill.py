@@ -59,7 +59,7 @@ def main() -> None:
     holes_file = Path("distill-holes.json")
     holes_file.write_text(json.dumps([hole.to_json() for hole in holes]))
     completer("bench", "--preset", "smol", "--holes", str(holes_file), "--modes", "draft,hybrid",
-              "--json", "distill-bench.json")
+              "--report", "distill-bench.json")
 
 
 if __name__ == "__main__":

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import click
 from rich.console import Console
-from rich.table import Table
 
+from completer import tables
 from completer.bench import DISTILLED_MODES
 from completer.bench import MODES as BENCH_MODES
 from completer.config import DRAFT_MODES, CacheOptions, Config, GenerationOptions, ModelOptions
@@ -21,6 +21,7 @@ from models.presets import PRESETS, Preset
 
 console = Console()
 errors = Console(stderr=True)
+JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print the table's data as JSON, for scripts.")
 
 
 def _reports_model_errors(command):
@@ -100,16 +101,20 @@ def _file_state(preset: Preset) -> tuple[str, str]:
     return ("cached" if target else "missing"), ("cached" if draft else "missing")
 
 
+def _cache_state(preset: Preset) -> str:
+    target_state, draft_state = _file_state(preset)
+    return f"target {target_state}, draft {draft_state}"
+
+
 @models.command("list")
-def models_list() -> None:
+@JSON_OPTION
+def models_list(as_json: bool) -> None:
     """Presets, their files, and whether those are in the cache."""
-    table = Table("preset", "target", "draft", "cached", "why")
-    for preset in PRESETS.values():
-        target_state, draft_state = _file_state(preset)
-        table.add_row(preset.name, preset.target.describe(), preset.draft.describe(),
-                      f"target {target_state}\ndraft {draft_state}", preset.why)
-    console.print(table)
-    console.print(f"cache: {cache_dir()}")
+    rows = [(preset.name, preset.target.describe(), preset.draft.describe(), _cache_state(preset), preset.why)
+            for preset in PRESETS.values()]
+    tables.show(console, ("preset", "target", "draft", "cached", "why"), rows, as_json=as_json)
+    if not as_json:
+        click.echo(f"cache: {cache_dir()}")
 
 
 @models.command("pull")
@@ -123,31 +128,27 @@ def models_pull(preset: str) -> None:
     click.echo(f"target: {files.target}\ndraft:  {files.draft}")
 
 
-def _describe_file(path: Path) -> Table:
+def _describe_file(path: Path) -> list[tuple[str, str]]:
+    """(field, value) rows about a GGUF file."""
     from models.backend import LlamaModel
     from models.gguf_file import check_gguf
 
     header = check_gguf(path)
     model = LlamaModel(path, n_gpu_layers=0, vocab_only=True)
     special = model.special
-    table = Table(show_header=False, title=str(path), title_justify="left")
-    table.add_row("architecture", header.architecture)
-    table.add_row("name", header.name or "-")
-    table.add_row("file type", header.file_type)
-    table.add_row("size", f"{header.size_bytes / 2**20:.1f} MiB")
-    table.add_row("layers", str(header.layers))
-    table.add_row("embedding", str(header.n_embd))
-    table.add_row("trained context", str(header.context_length))
-    table.add_row("vocabulary", f"{model.n_vocab} tokens ({header.tokenizer_model})")
+    rows = [("architecture", header.architecture), ("name", header.name or "-"), ("file type", header.file_type),
+            ("size", f"{header.size_bytes / 2**20:.1f} MiB"), ("layers", str(header.layers)),
+            ("embedding", str(header.n_embd)), ("trained context", str(header.context_length)),
+            ("vocabulary", f"{model.n_vocab} tokens ({header.tokenizer_model})")]
     fim = ", ".join(
         f"{name}={getattr(special, name)}"
         for name in ("fim_prefix", "fim_suffix", "fim_middle", "fim_pad", "fim_repo", "file_separator")
         if getattr(special, name) is not None
     )
-    table.add_row("FIM tokens", fim if special.has_fim else f"none (prefix-only prompts){'; ' + fim if fim else ''}")
-    table.add_row("end tokens", f"eos={special.eos} eot={special.eot}")
+    rows += [("FIM tokens", fim if special.has_fim else f"none (prefix-only prompts){'; ' + fim if fim else ''}"),
+             ("end tokens", f"eos={special.eos} eot={special.eot}")]
     model.close()
-    return table
+    return rows
 
 
 @models.command("info")
@@ -165,7 +166,7 @@ def models_info(path_or_preset: str, measure: bool, threads: int) -> None:
     else:
         paths = [Path(path_or_preset)]
     for path in paths:
-        console.print(_describe_file(path))
+        tables.show(console, None, _describe_file(path), title=str(path))
         if measure:
             from models.timing import time_model
 
@@ -173,7 +174,7 @@ def models_info(path_or_preset: str, measure: bool, threads: int) -> None:
             console.print(
                 f"load {timing.load_ms:.0f} ms · prefill {timing.prefill_tokens_per_s:.0f} tok/s "
                 f"({timing.prompt_tokens} tokens) · one decode step {timing.decode_ms:.2f} ms "
-                f"(median of {timing.steps})"
+                f"(median of {timing.steps})", soft_wrap=True
             )
 
 
@@ -280,30 +281,30 @@ def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...],
                    f"--preset {preset}` now runs draft:distilled and hybrid:distilled beside draft and hybrid")
 
 
-@main.command()
-def doctor() -> None:
-    """llama.cpp build, GPU offload, threads, cache directory and each preset's state."""
+def _doctor_rows() -> list[tuple[str, str]]:
     from models.backend import default_threads, gpu_offload_supported, system_info
 
-    table = Table(show_header=False)
-    table.add_row("completer", version("completer"))
-    table.add_row("llama-cpp-python", version("llama_cpp_python"))
     build = system_info()
-    table.add_row("llama.cpp build", build)
+    rows = [("completer", version("completer")), ("llama-cpp-python", version("llama_cpp_python")),
+            ("llama.cpp build", build)]
     if "AMX_INT8 = 1" in build:
-        table.add_row("warning", "this llama.cpp build uses AMX, which some virtual machines advertise but fault "
-                      "on (SIGILL at the first completion). If that happens, rebuild llama-cpp-python without "
-                      "it: CMAKE_ARGS=\"$(scripts/llama-cpp-cmake-args)\" pip install --no-cache-dir "
-                      "--force-reinstall llama-cpp-python")
-    table.add_row("GPU offload", "yes" if gpu_offload_supported() else "no (CPU build: all layers on the CPU)")
-    table.add_row("threads", f"{default_threads()} (cores this process may use)")
-    table.add_row("cache directory", str(cache_dir()))
-    table.add_row("KV cache budget", f"{CacheOptions().budget_mb:.0f} MB for documents not being completed "
-                  "(cache.budget_mb)")
-    for preset in PRESETS.values():
-        target_state, draft_state = _file_state(preset)
-        table.add_row(f"preset {preset.name}", f"target {target_state}, draft {draft_state}")
-    console.print(table)
+        rows.append(("warning", "this llama.cpp build uses AMX, which some virtual machines advertise but fault "
+                     "on (SIGILL at the first completion). If that happens, rebuild llama-cpp-python without "
+                     "it: CMAKE_ARGS=\"$(scripts/llama-cpp-cmake-args)\" pip install --no-cache-dir "
+                     "--force-reinstall llama-cpp-python"))
+    rows += [("GPU offload", "yes" if gpu_offload_supported() else "no (CPU build: all layers on the CPU)"),
+             ("threads", f"{default_threads()} (cores this process may use)"),
+             ("cache directory", str(cache_dir())),
+             ("KV cache budget", f"{CacheOptions().budget_mb:.0f} MB for documents not being completed "
+              "(cache.budget_mb)")]
+    return rows + [(f"preset {preset.name}", _cache_state(preset)) for preset in PRESETS.values()]
+
+
+@main.command()
+@JSON_OPTION
+def doctor(as_json: bool) -> None:
+    """llama.cpp build, GPU offload, threads, cache directory and each preset's state."""
+    tables.show(console, None, _doctor_rows(), as_json=as_json)
 
 
 @main.command()
@@ -391,6 +392,23 @@ def _repository_root() -> Path:
     return Path(found.stdout.strip()) if found.returncode == 0 else Path.cwd()
 
 
+def _show_bench_table(summary: dict, title: str, as_json: bool) -> None:
+    """The summary per mode: as JSON, as the wide table on a terminal, or as plain rows with every value whole."""
+    import json
+
+    from completer.bench import report
+
+    if as_json:
+        click.echo(json.dumps(report.json_rows(summary), indent=1))
+        return
+    if console.is_terminal:
+        # A console narrower than the table would fold every cell.
+        Console(width=max(console.width, report.TABLE_WIDTH)).print(report.table(summary, title))
+    else:
+        click.echo(f"{title}\n{tables.plain_rows(report.HEADERS, report.rows(summary))}")
+    console.print(report.FOOTNOTE, soft_wrap=True)
+
+
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--modes", default=",".join(BENCH_MODES), show_default=True,
@@ -403,8 +421,10 @@ def _repository_root() -> Path:
 @click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0))
 @click.option("--holes", "holes_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Replay the holes of an earlier run's JSON instead of picking new ones.")
-@click.option("--json", "json_path", default="completer-bench.json", show_default=True, type=click.Path(path_type=Path),
-              help="Where to write every per-hole record, the machine and the settings.")
+@click.option("--report", "report_path", default="completer-bench.json", show_default=True,
+              type=click.Path(path_type=Path), help="Where to write, as JSON, every per-hole record, the machine and "
+              "the settings.")
+@click.option("--json", "as_json", is_flag=True, help="Print the table's data as JSON (the notes go to stderr).")
 @click.option("--plot", "plot_path", type=click.Path(dir_okay=False, path_type=Path),
               help="Also draw speedup per mode and acceptance per hole kind (needs the plot extra).")
 @click.option("--typing", is_flag=True, help="Also replay typing: keystroke to completion, cached against cold.")
@@ -413,7 +433,7 @@ def _repository_root() -> Path:
 @_reports_model_errors
 def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max_tokens: int | None,
           temperature: float,
-          holes_file: Path | None, json_path: Path, plot_path: Path | None, typing: bool, quick: bool,
+          holes_file: Path | None, report_path: Path, as_json: bool, plot_path: Path | None, typing: bool, quick: bool,
           models: ModelOptions) -> None:
     """Measure what speculation and caching buy on your code: every mode side by side.
 
@@ -477,10 +497,9 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
                              f"ETA {eta:.0f} s", highlight=False)
     summary = report.summarize(records, chosen, runner.engine.costs)
     where = ", ".join(sorted({str(Path(h.root)) for h in holes}))
-    wide = Console(width=max(console.width, report.TABLE_WIDTH))
-    wide.print(report.table(summary, f"{len(holes)} holes in {where}; {max_tokens} tokens; T={temperature}; "
-                                     f"preset {models.preset}"))
-    console.print(report.FOOTNOTE, soft_wrap=True)
+    _show_bench_table(summary, f"{len(holes)} holes in {where}; {max_tokens} tokens; T={temperature}; "
+                               f"preset {models.preset}", as_json)
+    notes = errors if as_json else console  # with --json, stdout holds the JSON alone
     result = {"machine": report.machine(), "preset": models.preset,
               "models": {"target": str(files.target), "draft": str(files.draft),
                          "distilled_draft": str(distilled_path) if distilled else None},
@@ -498,14 +517,14 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
                                                            p.suffix.lstrip(".")) for p in typed_files],
                                          context_tokens=models.context_tokens)
         t = result["typing"]
-        console.print(f"typing replay over {len(typed_files)} files, {t['keystrokes']} keystrokes "
-                      f"({t['forward_cache_hits']} answered by the forward cache): cached p50 {t['cached_p50_ms']:.0f} ms"
-                      f" / p95 {t['cached_p95_ms']:.0f} ms (model calls {t['cached_model_p50_ms']:.0f} / "
-                      f"{t['cached_model_p95_ms']:.0f} ms); cold p50 {t['cold_p50_ms']:.0f} / p95 {t['cold_p95_ms']:.0f}"
-                      f" ms; prompt tokens evaluated per keystroke {t['tokens_per_keystroke']:.2f} "
-                      f"(max {t['max_tokens_per_keystroke']})", soft_wrap=True)
-    json_path.write_text(json.dumps(result, indent=1))
-    console.print(f"every record: {json_path}")
+        notes.print(f"typing replay over {len(typed_files)} files, {t['keystrokes']} keystrokes "
+                    f"({t['forward_cache_hits']} answered by the forward cache): cached p50 {t['cached_p50_ms']:.0f} ms"
+                    f" / p95 {t['cached_p95_ms']:.0f} ms (model calls {t['cached_model_p50_ms']:.0f} / "
+                    f"{t['cached_model_p95_ms']:.0f} ms); cold p50 {t['cold_p50_ms']:.0f} / p95 {t['cold_p95_ms']:.0f}"
+                    f" ms; prompt tokens evaluated per keystroke {t['tokens_per_keystroke']:.2f} "
+                    f"(max {t['max_tokens_per_keystroke']})", soft_wrap=True)
+    report_path.write_text(json.dumps(result, indent=1))
+    notes.print(f"every record: {report_path}", soft_wrap=True)
     if plot_path:
         report.plot(plot_path, summary, records)
-        console.print(f"figure: {plot_path}")
+        notes.print(f"figure: {plot_path}", soft_wrap=True)

@@ -5,6 +5,7 @@ import subprocess
 
 import pytest
 
+from completer.bench import report as bench_report
 from completer.bench.holes import Hole, holes_from_json, is_code, pick_holes
 from completer.bench.metrics import compared, edit_similarity, exact_first_line, summarize_mode
 from completer.tuning import CostModel
@@ -111,10 +112,11 @@ def test_quality_compares_first_lines_for_line_holes_and_whole_blocks():
 
 
 def test_a_tiny_real_bench_writes_json_a_figure_and_replays_its_holes(repository, smol_cache, tmp_path):
+    """Also the table's two forms for scripts: plain rows when piped, and --json."""
     env = {"COMPLETER_CACHE_DIR": str(smol_cache)}
     out, figure = tmp_path / "bench.json", tmp_path / "bench.png"
     result = run_completer("bench", str(repository), "--preset", "smol", "--n", "2", "--max-tokens", "8",
-                           "--json", str(out), "--plot", str(figure), "--typing", env=env, timeout=600)
+                           "--report", str(out), "--plot", str(figure), "--typing", env=env, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "peer:llama-cpp-python" in result.stdout and "free verify" in result.stdout
     report = json.loads(out.read_text())
@@ -127,13 +129,21 @@ def test_a_tiny_real_bench_writes_json_a_figure_and_replays_its_holes(repository
             assert key in entry
     assert summary["target"]["speedup_vs_target"] == 1.0 and summary["target"]["identical_rate"] == 1.0
     assert len(report["records"]) == 2 * 6 and report["machine"]["cores"] >= 1
+    # Piped, the table is tab-separated rows: each mode's name and figures whole, as the report's summary has them.
+    lines = result.stdout.splitlines()
+    assert "\t".join(bench_report.HEADERS) in lines
+    for row in bench_report.rows(summary):
+        assert "\t".join(row) in lines
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     typing = report["typing"]
     assert typing["keystrokes"] > 10 and typing["cold_p50_ms"] > 0 and typing["cached_p50_ms"] >= 0
     assert typing["tokens_per_keystroke"] <= 3  # 0 when the typed text is what the cache already holds
     replay = tmp_path / "replay.json"
     result = run_completer("bench", "--preset", "smol", "--holes", str(out), "--modes", "target",
-                           "--max-tokens", "4", "--json", str(replay), env=env, timeout=600)
+                           "--max-tokens", "4", "--report", str(replay), "--json", env=env, timeout=600)
     assert result.returncode == 0, result.stderr
-    assert json.loads(replay.read_text())["holes"] == report["holes"]
+    replayed = json.loads(replay.read_text())
+    assert replayed["holes"] == report["holes"]
+    assert json.loads(result.stdout) == bench_report.json_rows(replayed["summary"])  # stdout holds the JSON alone
+    assert f"every record: {replay}" in result.stderr
     assert [Hole(**h) for h in report["holes"]]  # plain data, loadable

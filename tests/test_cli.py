@@ -1,8 +1,11 @@
 """The real `completer` command, run as a subprocess."""
 
+import json
+
 import pytest
 from conftest import REPO, run_completer
 
+from completer.tables import plain_rows
 from models.presets import PRESETS
 
 SUBCOMMANDS = {
@@ -36,23 +39,62 @@ def test_models_list_names_every_preset_and_what_is_cached(tmp_path):
     assert "target missing" in result.stdout
 
 
+def test_models_list_piped_keeps_each_preset_whole_on_one_line_with_its_files():
+    # COLUMNS=80 is what rich assumes for a pipe: it used to fold and cut the names to fit.
+    result = run_completer("models", "list", env={"COLUMNS": "80"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    for name, preset in PRESETS.items():
+        line = next((line for line in lines if line.startswith(f"{name}\t")), None)
+        assert line is not None, f"no line for {name} in:\n{result.stdout}"
+        assert line.split("\t")[1:4] == [preset.target.describe(), preset.draft.describe(),
+                                         "target missing, draft missing"]
+    assert lines[0] == "preset\ttarget\tdraft\tcached\twhy"
+
+
+def test_models_list_json_has_every_preset_and_its_fields():
+    result = run_completer("models", "list", "--json")
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)
+    assert [row["preset"] for row in rows] == list(PRESETS)
+    for row, preset in zip(rows, PRESETS.values()):
+        assert row == {"preset": preset.name, "target": preset.target.describe(), "draft": preset.draft.describe(),
+                       "cached": "target missing, draft missing", "why": preset.why}
+
+
+def test_plain_rows_keep_one_line_per_row_whatever_the_values_hold():
+    assert plain_rows(["a", "b"], [["x y\nz", "w\tv"]]) == "a\tb\nx y z\tw v"
+    assert plain_rows(None, [["key", "value"]]) == "key\tvalue"
+
+
 def test_doctor_reports_the_build_offload_threads_cache_and_presets(tmp_path, smol, smol_cache):
-    result = run_completer("doctor", env={"COLUMNS": "250", "COMPLETER_CACHE_DIR": str(smol_cache)})
+    result = run_completer("doctor", env={"COLUMNS": "80", "COMPLETER_CACHE_DIR": str(smol_cache)})
     assert result.returncode == 0
-    out = result.stdout
-    for label in ["llama.cpp build", "GPU offload", "threads", "cache directory"]:
-        assert label in out
-    assert str(smol_cache) in out
-    assert "preset smol" in out and "target cached, draft cached" in out
+    lines = result.stdout.splitlines()
+    for label in ["llama.cpp build", "GPU offload", "threads"]:
+        assert any(line.startswith(f"{label}\t") for line in lines)
+    assert f"cache directory\t{smol_cache}" in lines
+    assert "preset smol\ttarget cached, draft cached" in lines
+
+
+def test_doctor_json_has_the_same_rows(smol_cache):
+    result = run_completer("doctor", "--json", env={"COMPLETER_CACHE_DIR": str(smol_cache)})
+    assert result.returncode == 0, result.stderr
+    fields = json.loads(result.stdout)
+    assert {"completer", "llama-cpp-python", "llama.cpp build", "GPU offload", "threads"} <= set(fields)
+    assert fields["cache directory"] == str(smol_cache)
+    assert fields["preset smol"] == "target cached, draft cached"
+    assert {f"preset {name}" for name in PRESETS} <= set(fields)
 
 
 def test_models_info_shows_architecture_layers_vocabulary_and_fim_tokens(smol):
-    result = run_completer("models", "info", str(smol.target), env={"COLUMNS": "200"})
+    result = run_completer("models", "info", str(smol.target), env={"COLUMNS": "80"})
     assert result.returncode == 0, result.stderr
-    out = result.stdout
-    assert "llama" in out and "Q4_0" in out
-    assert "49152 tokens" in out
-    assert "none (prefix-only prompts)" in out
+    lines = result.stdout.splitlines()
+    assert lines[0] == str(smol.target)  # the title, whole
+    assert "architecture\tllama" in lines and "file type\tQ4_0" in lines
+    assert any(line.startswith("vocabulary\t49152 tokens") for line in lines)
+    assert any(line.startswith("FIM tokens\tnone (prefix-only prompts)") for line in lines)
 
 
 def test_models_info_times_a_preset(smol_cache):

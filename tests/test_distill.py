@@ -286,7 +286,7 @@ def test_distilled_names_the_trained_draft_and_says_how_to_make_one(smol, smol_c
     assert found.returncode == 0, found.stderr
     out = tmp_path / "bench.json"
     bench = run_completer("bench", str(REPO / "completer"), "--preset", "smol", "--n", "1", "--max-tokens", "6",
-                          "--modes", "draft,hybrid", "--json", str(out), env=env, timeout=600)
+                          "--modes", "draft,hybrid", "--report", str(out), env=env, timeout=600)
     assert bench.returncode == 0, bench.stderr
     report = json.loads(out.read_text())
     assert list(report["summary"]) == ["target", "draft", "hybrid", "draft:distilled", "hybrid:distilled"]

@@ -51,13 +51,26 @@ COLUMNS = [("tok/s", "tokens_per_s", "1"), ("speedup", "speedup_vs_target", "x")
 TABLE_WIDTH = 170  # columns the table needs; a narrower console would fold every cell
 
 
+HEADERS = ["mode", *(header for header, _, _ in COLUMNS)]
+
+
+def rows(summary: dict) -> list[list[str]]:
+    """Per mode, its name and each column's value as the table shows it."""
+    return [[mode, *(_number(entry[key], style) for _, key, style in COLUMNS)] for mode, entry in summary.items()]
+
+
+def json_rows(summary: dict) -> list[dict]:
+    """The table's data for scripts: per mode, each column's value unrounded, under its summary key."""
+    return [{"mode": mode, **{key: entry[key] for _, key, _ in COLUMNS}} for mode, entry in summary.items()]
+
+
 def table(summary: dict, title: str) -> Table:
     result = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     result.add_column("mode", no_wrap=True)
     for header, _, _ in COLUMNS:
         result.add_column(header, justify="right", no_wrap=True)
-    for mode, entry in summary.items():
-        result.add_row(mode, *(_number(entry[key], style) for _, key, style in COLUMNS))
+    for row in rows(summary):
+        result.add_row(*row)
     return result
 
 
