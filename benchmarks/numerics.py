@@ -1,17 +1,20 @@
-"""How far llama.cpp's batched and one-token kernels disagree: the near-tie bound.
+"""Where greedy speculation parts from plain decoding, and how near a tie it is there:
+the measurement behind NEAR_TIE_LOGITS.
 
     python -m benchmarks.numerics [--holes 12] [--tokens 48] [--preset smol]
 
 Holes are `completer bench`'s, in the standard library; the prompt is the file up to
 the cursor under its path comment (its last 1,500 tokens).
 
-Plain decoding scores one token per pass; verification scores k+1 in one batch.
-The kernels sum in different orders, so the same position gets slightly different
-logits. A greedy argmax can flip only where the target's top-2 gap is smaller than
-how much that gap itself moves between the two paths. For each hole this greedily
-decodes `tokens` tokens one at a time, then scores the same tokens in one batch, and
-reports how much the top-2 gap moved: the largest such movement bounds the gaps at
-which speculative and plain greedy outputs may honestly differ.
+Plain decoding scores one token per pass; verification scores k+1 in one batch. The
+kernels sum in different orders, so a greedy argmax may flip where two tokens nearly
+tie. For each hole, plain decoding continues the prompt and keeps its own logits. Each
+speculative configuration then continues the same prompt; where it parts from plain,
+the gap between the two tokens in plain's logits at that position is recorded, and it
+starts again from plain's text one token further, so a hole yields every parting, not
+only its first. The largest gap is what NEAR_TIE_LOGITS must exceed. The share of
+plain positions whose top-2 gap is under a bound is what that bound lets pass: at
+any of them a swap of the top two would be judged a near tie.
 """
 
 import argparse
@@ -21,10 +24,16 @@ from pathlib import Path
 import numpy as np
 
 from completer.bench.holes import Hole, pick_holes
+from completer.engine import Engine, generate
 from completer.prompt import path_header
-from models.backend import LlamaContext, LlamaModel
+from completer.speculative import NEAR_TIE_LOGITS, first_parting, parting_gap
+from models.backend import LlamaModel
 from models.presets import Preset
 from models.resolve import resolve
+
+# (mode, k): k None lets the tuner choose. The target drafts for itself, so that rounds
+# are long and batches reach k+1 (the smol pair's derived draft is rarely accepted).
+CONFIGURATIONS = [("ngram", None), ("draft", 2), ("draft", 4), ("draft", 6), ("hybrid", None), ("auto", None)]
 
 
 def hole_prompt(hole: Hole) -> str:
@@ -32,21 +41,39 @@ def hole_prompt(hole: Hole) -> str:
     return path_header(hole.file) + "\n".join(lines[: hole.line] + [lines[hole.line][: hole.column]])
 
 
-def gap_movements(model: LlamaModel, prompt: list[int], steps: int) -> np.ndarray:
-    context = LlamaContext(model, n_ctx=2048)
-    logits = context.eval(prompt, 0, logits_at=[-1])[0]
-    single, generated = [logits], []
-    for position in range(len(prompt), len(prompt) + steps - 1):
-        generated.append(int(logits.argmax()))
-        logits = context.eval([generated[-1]], position, logits_at=[0])[0]
-        single.append(logits)
-    context.truncate(len(prompt) - 1)
-    batched = context.eval([prompt[-1], *generated], len(prompt) - 1, logits_at=list(range(len(generated) + 1)))
-    moved = []
-    for one, many in zip(single, batched):
-        first, second = np.argsort(-one)[:2]
-        moved.append(abs((one[first] - one[second]) - (many[first] - many[second])))
-    return np.array(moved)
+def parting_gaps(engine: Engine, prompt: list[int], plain_logits: np.ndarray, mode: str,
+                 k: int | None) -> list[float]:
+    """Every parting of one configuration from plain decoding [n, V] on one prompt."""
+    plain = plain_logits.argmax(axis=1).tolist()  # its end-of-generation token included
+    gaps, start = [], 0
+    while start < len(plain):
+        fast = generate(engine, prompt + plain[:start], len(plain) - start, mode=mode, draft_length=k,
+                        keep_logits=True)
+        chosen = fast.logits.argmax(axis=1)  # its tokens and the end token that stopped it
+        at = first_parting(plain[start:], chosen)
+        if at is None:
+            break
+        gaps.append(parting_gap(plain_logits[start:], chosen))
+        start += at + 1
+    return gaps
+
+
+def top2_gaps(logits: np.ndarray) -> np.ndarray:
+    """[n, V] -> [n]: each row's largest logit less its second."""
+    top = np.sort(logits, axis=1)[:, -2:]  # [n, 2]
+    return top[:, 1] - top[:, 0]
+
+
+def report(gaps: np.ndarray, positions: np.ndarray, runs: int, bounds: list[float]) -> None:
+    print(f"{len(gaps)} partings in {runs} runs of {len(positions)} plain positions "
+          f"({len(CONFIGURATIONS)} configurations)")
+    if len(gaps):
+        print(f"gap between the parted tokens in plain's logits: median {np.median(gaps):.3f}, "
+              f"90th percentile {np.percentile(gaps, 90):.3f}, max {gaps.max():.3f}")
+        print("largest:", " ".join(f"{g:.3f}" for g in np.sort(gaps)[-8:]))
+    for bound in bounds:
+        print(f"bound {bound:.2f}: admits {np.mean(positions < bound):.1%} of plain positions (top-2 gap below it), "
+              f"{np.mean(gaps < bound) if len(gaps) else 1:.0%} of the partings")
 
 
 def main() -> None:
@@ -55,15 +82,19 @@ def main() -> None:
     parser.add_argument("--tokens", type=int, default=48)
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--preset", default="smol")
+    parser.add_argument("--bounds", type=float, nargs="*", default=[0.25, 0.5, NEAR_TIE_LOGITS, 0.75])
     args = parser.parse_args()
-    files = resolve(Preset.from_name(args.preset))
-    model = LlamaModel(files.target)
-    moved = np.concatenate([
-        gap_movements(model, model.tokenize(hole_prompt(hole))[-1500:], args.tokens)
-        for hole in pick_holes([Path(sysconfig.get_paths()["stdlib"])], args.holes, args.seed)
-    ])
-    print(f"{model.path.name}: top-2 gap moved by batched vs one-token scoring over {len(moved)} positions: "
-          f"median {np.median(moved):.3f}, 99th percentile {np.percentile(moved, 99):.3f}, max {moved.max():.3f}")
+    model = LlamaModel(resolve(Preset.from_name(args.preset)).target)
+    engine = Engine(model, model, n_ctx=2048)
+    gaps, positions, runs = [], [], 0
+    for hole in pick_holes([Path(sysconfig.get_paths()["stdlib"])], args.holes, args.seed):
+        prompt = model.tokenize(hole_prompt(hole))[-1500:]
+        plain = generate(engine, prompt, args.tokens, mode="target", keep_logits=True).logits  # [n, V]
+        positions.append(top2_gaps(plain))
+        for mode, k in CONFIGURATIONS:
+            gaps += parting_gaps(engine, prompt, plain, mode, k)
+            runs += 1
+    report(np.array(gaps), np.concatenate(positions), runs, sorted(set(args.bounds)))
 
 
 if __name__ == "__main__":

@@ -429,12 +429,14 @@ def _show_bench_table(summary: dict, title: str, as_json: bool) -> None:
               help="Also draw speedup per mode and acceptance per hole kind (needs the plot extra).")
 @click.option("--typing", is_flag=True, help="Also replay typing: keystroke to completion, cached against cold.")
 @click.option("--quick", is_flag=True, help="6 holes of 24 tokens: a first look in a few minutes.")
+@click.option("--exact", is_flag=True, help="The target scores a verify batch one token per decode, as plain steps "
+              "do: greedy speculation must then equal target token for token (no near ties), and runs slower.")
 @_model_options
 @_reports_model_errors
 def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max_tokens: int | None,
           temperature: float,
           holes_file: Path | None, report_path: Path, as_json: bool, plot_path: Path | None, typing: bool, quick: bool,
-          models: ModelOptions) -> None:
+          exact: bool, models: ModelOptions) -> None:
     """Measure what speculation and caching buy on your code: every mode side by side.
 
     PATHS are repositories or folders (default: the current repository). Holes are
@@ -473,7 +475,7 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
         chosen = tuple(dict.fromkeys(chosen + tuple(m for m in DISTILLED_MODES if m.partition(":")[0] in chosen)))
     else:
         chosen = tuple(m for m in chosen if m not in DISTILLED_MODES)
-    settings = Settings(models.preset, chosen, max_tokens, temperature, models.context_tokens)
+    settings = Settings(models.preset, chosen, max_tokens, temperature, models.context_tokens, exact)
     target = LlamaModel(files.target, models.target_gpu_layers)
     draft = LlamaModel(files.draft, models.draft_gpu_layers)
     distilled = None
@@ -498,13 +500,13 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
     summary = report.summarize(records, chosen, runner.engine.costs)
     where = ", ".join(sorted({str(Path(h.root)) for h in holes}))
     _show_bench_table(summary, f"{len(holes)} holes in {where}; {max_tokens} tokens; T={temperature}; "
-                               f"preset {models.preset}", as_json)
+                               f"preset {models.preset}{'; exact verification' if exact else ''}", as_json)
     notes = errors if as_json else console  # with --json, stdout holds the JSON alone
     result = {"machine": report.machine(), "preset": models.preset,
               "models": {"target": str(files.target), "draft": str(files.draft),
                          "distilled_draft": str(distilled_path) if distilled else None},
               "settings": {"modes": list(chosen), "n": len(holes), "seed": seed, "max_tokens": max_tokens,
-                           "temperature": temperature, "context_tokens": models.context_tokens,
+                           "temperature": temperature, "context_tokens": models.context_tokens, "exact": exact,
                            "roots": [str(r) for r in roots]},
               "cost_curve_ms": {str(k): v for k, v in sorted(runner.engine.costs.verify_ms.items())},
               "summary": summary, "holes": [h.to_json() for h in holes], "records": records}

@@ -73,15 +73,22 @@ class Generation:
     tokens: list[int]
     stop_reason: str  # "end", "stop", "done", "max_tokens", "time", "cancelled", "context"
     stats: GenerationStats
+    # With keep_logits: the target's logits that chose each token, plus the row that chose
+    # the end-of-generation token where one stopped it. [len(tokens) (+1), V]
+    logits: np.ndarray | None = None
 
 
 class Engine:
     """The models' caches, the draft providers and what the tuner has learnt."""
 
     def __init__(self, target: LlamaModel, draft: LlamaModel | None = None, n_ctx: int = 4096,
-                 threads: int = 0, calibrate_s: float = 1.0):
+                 threads: int = 0, calibrate_s: float = 1.0, exact: bool = False):
         self.model = target
-        self.target = KVSequence(LlamaContext(target, n_ctx=n_ctx, n_threads=threads or None))
+        # exact: the target decodes one token per llama_decode, so that a verify batch
+        # scores as plain steps do and greedy speculation equals plain decoding bit for bit.
+        # The draft's numerics only move acceptance, never the output: it stays batched.
+        self.target = KVSequence(LlamaContext(target, n_ctx=n_ctx, n_threads=threads or None,
+                                              single_token_eval=exact))
         self.costs = calibrate(self.target.context, calibrate_s) if calibrate_s > 0 else CostModel()
         self.drafter = None
         if draft is not None:
@@ -200,6 +207,7 @@ def generate(
     draft_length: int | None = None,
     done: Callable[[str], bool] | None = None,
     healing: Healing | None = None,
+    keep_logits: bool = False,
 ) -> Generation:
     """Continue `prompt` by up to `max_tokens` tokens.
 
@@ -210,6 +218,7 @@ def generate(
     bypasses the tuner (for tests and measurements). `done(text)` ends generation early
     when the text is complete (e.g. it left the scope being written). With `healing`,
     the first token is one of `healing.allowed` and the text starts after `healing.text`.
+    `keep_logits` returns the target's logits behind each token (to judge near ties).
     """
     if mode not in DRAFT_MODES:
         raise ValueError(f"unknown draft mode {mode!r}; modes: {', '.join(DRAFT_MODES)}")
@@ -224,6 +233,7 @@ def generate(
     predict_started = time.perf_counter()  # the time budget is for predicting, as llama.vim's t_max_predict_ms
     stop_reason = "max_tokens"
     text = ""
+    rows: list[np.ndarray] = []  # with keep_logits: [produced, V] per round
 
     while len(tokens) - prompt_length < max_tokens:
         if cancel is not None and cancel.is_set():
@@ -252,6 +262,8 @@ def generate(
         else:
             accepted, next_token = verify_sampled(probabilities(logits, sampling), chosen.proposal.q, draft, rng)
         target.truncate(len(tokens) + accepted)
+        if keep_logits:
+            rows.append(logits[: accepted + 1])  # row i chose the round's i-th new token
         verify_ms = (time.perf_counter() - verify_started) * 1000
         if chosen.provider == "draft":
             # The draft evaluated last, d1..d(k-1): keep what the target accepted.
@@ -286,7 +298,11 @@ def generate(
         text = _text(engine, generated, healing)
     stats.tokens = len(generated)
     stats.total_ms = (time.perf_counter() - started) * 1000
-    return Generation(text, generated, stop_reason, stats)
+    kept = None
+    if keep_logits:
+        kept = np.concatenate([np.empty((0, engine.model.n_vocab), np.float32), *rows])
+        kept = kept[: len(generated) + (stop_reason == "end")]
+    return Generation(text, generated, stop_reason, stats, kept)
 
 
 def _text(engine: Engine, generated: list[int], healing: Healing | None) -> str:

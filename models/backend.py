@@ -225,14 +225,20 @@ class LlamaContext:
         n_batch: int = 512,
         unified_kv: bool = False,
         flash_attention: bool | None = None,
+        single_token_eval: bool = False,
     ):
         self._ctx = None  # set first: __del__ runs even when creation fails
         self.model = model
+        # One token per llama_decode: a batch then gets the logits (and leaves the KV) of
+        # plain one-token steps bit for bit, so a verify batch cannot flip a near tie.
+        # The KV is then a function of the tokens alone, whatever batches filled it.
+        # Slower (no batched kernels): for tests and `completer bench --exact`.
+        self.single_token_eval = single_token_eval
         params = llama_cpp.llama_context_default_params()
         # llama.cpp's CPU flash attention rounds a batch of n tokens differently from one
         # token at a time (logits up to 1.6 apart, measured on smol); without it a verify
-        # batch gives the same logits as single steps, so speculation stays exactly
-        # lossless. On a GPU it saves memory and time, so there it is on by default.
+        # batch parts from single steps only at near ties (speculative.NEAR_TIE_LOGITS).
+        # On a GPU it saves memory and time, so there it is on by default.
         if flash_attention is None:
             flash_attention = model.gpu_layers > 0
         params.flash_attn_type = (
@@ -271,8 +277,9 @@ class LlamaContext:
         if start + n > self.n_ctx_seq:
             raise ValueError(f"{start + n} tokens do not fit the context of {self.n_ctx_seq}")
         rows: dict[int, np.ndarray] = {}
-        for chunk_start in range(0, n, self.n_batch):
-            chunk = tokens[chunk_start : chunk_start + self.n_batch]
+        step = 1 if self.single_token_eval else self.n_batch
+        for chunk_start in range(0, n, step):
+            chunk = tokens[chunk_start : chunk_start + step]
             want_here = [i - chunk_start for i in wanted if chunk_start <= i < chunk_start + len(chunk)]
             self._decode(chunk, start + chunk_start, seq, want_here)
             for i in want_here:

@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from models.distill_settings import DistillSettings
 from models.presets import Preset
 from models.resolve import ModelFiles, resolve
 
@@ -52,3 +53,45 @@ def smol_fim(smol, smol_cache) -> Path:
     from fim_model import fim_variant
 
     return fim_variant(smol.target, smol_cache / "smol-fim.gguf")
+
+
+# Small enough that a test distils in about a minute on 2 cores.
+QUICK = DistillSettings(steps=20, window=128, batch=2, held_out_windows=6, holdout=0.15)
+
+
+@pytest.fixture(scope="session")
+def corpus_and_target(smol):
+    from models.backend import LlamaModel
+    from models.distill import build_corpus, corpus_files
+
+    target = LlamaModel(smol.target, 0)
+    return build_corpus(corpus_files([REPO / "completer", REPO / "models"]), target.tokenize, QUICK), target
+
+
+@pytest.fixture(scope="session")
+def distilled(smol, corpus_and_target, tmp_path_factory):
+    """A short real distillation of the smol draft on this project's own code, as the CLI
+    runs it: the torch teacher trains, llama.cpp judges. (report, draft file, target, corpus)"""
+    import torch
+
+    from models.distill import Distiller, LlamaCppTeacher, TorchTeacher, export_draft, load_student
+
+    corpus, target = corpus_and_target
+    torch.manual_seed(0)
+    cpu = torch.device("cpu")
+    distiller = Distiller(load_student(smol.target, QUICK, cpu), TorchTeacher(smol.target, QUICK, cpu), corpus, QUICK,
+                          cpu, judge=LlamaCppTeacher(target, QUICK))
+    report = distiller.run(lambda *_: None)
+    out = export_draft(smol.target, distiller.student, QUICK.quantize,
+                       tmp_path_factory.mktemp("distilled") / "draft.gguf")
+    return report, out, target, corpus
+
+
+@pytest.fixture(scope="session")
+def tempered(smol, smol_cache) -> Path:
+    """The smol target with every logit times 0.7 (see tempered_draft.py): a draft that
+    agrees with it at temperature 0 (but at near ties) and overlaps it partially above
+    (at T = 0.9, top-p 0.95, sum(min(p, q)) is 0.63 after `    for `)."""
+    from tempered_draft import tempered_draft
+
+    return tempered_draft(smol.target, 0.7, smol_cache / "smol-tempered.gguf")

@@ -112,7 +112,7 @@ def test_quality_compares_first_lines_for_line_holes_and_whole_blocks():
 
 
 def test_a_tiny_real_bench_writes_json_a_figure_and_replays_its_holes(repository, smol_cache, tmp_path):
-    """Also the table's two forms for scripts: plain rows when piped, and --json."""
+    """Also the table's two forms for scripts (plain rows when piped, and --json), and --exact."""
     env = {"COMPLETER_CACHE_DIR": str(smol_cache)}
     out, figure = tmp_path / "bench.json", tmp_path / "bench.png"
     result = run_completer("bench", str(repository), "--preset", "smol", "--n", "2", "--max-tokens", "8",
@@ -139,11 +139,13 @@ def test_a_tiny_real_bench_writes_json_a_figure_and_replays_its_holes(repository
     assert typing["keystrokes"] > 10 and typing["cold_p50_ms"] > 0 and typing["cached_p50_ms"] >= 0
     assert typing["tokens_per_keystroke"] <= 3  # 0 when the typed text is what the cache already holds
     replay = tmp_path / "replay.json"
-    result = run_completer("bench", "--preset", "smol", "--holes", str(out), "--modes", "target",
-                           "--max-tokens", "4", "--report", str(replay), "--json", env=env, timeout=600)
+    result = run_completer("bench", "--preset", "smol", "--holes", str(out), "--modes", "ngram,auto", "--exact",
+                           "--max-tokens", "8", "--report", str(replay), "--json", env=env, timeout=600)
     assert result.returncode == 0, result.stderr
     replayed = json.loads(replay.read_text())
-    assert replayed["holes"] == report["holes"]
+    assert replayed["holes"] == report["holes"] and replayed["settings"]["exact"]
+    # One token per target decode: greedy speculation is target's text, token for token.
+    assert [replayed["summary"][mode]["identical_rate"] for mode in ("ngram", "auto")] == [1.0, 1.0]
     assert json.loads(result.stdout) == bench_report.json_rows(replayed["summary"])  # stdout holds the JSON alone
     assert f"every record: {replay}" in result.stderr
     assert [Hole(**h) for h in report["holes"]]  # plain data, loadable

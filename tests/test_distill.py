@@ -15,22 +15,17 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import REPO, run_completer
-from models.backend import LlamaModel
+from conftest import QUICK, REPO, run_completer
 from models.derive import write_atomically
 from models.distill import (
-    Distiller, LlamaCppTeacher, TeacherTargets, TorchTeacher, build_corpus, by_length, corpus_files, distribution_gap,
-    draft_blocks, evenly_spaced, export_draft, held_out, llama_cpp_agreement, load_student, training_loss,
+    LlamaCppTeacher, TeacherTargets, TorchTeacher, build_corpus, by_length, corpus_files, distribution_gap,
+    draft_blocks, evenly_spaced, held_out, llama_cpp_agreement, training_loss,
     uses_bfloat16, windows,
 )
 from models.distill_settings import DistillSettings
 from models.errors import ModelError
 from models.gguf_file import check_same_vocabulary, read_gguf
 from models.paths import distilled_draft_path
-
-# Small enough that a test distils in about a minute on 2 cores.
-QUICK = DistillSettings(steps=20, window=128, batch=2, held_out_windows=6, holdout=0.15)
-
 
 def test_windows_cover_the_tokens_and_drop_only_a_short_tail():
     tokens = list(range(300))
@@ -134,12 +129,6 @@ def test_precision_follows_the_setting_and_auto_never_picks_bfloat16_without_har
     assert uses_bfloat16("auto", cpu) == has_it
 
 
-@pytest.fixture(scope="module")
-def corpus_and_target(smol):
-    target = LlamaModel(smol.target, 0)
-    return build_corpus(corpus_files([REPO / "completer", REPO / "models"]), target.tokenize, QUICK), target
-
-
 @pytest.mark.parametrize("precision", ["float32", "bfloat16"])
 def test_the_torch_teacher_is_the_served_target_batched(smol, corpus_and_target, precision):
     corpus, target = corpus_and_target
@@ -160,21 +149,6 @@ def test_the_torch_teacher_is_the_served_target_batched(smol, corpus_and_target,
     # The Q4_0 target's argmax: the same at all but the near ties (measured 0.968 in float32,
     # 0.962 in bfloat16 on huggingface_hub).
     assert agreement >= 0.9, agreement
-
-
-@pytest.fixture(scope="module")
-def distilled(smol, corpus_and_target, tmp_path_factory):
-    """A short real distillation of the smol draft on this project's own code, as the CLI
-    runs it: the torch teacher trains, llama.cpp judges."""
-    corpus, target = corpus_and_target
-    torch.manual_seed(0)
-    cpu = torch.device("cpu")
-    distiller = Distiller(load_student(smol.target, QUICK, cpu), TorchTeacher(smol.target, QUICK, cpu), corpus, QUICK,
-                          cpu, judge=LlamaCppTeacher(target, QUICK))
-    report = distiller.run(lambda *_: None)
-    out = export_draft(smol.target, distiller.student, QUICK.quantize,
-                       tmp_path_factory.mktemp("distilled") / "draft.gguf")
-    return report, out, target, corpus
 
 
 def test_a_short_distillation_raises_held_out_acceptance_through_llama_cpp(smol, distilled):

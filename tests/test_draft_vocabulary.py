@@ -1,7 +1,6 @@
 """A draft whose vocabulary has padding entries past the target's: the vocabulary check
 lets it in, so the engine must never let it propose an id the target lacks."""
 
-import numpy as np
 import pytest
 
 from completer.engine import Engine, generate

@@ -7,7 +7,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import pytest
 from lsprotocol import types
 
 from lsp_session import SERVER, inline, open_document, start, stats, wait_ready

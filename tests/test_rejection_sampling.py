@@ -1,6 +1,9 @@
 """The acceptance rule in isolation, on synthetic distributions: whatever the draft
 proposes, the token that comes out is distributed as the target's p."""
 
+import itertools
+from collections import Counter
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -77,17 +80,43 @@ def test_monte_carlo_of_the_real_verifier_matches_p(case):
     assert chisquare(counts[support], p[support] * counts.sum()).pvalue > 0.001
 
 
-def test_a_chain_of_drafted_tokens_follows_p_at_every_position():
-    """k = 3 with a point-mass draft: each output position is distributed as its p."""
-    p = np.array([[0.7, 0.2, 0.1, 0, 0, 0], [0.1, 0.1, 0.8, 0, 0, 0], [0.3, 0.3, 0.4, 0, 0, 0],
-                  [0.2, 0.2, 0.2, 0.2, 0.1, 0.1]])
-    draft = [0, 2, 1]
+# A three-token language in which each token's distribution depends on the one before:
+# TARGET[prev] is p, DRAFT[prev] is q (overlapping p partially, sharper on some rows,
+# flatter on others). prev = 3 is the start.
+TARGET = np.array([[0.6, 0.3, 0.1], [0.1, 0.2, 0.7], [0.3, 0.4, 0.3], [0.5, 0.25, 0.25]])
+DRAFT = np.array([[0.2, 0.3, 0.5], [0.8, 0.1, 0.1], [0.3, 0.4, 0.3], [0.1, 0.8, 0.1]])
+START = 3
+
+
+def speculative_text(length: int, k: int, point_mass: bool, rng: np.random.Generator) -> tuple[int, ...]:
+    """`length` tokens by rounds of up to k drafted tokens, as the engine runs them: the
+    draft samples its chain from q (or proposes its argmax chain, as a point mass), the
+    target's rows follow the drafted tokens, then the verifier decides."""
+    text: list[int] = []
+    while len(text) < length:
+        previous = [text[-1] if text else START]
+        draft = []
+        for _ in range(min(k, length - len(text) - 1)):
+            row = DRAFT[previous[-1]]
+            draft.append(int(row.argmax()) if point_mass else int(rng.choice(3, p=row)))
+            previous.append(draft[-1])
+        p = TARGET[previous]  # [len(draft) + 1, V]: the target's row after each token
+        q = None if point_mass else DRAFT[previous[:-1]]  # [len(draft), V]
+        accepted, next_token = verify_sampled(p, q, draft, rng)
+        text += [*draft[:accepted], next_token]
+    return tuple(text[:length])
+
+
+@pytest.mark.parametrize("point_mass", [False, True], ids=["model draft", "point mass"])
+def test_chains_of_drafted_tokens_have_the_targets_joint_distribution(point_mass):
+    """k = 3, three tokens: all 27 sequences against the target's exact joint
+    probabilities, by chi-square on 20,000 draws."""
     rng = np.random.default_rng(11)
-    first = np.zeros(V)
-    for _ in range(20_000):
-        accepted, next_token = verify_sampled(p, None, draft, rng)
-        first[draft[0] if accepted else next_token] += 1
-    assert chisquare(first[:3], p[0, :3] * first.sum()).pvalue > 0.001
+    counts = Counter(speculative_text(3, 3, point_mass, rng) for _ in range(20_000))
+    cells = list(itertools.product(range(3), repeat=3))
+    exact = [TARGET[START, a] * TARGET[a, b] * TARGET[b, c] for a, b, c in cells]
+    observed = [counts[cell] for cell in cells]
+    assert chisquare(observed, np.array(exact) * sum(observed)).pvalue > 0.001
 
 
 def test_greedy_accepts_while_the_draft_is_the_argmax():

@@ -5,7 +5,8 @@ A record is one mode on one hole:
      "passes": target forward passes, "drafted": n, "accepted": n, "spec_rounds": n,
      "spec_tokens": tokens those rounds made, "predicted": sum of predicted E,
      "rounds": [[provider or null, k], ...], "identical": bool, "near_tie": bool,
-     "shown": post-processed text}
+     "parting_gap": where greedy output parted from target's, target's logit of its
+     token less its logit of this mode's, "shown": post-processed text}
 """
 
 import difflib

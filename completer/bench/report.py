@@ -77,7 +77,8 @@ def table(summary: dict, title: str) -> Table:
 FOOTNOTE = ("* projection, not a measurement: the same rounds if a verify pass cost one decode step, as for a "
             "memory-bound target on a GPU. speedup: tokens/s over target's in the same run; median: of per-hole "
             "speedups. pred E: the Leviathan formula's tokens per round from the estimated acceptance; meas E: "
-            "what the rounds made. identical: same tokens as target; ties: differences that start at a near tie (numerics), other: the rest. "
+            "what the rounds made. identical: same tokens as target; ties: differences that start where the two "
+            "tokens nearly tie in target's logits (numerics; none with --exact), other: the rest. "
             "exact: first line equal to the file's; edit sim: similarity to the file's text.")
 
 

@@ -7,8 +7,10 @@
         time `max_tokens` new tokens, no early stop, so every mode makes the same work
         shown = the post-processed text, compared with the hole's truth (its first line
                 for line holes, all of it for blocks)
-        identical to target's tokens? where not, the top-2 logit gap at the first
-        difference says whether it is a near tie (numerics) or not
+        identical to target's tokens? where not (at T=0), the gap between the two
+        tokens that parted, in target's own logits there, says whether it is a near
+        tie (numerics) or not; with --exact (one token per target decode) every
+        difference is a bug
 
 The peer is llama-cpp-python's own LlamaPromptLookupDecoding(num_pred_tokens=10) on
 the same target file, prompts, token budget and temperature.
@@ -26,8 +28,8 @@ from completer.config import Config, GenerationOptions, PromptOptions
 from completer.engine import Engine, generate
 from completer.postprocess import CursorContext, postprocess
 from completer.session import Completer, CompletionRequest, split_at_cursor
-from completer.speculative import NEAR_TIE_LOGITS, Sampling
-from models.backend import LlamaContext, LlamaModel, default_threads
+from completer.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap
+from models.backend import LlamaModel, default_threads
 
 # 128 lines before the cursor: prompts of about 1,000-1,500 tokens, so that each hole's
 # prefill (done once per mode family, and again by the peer) stays a few seconds here.
@@ -41,6 +43,9 @@ class Settings:
     max_tokens: int = 48
     temperature: float = 0.0
     context_tokens: int = 4096
+    # The target decodes a verify batch one token per llama_decode, as plain steps do:
+    # greedy output must then equal target's exactly, and no difference is a near tie.
+    exact: bool = False
 
 
 class Peer:
@@ -75,16 +80,15 @@ class Bench:
                  distilled: LlamaModel | None = None):
         self.settings = settings
         self.model = target
-        self.engine = Engine(target, draft, n_ctx=settings.context_tokens)
+        self.engine = Engine(target, draft, n_ctx=settings.context_tokens, exact=settings.exact)
         # Mode suffix (":distilled") -> the engine whose draft it runs with.
         self.engines = {"": self.engine}
         if distilled is not None:
-            self.engines["distilled"] = Engine(target, distilled, n_ctx=settings.context_tokens)
+            self.engines["distilled"] = Engine(target, distilled, n_ctx=settings.context_tokens, exact=settings.exact)
         config = Config(generation=GenerationOptions(max_tokens=settings.max_tokens),
                         prompt=PromptOptions(prefix_lines=PREFIX_LINES))
         self.completer = Completer(self.engine, config)  # its prompts, as the editor gets them
         self.peer = Peer(str(target.path), settings.context_tokens) if PEER in settings.modes else None
-        self.reference = LlamaContext(target, n_ctx=settings.context_tokens)
 
     def prompt(self, hole: Hole) -> tuple[list[int], CursorContext]:
         """The prompt for the file with the hole's truth taken out, and the cursor's context."""
@@ -97,48 +101,43 @@ class Bench:
         tokens, suffix = self.completer.prompt(request)
         return tokens, CursorContext(hidden.split("\n")[hole.line][: hole.column], suffix)
 
-    def top2_gap(self, prompt: list[int], tokens: list[int]) -> float:
-        """The target's top-2 logit gap after prompt + tokens, from a fresh prefill."""
-        self.reference.truncate(0)
-        logits = np.sort(self.reference.eval(prompt + tokens, 0, logits_at=[-1])[0])
-        return float(logits[-1] - logits[-2])
-
     def run_hole(self, index: int, hole: Hole) -> list[dict]:
         """Every mode on one hole: one record per mode."""
         prompt, cursor = self.prompt(hole)
         modes = list(self.settings.modes)
         order = modes[index % len(modes):] + modes[: index % len(modes)]
-        records = {}
+        records, logits = {}, {}  # per mode, the target's logits behind its tokens and end token [n, V]
         for mode in order:
-            records[mode] = self._run_mode(mode, index, hole, prompt)
+            records[mode], logits[mode] = self._run_mode(mode, index, hole, prompt)
             records[mode]["shown"] = postprocess(self.model.detokenize(records[mode]["tokens"]), cursor)
-        plain = records["target"]["tokens"] if "target" in records else None
-        for record in records.values():
-            record["identical"] = plain is not None and record["tokens"] == plain
-            if plain is not None and not record["identical"]:
-                first = next((i for i, (a, b) in enumerate(zip(plain, record["tokens"])) if a != b),
-                             min(len(plain), len(record["tokens"])))
-                record["top2_gap"] = self.top2_gap(prompt, plain[:first])
-                record["near_tie"] = record["top2_gap"] < NEAR_TIE_LOGITS
+        greedy = self.settings.temperature <= 0
+        for mode, record in records.items():
+            record["identical"] = "target" in records and record["tokens"] == records["target"]["tokens"]
+            if greedy and "target" in records and not record["identical"]:
+                # The peer's tokens come without their logits or the end token that stopped them.
+                chosen = record["tokens"] if logits[mode] is None else logits[mode].argmax(axis=1)
+                record["parting_gap"] = gap = parting_gap(logits["target"], chosen)
+                record["near_tie"] = not self.settings.exact and gap is not None and gap < NEAR_TIE_LOGITS
         return [records[mode] for mode in modes]
 
-    def _run_mode(self, mode: str, index: int, hole: Hole, prompt: list[int]) -> dict:
+    def _run_mode(self, mode: str, index: int, hole: Hole, prompt: list[int]) -> tuple[dict, np.ndarray | None]:
+        """The mode's record, and the target's logits behind each of its tokens (None for the peer)."""
         base = {"hole": index, "kind": hole.kind, "language": hole.language, "mode": mode, "truth": hole.truth,
                 "prompt_tokens": len(prompt)}
         settings = self.settings
         if mode == PEER:
             tokens, ms = self.peer.generate(prompt, settings.max_tokens, settings.temperature, index,
                                             self.model.is_end_of_generation)
-            return {**base, "tokens": tokens, "ms": ms}
+            return {**base, "tokens": tokens, "ms": ms}, None
         provider, _, draft = mode.partition(":")
         engine = self.engines[draft]
         engine.target.sync(prompt[:-1])  # prefill outside the timing
         if engine.drafter:
             engine.drafter.sequence.sync(prompt[:-1])
         result = generate(engine, prompt, settings.max_tokens, sampling=Sampling(settings.temperature, seed=index),
-                          mode=provider, document=hole.file, language=hole.language)
+                          mode=provider, document=hole.file, language=hole.language, keep_logits=True)
         s = result.stats
         return {**base, "tokens": result.tokens, "ms": s.total_ms, "passes": s.target_passes, "drafted": s.drafted,
                 "accepted": s.accepted, "spec_rounds": s.speculative_rounds,
                 "spec_tokens": s.tokens_in_speculative_rounds, "predicted": s.predicted_tokens,
-                "rounds": [list(r) for r in s.rounds]}
+                "rounds": [list(r) for r in s.rounds]}, result.logits
