@@ -17,13 +17,13 @@ import subprocess
 import sys
 from pathlib import Path
 
-from completer.bench.holes import pick_holes
-from models.backend import LlamaModel
-from models.distill import build_corpus, corpus_files, held_out, llama_cpp_agreement
-from models.distill_settings import DistillSettings
-from models.paths import distilled_draft_path
-from models.presets import Preset
-from models.resolve import resolve
+from completer.bench.holes import LANGUAGES, pick_holes
+from completer.models.backend import LlamaModel
+from completer.models.distill import build_corpus, corpus_files, held_out, llama_cpp_agreement
+from completer.models.distill_settings import DistillSettings
+from completer.models.paths import distilled_draft_path
+from completer.models.presets import Preset
+from completer.models.resolve import resolve
 
 
 def completer(*args: str) -> None:
@@ -48,7 +48,7 @@ def main() -> None:
 
     settings = DistillSettings(steps=1)  # the split and windows distill used
     target = LlamaModel(files.target, 0)
-    corpus = build_corpus(corpus_files([repository]), target.tokenize, settings)
+    corpus = build_corpus(corpus_files([repository], LANGUAGES), target.tokenize, settings)
     before = llama_cpp_agreement(target, files.draft, corpus.held_out)
     after = llama_cpp_agreement(target, distilled, corpus.held_out)
     print(f"held-out acceptance at T=0 through llama.cpp ({len(corpus.held_out)} windows of {settings.window} "

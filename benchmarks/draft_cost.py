@@ -16,9 +16,9 @@ import sysconfig
 import time
 from pathlib import Path
 
-from models.backend import LlamaContext, LlamaModel
-from models.presets import Preset
-from models.resolve import resolve
+from completer.config import ModelOptions
+from completer.loading import load_pair
+from completer.models.backend import LlamaContext, LlamaModel
 
 
 def median_ms(context: LlamaContext, prompt: list[int], width: int, trials: int) -> float:
@@ -38,9 +38,8 @@ def main() -> None:
     parser.add_argument("--context", type=int, default=1000)
     parser.add_argument("--preset", default="smol")
     args = parser.parse_args()
-    files = resolve(Preset.from_name(args.preset))
-    paths = {"target": files.target, "draft (preset)": files.draft, **{path.name: path for path in args.drafts}}
-    models = {name: LlamaModel(path, 0) for name, path in paths.items()}
+    pair = load_pair(ModelOptions(preset=args.preset, target_gpu_layers=0, draft_gpu_layers=0))
+    models = {"target": pair.target, "draft (preset)": pair.draft, **{path.name: LlamaModel(path, 0) for path in args.drafts}}
     text = (Path(sysconfig.get_paths()["stdlib"]) / "difflib.py").read_text()
     prompt = models["target"].tokenize(text)[: args.context]
     contexts = {name: LlamaContext(model, n_ctx=len(prompt) + 16) for name, model in models.items()}

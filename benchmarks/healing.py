@@ -15,12 +15,11 @@ import re
 import sysconfig
 from pathlib import Path
 
+from completer.config import ModelOptions
 from completer.engine import Engine, generate
 from completer.healing import TokenPrefixes, heal
+from completer.loading import load_pair
 from completer.prompt import path_header
-from models.backend import LlamaModel
-from models.presets import Preset
-from models.resolve import resolve
 
 
 def main() -> None:
@@ -29,7 +28,7 @@ def main() -> None:
     parser.add_argument("--preset", default="smol")
     args = parser.parse_args()
     lines = (Path(sysconfig.get_paths()["stdlib"]) / args.file).read_text().splitlines(keepends=True)
-    model = LlamaModel(resolve(Preset.from_name(args.preset)).target)
+    model = load_pair(ModelOptions(preset=args.preset), with_draft=False).target
     engine = Engine(model, None, n_ctx=2048, calibrate_s=0)
     prefixes = TokenPrefixes(model, model.n_vocab)
     cursors = plain = healed = 0

@@ -27,8 +27,8 @@ import numpy as np
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, client_capabilities
 
-from lsp import protocol
-from models.paths import cache_dir
+from completer.lsp import protocol
+from completer.models.paths import cache_dir
 
 TYPED = "        width = max(len(line) for line in lines) if lines else 0\n"
 

@@ -24,12 +24,11 @@ from pathlib import Path
 import numpy as np
 
 from completer.bench.holes import Hole, pick_holes
+from completer.config import ModelOptions
 from completer.engine import Engine, generate
+from completer.loading import load_pair
 from completer.prompt import path_header
 from completer.speculative import NEAR_TIE_LOGITS, first_parting, parting_gap
-from models.backend import LlamaModel
-from models.presets import Preset
-from models.resolve import resolve
 
 # (mode, k): k None lets the tuner choose. The target drafts for itself, so that rounds
 # are long and batches reach k+1 (the smol pair's derived draft is rarely accepted).
@@ -84,7 +83,7 @@ def main() -> None:
     parser.add_argument("--preset", default="smol")
     parser.add_argument("--bounds", type=float, nargs="*", default=[0.25, 0.5, NEAR_TIE_LOGITS, 0.75])
     args = parser.parse_args()
-    model = LlamaModel(resolve(Preset.from_name(args.preset)).target)
+    model = load_pair(ModelOptions(preset=args.preset), with_draft=False).target
     engine = Engine(model, model, n_ctx=2048)
     gaps, positions, runs = [], [], 0
     for hole in pick_holes([Path(sysconfig.get_paths()["stdlib"])], args.holes, args.seed):

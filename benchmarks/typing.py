@@ -14,11 +14,9 @@ import sysconfig
 from pathlib import Path
 
 from completer.bench.typing import middle_code_line, replay
-from completer.config import PromptOptions
+from completer.config import ModelOptions, PromptOptions
+from completer.loading import load_pair
 from completer.prompt import cursor_sections
-from models.backend import LlamaModel
-from models.presets import Preset
-from models.resolve import resolve
 
 
 def main() -> None:
@@ -28,8 +26,8 @@ def main() -> None:
     parser.add_argument("--preset", default="smol")
     args = parser.parse_args()
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    files = resolve(Preset.from_name(args.preset))
-    target, draft = LlamaModel(files.target), LlamaModel(files.draft)
+    pair = load_pair(ModelOptions(preset=args.preset))
+    target, draft = pair.target, pair.draft
     texts = [(name, (stdlib / name).read_text()[: args.chars], "py") for name in args.files]
     for name, text, _ in texts:
         print(f"{name}: {len(target.tokenize(text))} tokens")

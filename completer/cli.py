@@ -3,7 +3,7 @@
 import functools
 import logging
 import sys
-from dataclasses import replace
+from dataclasses import Field, fields, replace
 from importlib.metadata import version
 from pathlib import Path
 
@@ -13,11 +13,11 @@ from rich.console import Console
 from completer import tables
 from completer.bench import DISTILLED_MODES
 from completer.bench import MODES as BENCH_MODES
-from completer.config import DRAFT_MODES, CacheOptions, Config, GenerationOptions, ModelOptions
-from models.distill_settings import INITS, LOSSES, PRECISIONS, QUANTIZE_TYPES, TEACHERS, DistillSettings
-from models.errors import ModelError
-from models.paths import cache_dir
-from models.presets import PRESETS, Preset
+from completer.config import CHOICES, CacheOptions, Config, GenerationOptions, ModelOptions
+from completer.models.distill_settings import INITS, LOSSES, PRECISIONS, QUANTIZE_TYPES, TEACHERS, DistillSettings
+from completer.models.errors import ModelError
+from completer.models.paths import cache_dir
+from completer.models.presets import PRESETS, Preset
 
 console = Console()
 errors = Console(stderr=True)
@@ -38,41 +38,49 @@ def _reports_model_errors(command):
     return wrapper
 
 
-def _gpu_layers(value: str) -> int | str:
-    if value == "auto":
-        return value
-    try:
-        return int(value)
-    except ValueError:
-        raise click.BadParameter(f"{value!r}: use a number of layers or auto") from None
+class _GpuLayers(click.ParamType):
+    name = "layers"
+
+    def convert(self, value, param, ctx) -> int | str:
+        if value == "auto" or isinstance(value, int):
+            return value
+        try:
+            return int(value)
+        except ValueError:
+            self.fail(f"{value!r}: use a number of layers or auto", param, ctx)
 
 
-def _model_options(command):
-    """The ModelOptions fields as flags; the command receives one ModelOptions."""
-    defaults = ModelOptions()
-    flags = [
-        click.option("--preset", default=defaults.preset, show_default=True, help="Named target/draft pair."),
-        click.option("--target", "target_path", type=click.Path(dir_okay=False), help="Target GGUF file."),
-        click.option("--draft", "draft_path", type=click.Path(dir_okay=False), help="Draft GGUF file."),
-        click.option("--gpu-layers", default=str(defaults.target_gpu_layers), show_default=True,
-                     help="Target layers on the GPU, or auto."),
-        click.option("--draft-gpu-layers", default=str(defaults.draft_gpu_layers), show_default=True,
-                     help="Draft layers on the GPU, or auto."),
-        click.option("--context", "context_tokens", default=defaults.context_tokens, show_default=True,
-                     help="KV cache size in tokens."),
-        click.option("--threads", default=defaults.threads, show_default=True, help="CPU threads; 0 = all cores."),
-    ]
+def _flag_type(group: str, item: Field) -> click.ParamType:
+    """The click type of an option of the Config tree, from its type and choices."""
+    if f"{group}.{item.name}" in CHOICES:
+        return click.Choice(CHOICES[f"{group}.{item.name}"])
+    if item.type == int | str:  # a layer count or "auto"
+        return _GpuLayers()
+    if item.type == str | None:  # a file
+        return click.Path(dir_okay=False)
+    return {int: click.IntRange(min=0), float: click.FloatRange(min=0)}.get(item.type, click.STRING)
 
-    @functools.wraps(command)
-    def wrapper(*args, preset, target_path, draft_path, gpu_layers, draft_gpu_layers, context_tokens, threads,
-                **kwargs):
-        options = ModelOptions(preset, target_path, draft_path, _gpu_layers(gpu_layers),
-                               _gpu_layers(draft_gpu_layers), context_tokens, threads)
-        return command(*args, models=options, **kwargs)
 
-    for flag in reversed(flags):
-        wrapper = flag(wrapper)
-    return wrapper
+def _config_flags(group: str, only: tuple[str, ...] | None = None):
+    """The Config group's options that have a CLI flag (config.py names it), as click
+    options with the option's default and reason; the command receives the group's
+    dataclass as `group` (fields without a flag, or not in `only`, at their defaults)."""
+    kind = next(item.default_factory for item in fields(Config) if item.name == group)
+    chosen = [item for item in fields(kind) if item.metadata["flag"] and (only is None or item.name in only)]
+
+    def decorate(command):
+        @functools.wraps(command)
+        def wrapper(*args, **kwargs):
+            values = {item.name: kwargs.pop(item.name) for item in chosen}
+            return command(*args, **{group: kind(**values)}, **kwargs)
+
+        for item in reversed(chosen):
+            wrapper = click.option(item.metadata["flag"], item.name, default=item.default, show_default=True,
+                                   type=_flag_type(group, item), help=item.metadata["doc"][0].upper()
+                                   + item.metadata["doc"][1:] + ".")(wrapper)
+        return wrapper
+
+    return decorate
 
 
 @click.group()
@@ -91,7 +99,7 @@ def models() -> None:
 
 def _file_state(preset: Preset) -> tuple[str, str]:
     """(target state, draft state) as 'cached', 'missing', or what would happen on first use."""
-    from models.resolve import cached_path
+    from completer.models.resolve import cached_path
 
     try:
         target = cached_path(preset.target)
@@ -122,7 +130,7 @@ def models_list(as_json: bool) -> None:
 @_reports_model_errors
 def models_pull(preset: str) -> None:
     """Download (or derive) a preset's target and draft into the cache."""
-    from models.resolve import resolve
+    from completer.models.resolve import resolve
 
     files = resolve(Preset.from_name(preset))
     click.echo(f"target: {files.target}\ndraft:  {files.draft}")
@@ -130,8 +138,8 @@ def models_pull(preset: str) -> None:
 
 def _describe_file(path: Path) -> list[tuple[str, str]]:
     """(field, value) rows about a GGUF file."""
-    from models.backend import LlamaModel
-    from models.gguf_file import check_gguf
+    from completer.models.backend import LlamaModel
+    from completer.models.gguf_file import check_gguf
 
     header = check_gguf(path)
     model = LlamaModel(path, n_gpu_layers=0, vocab_only=True)
@@ -159,7 +167,7 @@ def _describe_file(path: Path) -> list[tuple[str, str]]:
 def models_info(path_or_preset: str, measure: bool, threads: int) -> None:
     """Architecture, layers, vocabulary and FIM tokens of a GGUF file or a preset's pair."""
     if path_or_preset in PRESETS:
-        from models.resolve import resolve
+        from completer.models.resolve import resolve
 
         files = resolve(Preset.from_name(path_or_preset))
         paths = [files.target, files.draft]
@@ -168,7 +176,7 @@ def models_info(path_or_preset: str, measure: bool, threads: int) -> None:
     for path in paths:
         tables.show(console, None, _describe_file(path), title=str(path))
         if measure:
-            from models.timing import time_model
+            from completer.models.timing import time_model
 
             timing = time_model(path, threads=threads)
             console.print(
@@ -227,11 +235,21 @@ def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...],
                                    "or pip install 'completer[distill]'") from None
     from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
 
-    from models.backend import LlamaModel
-    from models.distill import (Distiller, LlamaCppTeacher, TorchTeacher, build_corpus, corpus_files, export_draft,
-                                llama_cpp_agreement, load_student, uses_bfloat16)
-    from models.paths import distilled_draft_path
-    from models.resolve import resolve
+    from completer.bench.holes import LANGUAGES
+    from completer.models.backend import LlamaModel
+    from completer.models.distill import (
+        Distiller,
+        LlamaCppTeacher,
+        TorchTeacher,
+        build_corpus,
+        corpus_files,
+        export_draft,
+        llama_cpp_agreement,
+        load_student,
+        uses_bfloat16,
+    )
+    from completer.models.paths import distilled_draft_path
+    from completer.models.resolve import resolve
 
     settings = DistillSettings(layers=layers, init=init, minutes=minutes, steps=steps, loss=loss,
                                top_token_weight=top_token_weight, quantize=quantize, teacher=teacher,
@@ -239,7 +257,7 @@ def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...],
     target = resolve(Preset.from_name(preset), target_path, with_draft=False).target
     device = torch.device("cuda" if torch.cuda.is_available() else "cpu")
     teacher_model = LlamaModel(target, "auto")
-    files = corpus_files(list(data_paths))
+    files = corpus_files(list(data_paths), LANGUAGES)
     corpus = build_corpus(files, teacher_model.tokenize, settings)
     number_format = "bfloat16" if uses_bfloat16(precision, device) else "float32"
     errors.print(f"{target.name} ({teacher}) teaches a {layers}-block draft ({init.replace('-', ' ')} blocks) on "
@@ -282,7 +300,7 @@ def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...],
 
 
 def _doctor_rows() -> list[tuple[str, str]]:
-    from models.backend import default_threads, gpu_offload_supported, system_info
+    from completer.models.backend import default_threads, gpu_offload_supported, system_info
 
     build = system_info()
     rows = [("completer", version("completer")), ("llama-cpp-python", version("llama_cpp_python")),
@@ -311,45 +329,30 @@ def doctor(as_json: bool) -> None:
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--line", type=click.IntRange(min=1), required=True, help="Cursor line, 1-based as editors show it.")
 @click.option("--col", type=click.IntRange(min=1), required=True, help="Cursor column, 1-based, in characters.")
-@click.option("--max-tokens", default=GenerationOptions().max_tokens, show_default=True,
-              help="Most tokens to generate.")
-@click.option("--mode", "draft_mode", default=GenerationOptions().draft_mode, show_default=True,
-              type=click.Choice(list(DRAFT_MODES)), help="Who drafts tokens for the target to verify.")
-@click.option("--temperature", default=GenerationOptions().temperature, show_default=True,
-              type=click.FloatRange(min=0), help="0 = greedy; above 0 samples.")
-@click.option("--time-budget", "time_budget_ms", default=GenerationOptions().time_budget_ms, show_default=True,
-              type=click.FloatRange(min=0), help="Stop after this many ms; 0 = no limit.")
+@_config_flags("generation", only=("max_tokens", "draft_mode", "temperature", "time_budget_ms"))
 @click.option("--stats", is_flag=True, help="Also print token counts, timings and acceptance to stderr.")
 @click.option("--show-prompt", is_flag=True, help="Also print the prompt the model saw, control tokens included, "
               "to stderr.")
-@_model_options
+@_config_flags("models")
 @_reports_model_errors
-def complete(file: Path, line: int, col: int, max_tokens: int, draft_mode: str, temperature: float,
-             time_budget_ms: float, stats: bool, show_prompt: bool, models: ModelOptions) -> None:
+def complete(file: Path, line: int, col: int, generation: GenerationOptions, stats: bool, show_prompt: bool,
+             models: ModelOptions) -> None:
     """Print a completion of FILE at the cursor, decoded speculatively."""
-    from completer.engine import Engine
-    from completer.session import Completer, CompletionRequest, PositionError, split_at_cursor
-    from models.backend import LlamaModel
-    from models.resolve import resolve
+    from completer.loading import load_completer
+    from completer.session import CompletionRequest, PositionError, split_at_cursor
 
-    config = replace(Config(), models=models,
-                     generation=GenerationOptions(max_tokens, draft_mode, temperature, time_budget_ms))
+    config = replace(Config(), models=models, generation=generation)
     text = file.read_text(encoding="utf-8", errors="replace")
     try:
         split_at_cursor(text, line - 1, col - 1)
     except PositionError:
         raise click.BadParameter(f"{file} has no line {line} column {col} (it has {len(text.splitlines())} "
                                  "lines, counted from 1)", param_hint="--line/--col") from None
-    speculative = draft_mode != "target"
-    files = resolve(Preset.from_name(config.models.preset), config.models.target, config.models.draft,
-                    with_draft=speculative)
-    target = LlamaModel(files.target, config.models.target_gpu_layers)
-    draft = LlamaModel(files.draft, config.models.draft_gpu_layers) if speculative else None
-    engine = Engine(target, draft, n_ctx=config.models.context_tokens, threads=config.models.threads,
-                    calibrate_s=1.0 if speculative else 0.0)
+    loaded = load_completer(config)
     request = CompletionRequest(str(file), str(file), text, line - 1, col - 1, file.suffix.lstrip("."))
-    completion = Completer(engine, config).complete(request)
+    completion = loaded.completer.complete(request)
     click.echo(completion.text)
+    target = loaded.pair.target
     if show_prompt:
         errors.print(target.detokenize(completion.prompt, special=True), markup=False, highlight=False,
                      soft_wrap=True)
@@ -357,8 +360,9 @@ def complete(file: Path, line: int, col: int, max_tokens: int, draft_mode: str, 
         s = completion.generation.stats
         errors.print(
             f"{completion.prompt_tokens} prompt tokens; {s.tokens} tokens in {s.total_ms:.0f} ms "
-            f"({s.tokens_per_second:.1f} tok/s, mode {draft_mode}, {s.target_passes} target passes, {s.accepted}/{s.drafted} drafted "
-            f"tokens accepted; stop: {completion.stop_reason}; target {files.target.name}, "
+            f"({s.tokens_per_second:.1f} tok/s, mode {generation.draft_mode}, {s.target_passes} target passes, "
+            f"{s.accepted}/{s.drafted} drafted "
+            f"tokens accepted; stop: {completion.stop_reason}; target {loaded.pair.files.target.name}, "
             f"load {target.load_ms:.0f} ms)",
             highlight=False,
             soft_wrap=True,
@@ -375,7 +379,7 @@ def serve(transport: str, port: int) -> None:
     Options come from the client's initializationOptions (the same names as the
     README's option table); logs go to stderr and window/logMessage."""
     logging.getLogger("completer").setLevel(logging.INFO)
-    from lsp.server import ResyncingInput, keep_large_buffers_off_the_heap, server
+    from completer.lsp.server import ResyncingInput, keep_large_buffers_off_the_heap, server
 
     keep_large_buffers_off_the_heap()
     if transport == "tcp":
@@ -431,7 +435,7 @@ def _show_bench_table(summary: dict, title: str, as_json: bool) -> None:
 @click.option("--quick", is_flag=True, help="6 holes of 24 tokens: a first look in a few minutes.")
 @click.option("--exact", is_flag=True, help="The target scores a verify batch one token per decode, as plain steps "
               "do: greedy speculation must then equal target token for token (no near ties), and runs slower.")
-@_model_options
+@_config_flags("models")
 @_reports_model_errors
 def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max_tokens: int | None,
           temperature: float,
@@ -445,16 +449,19 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
     import json
     import time
 
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
-        TimeRemainingColumn
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+        TimeRemainingColumn,
+    )
 
     from completer.bench import report
     from completer.bench.holes import holes_from_json, pick_holes
     from completer.bench.run import Bench, Settings
-    from models.backend import LlamaModel
-    from models.gguf_file import check_same_vocabulary
-    from models.paths import distilled_draft_path
-    from models.resolve import resolve
+    from completer.loading import load_distilled, load_pair
 
     chosen = tuple(dict.fromkeys(["target", *(m.strip() for m in modes.split(",") if m.strip())]))
     known = BENCH_MODES + DISTILLED_MODES
@@ -469,19 +476,14 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
         holes = holes_from_json(json.loads(holes_file.read_text())) if holes_file else pick_holes(roots, count, seed)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
-    files = resolve(Preset.from_name(models.preset), models.target, models.draft)
-    distilled_path = distilled_draft_path(files.target)
-    if models.draft is None and distilled_path.is_file():  # the distilled draft beside the preset's
+    pair = load_pair(models)
+    distilled = load_distilled(pair, models)  # its modes run beside the preset draft's
+    if distilled is not None:
         chosen = tuple(dict.fromkeys(chosen + tuple(m for m in DISTILLED_MODES if m.partition(":")[0] in chosen)))
     else:
         chosen = tuple(m for m in chosen if m not in DISTILLED_MODES)
     settings = Settings(models.preset, chosen, max_tokens, temperature, models.context_tokens, exact)
-    target = LlamaModel(files.target, models.target_gpu_layers)
-    draft = LlamaModel(files.draft, models.draft_gpu_layers)
-    distilled = None
-    if any(m in DISTILLED_MODES for m in chosen):
-        check_same_vocabulary(files.target, distilled_path)
-        distilled = LlamaModel(distilled_path, models.draft_gpu_layers)
+    target, draft = pair.target, pair.draft
     runner = Bench(target, draft, settings, distilled)
     records: list[dict] = []
     columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
@@ -503,8 +505,8 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
                                f"preset {models.preset}{'; exact verification' if exact else ''}", as_json)
     notes = errors if as_json else console  # with --json, stdout holds the JSON alone
     result = {"machine": report.machine(), "preset": models.preset,
-              "models": {"target": str(files.target), "draft": str(files.draft),
-                         "distilled_draft": str(distilled_path) if distilled else None},
+              "models": {"target": str(pair.files.target), "draft": str(pair.files.draft),
+                         "distilled_draft": str(distilled.path) if distilled else None},
               "settings": {"modes": list(chosen), "n": len(holes), "seed": seed, "max_tokens": max_tokens,
                            "temperature": temperature, "context_tokens": models.context_tokens, "exact": exact,
                            "roots": [str(r) for r in roots]},

@@ -12,14 +12,10 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from completer.config import DraftingOptions
 from completer.kv import KVSequence
 from completer.speculative import Sampling, probabilities, sample
 
-# An n-gram proposal needs at least this many tokens of context matched: shorter
-# matches drafted at 19% acceptance on stdlib code and lost to plain decoding (NOTES.md).
-MIN_MATCH = 3
-# Matches are measured up to this length: past it, more context predicts no better.
-MAX_MATCH = 16
 # Candidate positions examined per lookup, most recent first: bounds the cost of a
 # lookup on repetitive text.
 MAX_CANDIDATES = 32
@@ -74,9 +70,12 @@ def _pad_to(q: np.ndarray, size: int) -> np.ndarray:
 
 
 class NgramIndex:
-    """Where each MIN_MATCH-gram of a token sequence occurs; grows as the sequence does."""
+    """Where each `min_match`-gram of a token sequence occurs; grows as the sequence
+    does. Matches are measured up to `max_match` tokens (drafting.ngram_*_match)."""
 
-    def __init__(self, tokens: list[int] | None = None):
+    def __init__(self, tokens: list[int] | None = None, min_match: int = DraftingOptions().ngram_min_match,
+                 max_match: int = DraftingOptions().ngram_max_match):
+        self.min_match, self.max_match = min_match, max_match
         self.tokens: list[int] = []
         self.ends: dict[tuple[int, ...], list[int]] = defaultdict(list)  # n-gram -> positions just after it
         self.extend(tokens or [])
@@ -84,26 +83,26 @@ class NgramIndex:
     def extend(self, tokens: list[int]) -> None:
         start = len(self.tokens)
         self.tokens.extend(tokens)
-        for end in range(max(start, MIN_MATCH - 1) + 1, len(self.tokens) + 1):
-            self.ends[tuple(self.tokens[end - MIN_MATCH : end])].append(end)
+        for end in range(max(start, self.min_match - 1) + 1, len(self.tokens) + 1):
+            self.ends[tuple(self.tokens[end - self.min_match : end])].append(end)
 
     def longest_match(self, suffix: list[int], before: int) -> tuple[int, int]:
         """(match length, position after the match) of the occurrence of `suffix`'s end
         that matches it furthest back, among positions < `before`; (0, -1) if none."""
         best_length, best_end = 0, -1
-        candidates = self.ends.get(tuple(suffix[-MIN_MATCH:]), [])
+        candidates = self.ends.get(tuple(suffix[-self.min_match:]), [])
         examined = 0
         for end in reversed(candidates):
             if end >= before:
                 continue
-            length = MIN_MATCH
-            limit = min(MAX_MATCH, end, len(suffix))
+            length = self.min_match
+            limit = min(self.max_match, end, len(suffix))
             while length < limit and self.tokens[end - length - 1] == suffix[-length - 1]:
                 length += 1
             if length > best_length:
                 best_length, best_end = length, end
             examined += 1
-            if examined >= MAX_CANDIDATES or best_length == MAX_MATCH:
+            if examined >= MAX_CANDIDATES or best_length == self.max_match:
                 break
         return best_length, best_end
 
@@ -112,9 +111,19 @@ class NgramDrafter:
     """Prompt lookup: find the longest earlier occurrence of the text's last tokens, in
     this document or in other open ones, and propose what followed it."""
 
-    def __init__(self):
-        self.document = NgramIndex()
+    def __init__(self, options: DraftingOptions = DraftingOptions()):
+        self.options = options
+        self.document = self._index([])
         self.others: dict[str, NgramIndex] = {}
+
+    def _index(self, tokens: list[int]) -> NgramIndex:
+        return NgramIndex(tokens, self.options.ngram_min_match, self.options.ngram_max_match)
+
+    def configure(self, options: DraftingOptions) -> None:
+        """New match lengths: every index is built again with them."""
+        self.options = options
+        self.document = self._index(self.document.tokens)
+        self.others = {key: self._index(index.tokens) for key, index in self.others.items()}
 
     def set_document(self, tokens: list[int]) -> None:
         """Index the current text, reusing the index while the text only grew."""
@@ -122,17 +131,17 @@ class NgramDrafter:
         if len(tokens) >= len(known) and tokens[: len(known)] == known:
             self.document.extend(tokens[len(known) :])
         else:
-            self.document = NgramIndex(tokens)
+            self.document = self._index(tokens)
 
     def set_other_document(self, key: str, tokens: list[int]) -> None:
-        self.others[key] = NgramIndex(tokens)
+        self.others[key] = self._index(tokens)
 
     def remove_other_document(self, key: str) -> None:
         self.others.pop(key, None)
 
     def lookup(self, tokens: list[int], k: int) -> tuple[list[int], int]:
         """(proposed tokens, match length) for the text `tokens`."""
-        if len(tokens) < MIN_MATCH or k <= 0:
+        if len(tokens) < self.options.ngram_min_match or k <= 0:
             return [], 0
         self.set_document(tokens)
         best_length, best_index, best_end = 0, self.document, -1

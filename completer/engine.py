@@ -9,23 +9,16 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from completer.config import DRAFT_MODES
-from completer.healing import Healing, mask_to
+from completer.config import DRAFT_MODES, DraftingOptions
 from completer.drafts import NO_PROPOSAL, ModelDrafter, NgramDrafter, Proposal
-from completer.kv import KVSequence
-from completer.speculative import Sampling, expected_tokens, probabilities, verify_greedy, verify_sampled
-from completer.tuning import MAX_DRAFT, AcceptanceTable, CostModel, Plan, best_plan, calibrate, match_bucket
-from models.backend import LlamaContext, LlamaModel
+from completer.healing import Healing, mask_to
+from completer.kv import KVSequence, common_prefix_length
+from completer.models.backend import LlamaContext, LlamaModel
+from completer.speculative import Sampling, probabilities, verify_greedy, verify_sampled
+from completer.tuning import MAX_DRAFT, Candidate, CostModel, Plan, Tuner, calibrate, match_bucket
 
 log = logging.getLogger("completer.engine")
 
-# hybrid: an n-gram match this long is trusted over the draft model.
-HYBRID_MIN_MATCH = 5
-# A provider the tuner has not used for this many tokens gets one small round, so that
-# an estimate gone pessimistic can recover when the text changes. Each probe that is
-# rejected doubles the wait, up to PROBE_MAX: a draft that never pays costs ever less.
-PROBE_EVERY = 32
-PROBE_MAX = 1024
 
 
 @dataclass
@@ -53,16 +46,6 @@ class GenerationStats:
         return self.tokens / self.target_passes if self.target_passes else 0.0
 
     @property
-    def predicted_e(self) -> float:
-        """Mean E the tuner predicted for its speculative rounds."""
-        return self.predicted_tokens / self.speculative_rounds if self.speculative_rounds else 0.0
-
-    @property
-    def measured_e(self) -> float:
-        """Mean tokens a speculative round actually produced."""
-        return self.tokens_in_speculative_rounds / self.speculative_rounds if self.speculative_rounds else 0.0
-
-    @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.total_ms * 1000 if self.total_ms else 0.0
 
@@ -82,26 +65,65 @@ class Engine:
     """The models' caches, the draft providers and what the tuner has learnt."""
 
     def __init__(self, target: LlamaModel, draft: LlamaModel | None = None, n_ctx: int = 4096,
-                 threads: int = 0, calibrate_s: float = 1.0, exact: bool = False):
+                 threads: int = 0, calibrate_s: float = 1.0, exact: bool = False, costs: CostModel | None = None,
+                 drafting: DraftingOptions = DraftingOptions()):
+        """`costs`: another engine's measured cost model, shared instead of measuring one."""
         self.model = target
         # exact: the target decodes one token per llama_decode, so that a verify batch
         # scores as plain steps do and greedy speculation equals plain decoding bit for bit.
         # The draft's numerics only move acceptance, never the output: it stays batched.
         self.target = KVSequence(LlamaContext(target, n_ctx=n_ctx, n_threads=threads or None,
                                               single_token_eval=exact))
-        self.costs = calibrate(self.target.context, calibrate_s) if calibrate_s > 0 else CostModel()
+        measure = costs is None and calibrate_s > 0
+        if costs is None:
+            costs = calibrate(self.target.context, calibrate_s) if measure else CostModel()
         self.drafter = None
         if draft is not None:
             self.drafter = ModelDrafter(
                 KVSequence(LlamaContext(draft, n_ctx=n_ctx, n_threads=threads or None)), target.n_vocab
             )
-            if calibrate_s > 0:
-                self.costs.record_draft("draft", 1, _time_one_step(self.drafter.sequence.context))
+            if measure:
+                costs.record_draft("draft", 1, _time_one_step(self.drafter.sequence.context))
         self.draft_failure = ""  # why the draft model was dropped mid-session; "" while it serves
-        self.ngram = NgramDrafter()
-        self.acceptance = AcceptanceTable()
-        self.since_used: dict[str, int] = {}  # provider -> tokens generated since its last round
-        self.probe_wait: dict[str, int] = {}  # provider -> tokens to wait before probing it
+        self.drafting = drafting
+        self.ngram = NgramDrafter(drafting)
+        self.tuner = Tuner(costs, drafting)
+
+    def configure(self, drafting: DraftingOptions) -> None:
+        """New drafting options: they apply from the next round on."""
+        if drafting != self.drafting:
+            self.drafting = self.tuner.options = drafting
+            self.ngram.configure(drafting)
+
+    @property
+    def costs(self) -> CostModel:
+        """What the target's passes and the drafts cost, as measured."""
+        return self.tuner.costs
+
+    @property
+    def context_tokens(self) -> int:
+        """Tokens one sequence of the target's context holds: prompt and answer must fit."""
+        return self.target.context.n_ctx_seq
+
+    @property
+    def sequences(self) -> list[KVSequence]:
+        """The live KV caches: the target's, and the draft model's while it serves."""
+        return [self.target] + ([self.drafter.sequence] if self.drafter else [])
+
+    def cached_length(self, prompt: list[int]) -> int:
+        """How much of `prompt` the target's cache already holds."""
+        return common_prefix_length(self.target.tokens, prompt)
+
+    def prefill(self, prompt: list[int]) -> None:
+        """Evaluate `prompt` but its last token into every cache now, as generation would
+        first: for timing generation apart from prompt evaluation."""
+        for sequence in self.sequences:
+            sequence.sync(prompt[:-1])
+
+    def reset(self) -> None:
+        """Empty every cache."""
+        for sequence in self.sequences:
+            sequence.truncate(0)
 
 
 def _drop_draft(engine: Engine, error: Exception) -> None:
@@ -135,163 +157,134 @@ class _Round:
     shadow: Proposal | None = None
 
 
-def _choose(engine: Engine, mode: str, tokens: list[int], document: str, language: str, room: int,
-            fixed_k: int | None, sampling: Sampling, rng: np.random.Generator) -> _Round:
-    """Pick this round's provider and k, and get its proposal."""
-    allowed = DRAFT_MODES[mode]
+PLAIN_ROUND = _Round(Plan(None, 0, 1.0, 0.0), None, NO_PROPOSAL)
+
+
+@dataclass(frozen=True)
+class RoundSettings:
+    """What generate was asked for that each round needs."""
+
+    mode: str
+    sampling: Sampling
+    document: str
+    language: str
+    draft_length: int | None  # fixes k, bypassing the tuner
+
+
+def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, rng: np.random.Generator) -> _Round:
+    """Pick this round's provider and k (the tuner), and get its proposal."""
+    allowed = DRAFT_MODES[asked.mode]
     most = min(MAX_DRAFT, room)
     if not allowed or most <= 0:
-        return _Round(Plan(None, 0, 1.0, 0.0), None, NO_PROPOSAL)
+        return PLAIN_ROUND
     lookup_started = time.perf_counter()
     lookup, match = engine.ngram.lookup(tokens, most) if {"ngram", "hybrid"} & set(allowed) else ([], 0)
     lookup_ms = (time.perf_counter() - lookup_started) * 1000
-    use_ngram = "ngram" in allowed or ("hybrid" in allowed and match >= HYBRID_MIN_MATCH)
+    use_ngram = "ngram" in allowed or ("hybrid" in allowed and match >= engine.drafting.hybrid_min_match)
     use_model = engine.drafter is not None and ("draft" in allowed or ("hybrid" in allowed and not use_ngram))
-    options: list[tuple[str, float, int]] = []  # (provider, estimated a, most k), preferred first
+    candidates = []  # preferred first
     if use_ngram and lookup:
-        options.append(("ngram", engine.acceptance.rate("ngram", document, language, match_bucket(match)),
-                        len(lookup)))
+        candidates.append(Candidate("ngram", match_bucket(match), len(lookup)))
     if use_model:
-        options.append(("draft", engine.acceptance.rate("draft", document, language, 0), most))
-
-    if fixed_k is not None:
-        plan = _fixed_plan(engine.costs, options, fixed_k)
-    else:
-        plan = best_plan(engine.costs, options)
-        if plan.provider is None:
-            plan = _probe(engine, options) or plan
+        candidates.append(Candidate("draft", 0, most))
+    plan = engine.tuner.plan(candidates, asked.document, asked.language, asked.draft_length)
     if plan.provider is None:
         shadow = Proposal(lookup[:1], None, lookup_ms, match) if lookup and use_ngram else None
         return _Round(plan, None, NO_PROPOSAL, shadow)
-    engine.since_used[plan.provider] = 0
     if plan.provider == "ngram":
-        proposal = Proposal(lookup[: plan.k], None, lookup_ms, match)
+        return _Round(plan, "ngram", Proposal(lookup[: plan.k], None, lookup_ms, match))
+    try:
+        return _Round(plan, "draft", engine.drafter.propose(tokens, plan.k, asked.sampling, rng))
+    except (RuntimeError, ValueError) as error:  # llama_decode failed, or the draft's context is full
+        _drop_draft(engine, error)
+        return PLAIN_ROUND
+
+
+def _verify(engine: Engine, tokens: list[int], chosen: _Round, sampling: Sampling, rng: np.random.Generator,
+            allowed: np.ndarray | None) -> tuple[int, int, np.ndarray, float]:
+    """The target scores [last, d1..dk] in one batch and accepts a prefix of the draft;
+    both caches are cut to what it accepted. `allowed`: the only tokens the first may be
+    (healing). Returns (accepted, the next token, the rows that chose the new tokens
+    [accepted + 1, V], ms)."""
+    draft = chosen.proposal.tokens
+    started = time.perf_counter()
+    logits = engine.target.extend([tokens[-1], *draft], logits_at=list(range(len(draft) + 1)))  # [k+1, V]
+    if allowed is not None:
+        logits = mask_to(logits[0], allowed)[None, :]
+    if sampling.greedy:
+        accepted, next_token = verify_greedy(logits, draft)
     else:
+        accepted, next_token = verify_sampled(probabilities(logits, sampling), chosen.proposal.q, draft, rng)
+    engine.target.truncate(len(tokens) + accepted)
+    verify_ms = (time.perf_counter() - started) * 1000
+    if chosen.provider == "draft":
+        # The draft evaluated last, d1..d(k-1): keep what the target accepted.
         try:
-            proposal = engine.drafter.propose(tokens, plan.k, sampling, rng)
-        except (RuntimeError, ValueError) as error:  # llama_decode failed, or the draft's context is full
+            engine.drafter.sequence.truncate(len(tokens) + accepted)
+        except RuntimeError as error:
             _drop_draft(engine, error)
-            return _Round(Plan(None, 0, 1.0, 0.0), None, NO_PROPOSAL)
-    return _Round(plan, plan.provider, proposal)
+    return accepted, next_token, logits[: accepted + 1], verify_ms
 
 
-def _fixed_plan(costs: CostModel, options: list[tuple[str, float, int]], k: int) -> Plan:
-    """The preferred provider at a fixed k: for measuring, not tuned."""
-    if not options or k <= 0:
-        return Plan(None, 0, 1.0, costs.verify(1))
-    name, acceptance, most = options[0]
-    k = min(k, most)
-    return Plan(name, k, expected_tokens(acceptance, k), costs.draft(name, k) + costs.verify(k + 1))
+def speculative_round(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, rng: np.random.Generator,
+                      stats: GenerationStats, allowed: np.ndarray | None = None) -> tuple[list[int], np.ndarray]:
+    """One round: draft (the tuner picks the provider and k, at most `room`), verify,
+    accept, truncate, and learn from it. A first token constrained by healing
+    (`allowed`) is a plain step: drafts know nothing of the constraint. Returns the new
+    tokens and the target's rows that chose them [len(new), V]."""
+    chosen = PLAIN_ROUND if allowed is not None else _choose(engine, tokens, room, asked, rng)
+    accepted, next_token, rows, verify_ms = _verify(engine, tokens, chosen, asked.sampling, rng, allowed)
+    new = [*chosen.proposal.tokens[:accepted], next_token]
+    _record(engine, stats, chosen, accepted, len(new), next_token, verify_ms, asked)
+    return new, rows
 
 
-def _probe(engine: Engine, options: list[tuple[str, float, int]]) -> Plan | None:
-    """One token from a provider left unused for a while: its estimate may be stale."""
-    for name, acceptance, _ in options:
-        if engine.since_used.get(name, 0) >= engine.probe_wait.get(name, PROBE_EVERY):
-            costs = engine.costs
-            return Plan(name, 1, expected_tokens(acceptance, 1), costs.draft(name, 1) + costs.verify(2))
-    return None
-
-
-def generate(
-    engine: Engine,
-    prompt: list[int],
-    max_tokens: int,
-    stop: tuple[str, ...] = (),
-    time_budget_ms: float | None = None,
-    sampling: Sampling = Sampling(),
-    mode: str = "auto",
-    cancel: threading.Event | None = None,
-    document: str = "",
-    language: str = "",
-    draft_length: int | None = None,
-    done: Callable[[str], bool] | None = None,
-    healing: Healing | None = None,
-    keep_logits: bool = False,
-) -> Generation:
-    """Continue `prompt` by up to `max_tokens` tokens.
+def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str, ...] = (),
+             time_budget_ms: float | None = None, sampling: Sampling = Sampling(), mode: str = "auto",
+             cancel: threading.Event | None = None, document: str = "", language: str = "",
+             draft_length: int | None = None, done: Callable[[str], bool] | None = None,
+             healing: Healing | None = None, keep_logits: bool = False) -> Generation:
+    """Continue `prompt` by up to `max_tokens` tokens, round after round.
 
     Stops at an end-of-generation token, at a `stop` string (excluded from the text),
-    after `time_budget_ms` of predicting (prompt evaluation not counted), or when `cancel` is set (checked between rounds). The
-    target's KV cache is reused for the longest common prefix with the last call.
-    Acceptance is learnt per `document` and `language`. `draft_length` fixes k and
-    bypasses the tuner (for tests and measurements). `done(text)` ends generation early
-    when the text is complete (e.g. it left the scope being written). With `healing`,
-    the first token is one of `healing.allowed` and the text starts after `healing.text`.
-    `keep_logits` returns the target's logits behind each token (to judge near ties).
+    after `time_budget_ms` of predicting (prompt evaluation not counted), or when
+    `cancel` is set (checked between rounds). The target's KV cache is reused for the
+    longest common prefix with the last call. Acceptance is learnt per `document` and
+    `language`. `draft_length` fixes k and bypasses the tuner (for tests and
+    measurements). `done(text)` ends generation early when the text is complete (e.g.
+    it left the scope being written). With `healing`, the first token is one of
+    `healing.allowed` and the text starts after `healing.text`. `keep_logits` returns
+    the target's logits behind each token (to judge near ties).
     """
     if mode not in DRAFT_MODES:
         raise ValueError(f"unknown draft mode {mode!r}; modes: {', '.join(DRAFT_MODES)}")
     started = time.perf_counter()
-    rng = np.random.default_rng(sampling.seed)
-    stats = GenerationStats(mode)
-    target = engine.target
-    n_ctx = target.context.n_ctx_seq
+    asked = RoundSettings(mode, sampling, document, language, draft_length)
+    rng, stats = np.random.default_rng(sampling.seed), GenerationStats(mode)
+    n_ctx = engine.context_tokens
     tokens = list(prompt[-(n_ctx - 1):])  # a prompt longer than the context keeps its end
     prompt_length = len(tokens)
-    target.sync(tokens[:-1])
+    engine.target.sync(tokens[:-1])
     predict_started = time.perf_counter()  # the time budget is for predicting, as llama.vim's t_max_predict_ms
-    stop_reason = "max_tokens"
-    text = ""
-    rows: list[np.ndarray] = []  # with keep_logits: [produced, V] per round
-
+    stop_reason, text, rows = "max_tokens", "", []  # rows: with keep_logits, [produced, V] per round
     while len(tokens) - prompt_length < max_tokens:
+        room = min(max_tokens - (len(tokens) - prompt_length), n_ctx - len(tokens)) - 1
         if cancel is not None and cancel.is_set():
             stop_reason = "cancelled"
-            break
-        if time_budget_ms is not None and (time.perf_counter() - predict_started) * 1000 >= time_budget_ms:
+        elif time_budget_ms is not None and (time.perf_counter() - predict_started) * 1000 >= time_budget_ms:
             stop_reason = "time"
-            break
-        room = min(max_tokens - (len(tokens) - prompt_length), n_ctx - len(tokens)) - 1
-        if room < 0:
+        elif room < 0:
             stop_reason = "context"
+        if stop_reason != "max_tokens":
             break
-        heal_now = healing is not None and len(tokens) == prompt_length
-        if heal_now:  # a plain step: drafts know nothing of the constraint
-            chosen = _Round(Plan(None, 0, 1.0, 0.0), None, NO_PROPOSAL)
-        else:
-            chosen = _choose(engine, mode, tokens, document, language, room, draft_length, sampling, rng)
-        draft = chosen.proposal.tokens
-
-        verify_started = time.perf_counter()
-        logits = target.extend([tokens[-1], *draft], logits_at=list(range(len(draft) + 1)))  # [k+1, V]
-        if heal_now:
-            logits = mask_to(logits[0], healing.allowed)[None, :]
-        if sampling.greedy:
-            accepted, next_token = verify_greedy(logits, draft)
-        else:
-            accepted, next_token = verify_sampled(probabilities(logits, sampling), chosen.proposal.q, draft, rng)
-        target.truncate(len(tokens) + accepted)
-        if keep_logits:
-            rows.append(logits[: accepted + 1])  # row i chose the round's i-th new token
-        verify_ms = (time.perf_counter() - verify_started) * 1000
-        if chosen.provider == "draft":
-            # The draft evaluated last, d1..d(k-1): keep what the target accepted.
-            try:
-                engine.drafter.sequence.truncate(len(tokens) + accepted)
-            except RuntimeError as error:
-                _drop_draft(engine, error)
-
-        new = [*draft[:accepted], next_token]
+        allowed = healing.allowed if healing is not None and len(tokens) == prompt_length else None
+        new, logits = speculative_round(engine, tokens, room, asked, rng, stats, allowed)
         tokens.extend(new)
-        _record(engine, stats, chosen, accepted, len(new), next_token, verify_ms, document, language)
-
-        produced = tokens[prompt_length:]
-        end = next((i for i, t in enumerate(produced) if engine.model.is_end_of_generation(t)), None)
-        if end is not None:
-            del tokens[prompt_length + end:]
-            stop_reason = "end"
+        if keep_logits:
+            rows.append(logits)
+        stop_reason, text = _stop_after_round(engine, tokens, prompt_length, stop, done, healing)
+        if stop_reason != "max_tokens":
             break
-        text = _text(engine, tokens[prompt_length:], healing)
-        cut = min((text.find(s) for s in stop if s and s in text), default=-1)
-        if cut >= 0:
-            text = text[:cut]
-            stop_reason = "stop"
-            break
-        if done is not None and done(text):
-            stop_reason = "done"
-            break
-
     del tokens[prompt_length + max_tokens:]
     generated = tokens[prompt_length:]
     if stop_reason != "stop":
@@ -305,6 +298,24 @@ def generate(
     return Generation(text, generated, stop_reason, stats, kept)
 
 
+def _stop_after_round(engine: Engine, tokens: list[int], prompt_length: int, stop: tuple[str, ...],
+                      done: Callable[[str], bool] | None, healing: Healing | None) -> tuple[str, str]:
+    """(why generation stops now, or "max_tokens" to go on; the text so far). An end
+    token is cut from `tokens` with what followed it; a stop string from the text."""
+    produced = tokens[prompt_length:]
+    end = next((i for i, t in enumerate(produced) if engine.model.is_end_of_generation(t)), None)
+    if end is not None:
+        del tokens[prompt_length + end:]
+        return "end", ""
+    text = _text(engine, produced, healing)
+    cut = min((text.find(s) for s in stop if s and s in text), default=-1)
+    if cut >= 0:
+        return "stop", text[:cut]
+    if done is not None and done(text):
+        return "done", text
+    return "max_tokens", text
+
+
 def _text(engine: Engine, generated: list[int], healing: Healing | None) -> str:
     """The generated text, less the bytes healing backed up over (the user typed them)."""
     text = engine.model.detokenize(generated)
@@ -312,26 +323,21 @@ def _text(engine: Engine, generated: list[int], healing: Healing | None) -> str:
 
 
 def _record(engine: Engine, stats: GenerationStats, chosen: _Round, accepted: int, produced: int,
-            next_token: int, verify_ms: float, document: str, language: str) -> None:
+            next_token: int, verify_ms: float, asked: RoundSettings) -> None:
+    """The round into the generation's statistics and the tuner."""
     drafted = len(chosen.proposal.tokens)
-    engine.costs.record_verify(drafted + 1, verify_ms)
-    stats.rounds.append((chosen.provider if drafted else None, drafted))
+    provider = chosen.provider if drafted else None
+    bucket = match_bucket(chosen.proposal.match_length) if provider == "ngram" else 0
+    engine.tuner.observe(provider, bucket, drafted, accepted, produced, verify_ms, chosen.proposal.draft_ms,
+                         asked.document, asked.language)
+    if chosen.shadow is not None:
+        engine.tuner.observe_shadow(match_bucket(chosen.shadow.match_length), chosen.shadow.tokens[0] == next_token,
+                                    asked.document, asked.language)
+    stats.rounds.append((provider, drafted))
     stats.target_passes += 1
     stats.verify_ms += verify_ms
-    for name in DRAFT_MODES["auto"]:
-        engine.since_used[name] = engine.since_used.get(name, 0) + produced
-    if chosen.shadow is not None:
-        # The target's token is a sample of p, so it equals the proposed token with
-        # probability p(token): the chance a point-mass draft is accepted.
-        hit = int(chosen.shadow.tokens[0] == next_token)
-        engine.acceptance.record("ngram", document, language, match_bucket(chosen.shadow.match_length), hit, 1)
-    if chosen.provider is None or drafted == 0:
+    if provider is None:
         return
-    wait = engine.probe_wait.get(chosen.provider, PROBE_EVERY)
-    engine.probe_wait[chosen.provider] = PROBE_EVERY if accepted else min(2 * wait, PROBE_MAX)
-    engine.costs.record_draft(chosen.provider, drafted, chosen.proposal.draft_ms)
-    bucket = match_bucket(chosen.proposal.match_length) if chosen.provider == "ngram" else 0
-    engine.acceptance.record(chosen.provider, document, language, bucket, accepted, drafted)
     stats.speculative_rounds += 1
     stats.drafted += drafted
     stats.accepted += accepted

@@ -2,7 +2,7 @@
 
 import logging
 
-from models.backend import LlamaContext
+from completer.models.backend import LlamaContext
 
 log = logging.getLogger("completer.kv")
 

@@ -23,7 +23,6 @@ from completer.config import Config
 from completer.context import ChunkRing, Workspace
 from completer.engine import Engine, Generation, generate
 from completer.healing import TokenPrefixes, heal
-from completer.kv import KVSequence, common_prefix_length
 from completer.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
 from completer.prompt import cursor_sections, render, template_for, tokenize_segments
 from completer.speculative import Sampling
@@ -47,10 +46,6 @@ class DocumentCaches:
         self.current: str | None = None
         self.saved: OrderedDict[str, Snapshot] = OrderedDict()  # least recently used first
 
-    def _sequences(self) -> list[KVSequence]:
-        drafter = self.engine.drafter
-        return [self.engine.target] + ([drafter.sequence] if drafter else [])
-
     @property
     def saved_bytes(self) -> int:
         return sum(snapshot.size_bytes for snapshot in self.saved.values())
@@ -61,10 +56,10 @@ class DocumentCaches:
             return
         snapshot = self.saved.pop(document, None)  # taken first: saving must not evict it
         if self.current is not None:
-            self.saved[self.current] = Snapshot([sequence.save() for sequence in self._sequences()])
+            self.saved[self.current] = Snapshot([sequence.save() for sequence in self.engine.sequences])
             while self.saved and self.saved_bytes > self.budget_bytes:
                 self.saved.popitem(last=False)
-        for index, sequence in enumerate(self._sequences()):
+        for index, sequence in enumerate(self.engine.sequences):
             if snapshot is not None:
                 sequence.restore(snapshot.sequences[index])
             else:
@@ -123,10 +118,26 @@ class Completion:
     prompt: list[int] = field(default_factory=list)  # as rendered, before token healing
     evaluated_tokens: int = 0  # prompt tokens the target's cache lacked
     generation: Generation | None = None
+    warning: str = ""  # why the draft model was dropped (the target completes alone); "" while it serves
 
     @property
     def prompt_tokens(self) -> int:
         return len(self.prompt)
+
+
+@dataclass(frozen=True)
+class CompleterStats:
+    """The completer's part of `completer/stats` (lsp/protocol.py says what each is)."""
+
+    draft_failure: str = ""
+    requests: int = 0
+    forward_cache_hits: int = 0
+    superseded: int = 0
+    cache_hit_rate: float = 0.0
+    draft_acceptance_rate: float = 0.0
+    tokens_per_second: float = 0.0
+    sessions: int = 0
+    saved_kv_mb: float = 0.0
 
 
 @dataclass
@@ -204,10 +215,12 @@ class Completer:
         with self._engine_lock, self._state:
             self.sessions.pop(document, None)
             self.caches.saved.pop(document, None)
+            self.engine.ngram.remove_other_document(document)
 
     def configure(self, config: Config) -> None:
         """New options: they apply from the next request on (the models stay)."""
         self.config = config
+        self.engine.configure(config.drafting)
         self.caches.budget_bytes = int(config.cache.budget_mb * 2**20)
         self.ring.capacity, self.ring.chunk_lines = config.prompt.chunks, config.prompt.chunk_lines
 
@@ -223,6 +236,37 @@ class Completer:
     def complete(self, request: CompletionRequest, cancel: threading.Event | None = None) -> Completion:
         """The completion at the request's cursor. `cancel` (from begin(), made here when
         not given) stops the generation at its next round; the result is then empty."""
+        completion = self._complete(request, cancel)
+        completion.warning = self.engine.draft_failure
+        return completion
+
+    def stats(self) -> CompleterStats:
+        with self._state:
+            counters = self.counters
+            return CompleterStats(
+                draft_failure=self.engine.draft_failure,
+                requests=counters.requests,
+                forward_cache_hits=counters.forward_cache_hits,
+                superseded=counters.superseded,
+                cache_hit_rate=(1 - counters.evaluated_tokens / counters.prompt_tokens
+                                if counters.prompt_tokens else 0.0),
+                draft_acceptance_rate=counters.accepted / counters.drafted if counters.drafted else 0.0,
+                tokens_per_second=(counters.generated_tokens / counters.generation_ms * 1000
+                                   if counters.generation_ms else 0.0),
+                sessions=len(self.sessions),
+                saved_kv_mb=self.caches.saved_bytes / 2**20,
+            )
+
+    def reset(self) -> None:
+        """Forget every document: sessions, forward caches and KV caches, as if just loaded."""
+        with self._engine_lock, self._state:
+            self.sessions.clear()
+            self.caches.saved.clear()
+            self.caches.current = None
+            self.engine.reset()
+            self.engine.ngram.others.clear()
+
+    def _complete(self, request: CompletionRequest, cancel: threading.Event | None) -> Completion:
         text_before, line_before = split_at_cursor(request.text, request.line, request.character)
         cursor = self.cursor_context(request, line_before)
         cancel = cancel or self.begin(request.document)
@@ -252,10 +296,15 @@ class Completer:
         return Completion("", "superseded", "cancelled")
 
     def _switch_to(self, document: str) -> None:
-        """Make the document's caches live; the one left becomes a context chunk."""
-        left = self.sessions.get(self.caches.current) if self.caches.current is not None else None
-        if left is not None and self.caches.current != document and left.text:
+        """Make the document's caches live; the one left becomes a context chunk and, when
+        inside the workspace, text n-gram lookup drafts from."""
+        left_document = self.caches.current
+        left = self.sessions.get(left_document) if left_document is not None else None
+        if left is not None and left_document != document and left.text:
             self.ring.add(left.path, left.text, left.line)
+            if self.workspace.contains(left.path):
+                self.engine.ngram.set_other_document(left_document, self.engine.model.tokenize(left.text))
+        self.engine.ngram.remove_other_document(document)  # it is the document now
         self.caches.activate(document)
 
     def cursor_context(self, request: CompletionRequest, line_before: str) -> CursorContext:
@@ -267,7 +316,7 @@ class Completer:
         """The prompt's tokens, and the suffix the cursor sees. Context chunks, then
         prefix lines, give way until prompt and answer fit the context window."""
         options = self.config.prompt
-        room = self.engine.target.context.n_ctx_seq - self.config.generation.max_tokens - 1
+        room = self.engine.context_tokens - self.config.generation.max_tokens - 1
         path = self.workspace.relative(request.path) if self.workspace.contains(request.path) else request.path
         context = self.ring.select(options.context_tokens, exclude=path)
         repo = self.workspace.roots[0].name if self.workspace.roots else ""
@@ -293,7 +342,7 @@ class Completer:
         self._switch_to(request.document)
         session.text, session.line = request.text, request.line
         prompt, suffix = self.prompt(request)
-        evaluated = len(prompt) - common_prefix_length(self.engine.target.tokens, prompt)
+        evaluated = len(prompt) - self.engine.cached_length(prompt)
         healed_prompt, healing = heal(prompt, self.engine.model, self.prefixes) if self.config.prompt.heal \
             else (prompt, None)
         cursor = CursorContext(line_before, suffix)
@@ -301,7 +350,8 @@ class Completer:
         result = generate(
             self.engine, healed_prompt, generation_options.max_tokens, stop=stops_for(cursor),
             time_budget_ms=generation_options.time_budget_ms or None,
-            sampling=Sampling(temperature=generation_options.temperature), mode=generation_options.draft_mode,
+            sampling=Sampling(generation_options.temperature, generation_options.top_k, generation_options.top_p),
+            mode=generation_options.draft_mode,
             cancel=cancel, document=request.document, language=request.language,
             done=lambda text: cut_to_scope(text, cursor) != text, healing=healing,
         )

@@ -16,7 +16,6 @@ from dataclasses import dataclass
 
 import numpy as np
 
-
 # At temperature 0, speculative output may part from plain decoding only where plain
 # decoding's own logits nearly tie the two tokens that parted: plain steps score one
 # token per pass and verification scores k+1 in one batch, and llama.cpp's kernels for
@@ -59,6 +58,7 @@ def probabilities(logits: np.ndarray, sampling: Sampling) -> np.ndarray:
         sorted_p = np.take_along_axis(p, order, axis=1)
         # Keep a token while the mass before it is below top_p: the top token always stays.
         keep_sorted = np.cumsum(sorted_p, axis=1) - sorted_p < sampling.top_p
+        keep_sorted[:, 0] = True  # the top token stays at top_p 0 too
         keep = np.zeros_like(keep_sorted)
         np.put_along_axis(keep, order, keep_sorted, axis=1)
         p = np.where(keep, p, 0.0)

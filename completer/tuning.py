@@ -6,7 +6,8 @@ per token than plain steps:
     E(a, k) / (draft_ms(k) + verify_ms(k + 1))  >  1 / verify_ms(1)
 
 verify_ms(n) is measured per batch size: on a CPU it grows with n and is not even
-monotone (NOTES.md), so a k whose batch is cheap for its size can win. a is the
+monotone (smol's Q4_0 target after 900 tokens: a batch of 8 costs 2.60 steps, one of
+7 costs 3.33), so a k whose batch is cheap for its size can win. a is the
 per-token acceptance rate, estimated online per provider and per document and
 language (and, for n-gram lookup, per match length: long matches are better bets).
 """
@@ -15,12 +16,10 @@ import math
 import time
 from dataclasses import dataclass, field
 
+from completer.config import DraftingOptions
 from completer.speculative import expected_tokens
 
 MAX_DRAFT = 15  # verify batches up to 16 tokens; past that a CPU pass costs more than it can yield
-# Speculate only when the plan beats plain decoding by this margin: estimates are noisy,
-# and a wrong "yes" costs more than a wrong "no".
-MARGIN = 0.05
 # Exponential forgetting of old rounds: roughly the last 1/(1-DECAY) trials count.
 DECAY = 0.97
 # Until this many trials are recorded for a document, its language's estimate is used.
@@ -126,10 +125,12 @@ class Plan:
     predicted_ms: float
 
 
-def best_plan(costs: CostModel, options: list[tuple[str, float, int]]) -> Plan:
-    """The plan with the most expected tokens per ms. options: (provider, a, most k)."""
+def best_plan(costs: CostModel, options: list[tuple[str, float, int]],
+              margin: float = DraftingOptions().margin) -> Plan:
+    """The plan with the most expected tokens per ms, if it beats plain decoding by
+    `margin` (drafting.margin). options: (provider, a, most k)."""
     plain = Plan(None, 0, 1.0, costs.verify(1))
-    best, best_rate = plain, (1.0 + MARGIN) / plain.predicted_ms
+    best, best_rate = plain, (1.0 + margin) / plain.predicted_ms
     for provider, acceptance, most in options:
         for k in range(1, min(most, MAX_DRAFT) + 1):
             tokens = expected_tokens(acceptance, k)
@@ -137,6 +138,78 @@ def best_plan(costs: CostModel, options: list[tuple[str, float, int]]) -> Plan:
             if tokens / ms > best_rate:
                 best, best_rate = Plan(provider, k, tokens, ms), tokens / ms
     return best
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """A provider a round may draft with."""
+
+    provider: str  # "ngram" or "draft"
+    bucket: int  # its acceptance bucket: match_bucket(match length) for n-gram lookup, 0 for the draft model
+    most: int  # tokens it can propose
+
+
+class Tuner:
+    """What the engine learns about speculating, and the plan it makes from that each
+    round: the cost model, the acceptance estimates, and how long since each provider
+    was last tried (for probes). `options` are drafting's (margin and probes)."""
+
+    def __init__(self, costs: CostModel, options: DraftingOptions):
+        self.costs = costs
+        self.options = options
+        self.acceptance = AcceptanceTable()
+        self.since_used: dict[str, int] = {}  # provider -> tokens generated since its last round
+        self.probe_wait: dict[str, int] = {}  # provider -> tokens to wait before probing it
+
+    def plan(self, candidates: list[Candidate], document: str, language: str, fixed_k: int | None = None) -> Plan:
+        """The round's provider and k: the best plan by expected tokens per ms, else a
+        one-token probe of a provider left unused for long, else a plain step. `fixed_k`
+        takes the first candidate at that k (for tests and measurements)."""
+        options = [(c.provider, self.acceptance.rate(c.provider, document, language, c.bucket), c.most)
+                   for c in candidates]
+        if fixed_k is not None:
+            plan = self._fixed(options, fixed_k)
+        else:
+            plan = best_plan(self.costs, options, self.options.margin)
+            if plan.provider is None:
+                plan = self._probe(options) or plan
+        if plan.provider is not None:
+            self.since_used[plan.provider] = 0
+        return plan
+
+    def observe(self, provider: str | None, bucket: int, drafted: int, accepted: int, produced: int,
+                verify_ms: float, draft_ms: float, document: str, language: str) -> None:
+        """What a round did: its verify pass's cost, and for a speculative round its
+        provider's drafting cost and acceptance."""
+        self.costs.record_verify(drafted + 1, verify_ms)
+        for name in PRIORS:  # every provider
+            self.since_used[name] = self.since_used.get(name, 0) + produced
+        if provider is None or drafted == 0:
+            return
+        every = self.options.probe_every
+        wait = self.probe_wait.get(provider, every)
+        self.probe_wait[provider] = every if accepted else min(2 * wait, self.options.probe_max)
+        self.costs.record_draft(provider, drafted, draft_ms)
+        self.acceptance.record(provider, document, language, bucket, accepted, drafted)
+
+    def observe_shadow(self, bucket: int, hit: bool, document: str, language: str) -> None:
+        """An n-gram proposal passed over, scored against the token the target produced
+        anyway: that token is a sample of p, so it equals the proposed one with
+        probability p(token), the chance a point-mass draft is accepted. Free evidence."""
+        self.acceptance.record("ngram", document, language, bucket, int(hit), 1)
+
+    def _fixed(self, options: list[tuple[str, float, int]], k: int) -> Plan:
+        if not options or k <= 0:
+            return Plan(None, 0, 1.0, self.costs.verify(1))
+        name, acceptance, most = options[0]
+        k = min(k, most)
+        return Plan(name, k, expected_tokens(acceptance, k), self.costs.draft(name, k) + self.costs.verify(k + 1))
+
+    def _probe(self, options: list[tuple[str, float, int]]) -> Plan | None:
+        for name, acceptance, _ in options:
+            if self.since_used.get(name, 0) >= self.probe_wait.get(name, self.options.probe_every):
+                return Plan(name, 1, expected_tokens(acceptance, 1), self.costs.draft(name, 1) + self.costs.verify(2))
+        return None
 
 
 def calibrate(context, budget_s: float = 1.0, max_batch: int = MAX_DRAFT + 1, seq: int = 0) -> CostModel:

@@ -8,12 +8,12 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.uris import to_fs_path
 
+from completer.lsp import protocol
+from completer.lsp.documents import Document, PositionError
 from completer.session import CompletionRequest
-from lsp import protocol
-from lsp.documents import Document, PositionError
 
 if TYPE_CHECKING:
-    from lsp.server import CompleterServer
+    from completer.lsp.server import CompleterServer
 
 
 @dataclass(frozen=True)
@@ -50,10 +50,9 @@ async def complete_at(ls: "CompleterServer", uri: str, position: types.Position)
     except asyncio.CancelledError:  # $/cancelRequest: stop the generation at its next round
         cancel.set()
         raise
-    failure = completer.engine.draft_failure
-    if failure and not ls.draft_failure_shown:  # once: the stats keep saying it
+    if completion.warning and not ls.draft_failure_shown:  # once: the stats keep saying it
         ls.draft_failure_shown = True
-        ls.tell(types.MessageType.Warning, failure, show=True)
+        ls.tell(types.MessageType.Warning, completion.warning, show=True)
     if not completion.text or document.version != version or document.text != text:
         return None
     return Answer(document, position, completion.text)

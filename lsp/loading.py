@@ -6,10 +6,10 @@ from typing import TYPE_CHECKING
 from lsprotocol import types
 
 from completer.config import Config
-from models.errors import ModelError
+from completer.loading import ModelError, load_completer
 
 if TYPE_CHECKING:
-    from lsp.server import CompleterServer
+    from completer.lsp.server import CompleterServer
 
 log = logging.getLogger("completer.lsp")
 
@@ -39,31 +39,11 @@ class LoadProgress:
 
 
 def load_models(ls: "CompleterServer", config: Config, load: int) -> None:
-    """Resolve (download or derive) and load the pair, then serve; on failure, say once
-    what is wrong and what to run, and keep serving empty answers."""
-    from completer.context import Workspace
-    from completer.engine import Engine
-    from completer.session import Completer
-    from models.backend import LlamaModel
-    from models.presets import Preset
-    from models.resolve import resolve
-
-    options = config.models
-    speculative = config.generation.speculates
+    """Load the completer (downloading the files if needed), then serve; on failure, say
+    once what is wrong and what to run, and keep serving empty answers."""
     progress = LoadProgress(ls, load)
     try:
-        progress.report(f"finding the {options.preset} files (downloading them if needed)", 5)
-        files = resolve(Preset.from_name(options.preset), options.target, options.draft, with_draft=speculative)
-        progress.report(f"loading {files.target.name}", 40)
-        target = LlamaModel(files.target, options.target_gpu_layers)
-        draft = None
-        if files.draft is not None:
-            progress.report(f"loading {files.draft.name}", 60)
-            draft = LlamaModel(files.draft, options.draft_gpu_layers)
-        progress.report("measuring the cost of a verify pass", 75)
-        engine = Engine(target, draft, n_ctx=options.context_tokens, threads=options.threads,
-                        calibrate_s=1.0 if speculative else 0.0)
-        completer = Completer(engine, config, Workspace(ls.roots))
+        loaded = load_completer(config, ls.roots, report=progress.report)
     except ModelError as error:
         failed(ls, load, progress, str(error))
         return
@@ -71,11 +51,9 @@ def load_models(ls: "CompleterServer", config: Config, load: int) -> None:
         log.exception("loading the models failed")
         failed(ls, load, progress, f"could not load the models: {error}")
         return
-    for model in filter(None, (target, draft)):
-        if model.gpu_fallback:  # out of GPU memory: fewer layers there, and the user told why it is slower
-            ls.from_thread(ls.tell, types.MessageType.Warning, model.gpu_fallback, True)
-    names = (files.target.name, files.draft.name if files.draft else "")
-    ls.from_thread(ready, ls, load, completer, names, progress)
+    for fallback in loaded.pair.gpu_fallbacks:  # out of GPU memory: fewer layers there, and the user told why
+        ls.from_thread(ls.tell, types.MessageType.Warning, fallback, True)
+    ls.from_thread(ready, ls, load, loaded.completer, loaded.pair.names, progress)
 
 
 def ready(ls: "CompleterServer", load: int, completer, names: tuple[str, str], progress: LoadProgress) -> None:

@@ -1,6 +1,6 @@
 """The custom protocol of completer's language server: names and shapes shared by the
-server, the editor extensions' tests and `completer bench`. Imports nothing from the
-engine, so a client can use it without loading models."""
+server, its tests and the benchmarks that drive it. Imports nothing from the engine,
+so a client can use it without loading models."""
 
 SERVER_NAME = "completer"
 

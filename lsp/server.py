@@ -19,7 +19,7 @@ import json
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -34,11 +34,13 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
-from completer.config import Config, config_from_dict, needs_reload
-from lsp import protocol
-from lsp.completing import complete_at, completion_items, inline_items
-from lsp.documents import Document
-from lsp.loading import load_models
+from completer.config import Config, config_from_dict
+from completer.loading import needs_reload
+from completer.session import CompleterStats
+from completer.lsp import protocol
+from completer.lsp.completing import complete_at, completion_items, inline_items
+from completer.lsp.documents import Document
+from completer.lsp.loading import load_models
 
 log = logging.getLogger("completer.lsp")
 
@@ -174,29 +176,18 @@ class CompleterServer(LanguageServer):
             self.window_show_message(types.ShowMessageParams(kind, f"completer: {message}"))
 
     def stats(self) -> dict[str, Any]:
-        counters = self.completer.counters if self.completer else None
-        prompt = counters.prompt_tokens if counters else 0
         values = {
             "ready": self.completer is not None,
             "error": self.load_error or "",
             "target": self.model_names[0],
             "draft": self.model_names[1],
-            "draft_failure": self.completer.engine.draft_failure if self.completer else "",
-            "requests": counters.requests if counters else 0,
-            "forward_cache_hits": counters.forward_cache_hits if counters else 0,
-            "superseded": counters.superseded if counters else 0,
-            "cache_hit_rate": 1 - counters.evaluated_tokens / prompt if prompt else 0.0,
-            "draft_acceptance_rate": counters.accepted / counters.drafted if counters and counters.drafted else 0.0,
-            "tokens_per_second": (counters.generated_tokens / counters.generation_ms * 1000
-                                  if counters and counters.generation_ms else 0.0),
             "suggestions_shown": self.suggestions.shown,
             "suggestions_accepted": self.suggestions.accepted,
             "suggestion_acceptance_rate": self.suggestions.acceptance_rate,
-            "sessions": len(self.completer.sessions) if self.completer else 0,
-            "saved_kv_mb": self.completer.caches.saved_bytes / 2**20 if self.completer else 0.0,
+            **asdict(self.completer.stats() if self.completer else CompleterStats()),
         }
-        assert tuple(values) == protocol.STATS_KEYS
-        return values
+        assert set(values) == set(protocol.STATS_KEYS)
+        return {key: values[key] for key in protocol.STATS_KEYS}
 
 
 def keep_large_buffers_off_the_heap() -> None:

@@ -20,8 +20,8 @@ import gguf
 import llama_cpp
 import numpy as np
 
-from models.errors import ModelError
-from models.gguf_file import check_gguf
+from completer.models.errors import ModelError
+from completer.models.gguf_file import check_gguf
 
 log = logging.getLogger("completer.llama")
 

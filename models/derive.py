@@ -16,8 +16,8 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 from gguf.quants import quantize
 
-from models.errors import ModelError
-from models.gguf_file import TensorLocation, read_gguf
+from completer.models.errors import ModelError
+from completer.models.gguf_file import TensorLocation, read_gguf
 
 _BLOCK = re.compile(r"blk\.(\d+)\.")
 _PLAIN_DTYPES = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16}

@@ -21,7 +21,7 @@ import hashlib
 import math
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Collection, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -30,13 +30,14 @@ import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType
 
-from completer.bench.holes import source_files
-from models.backend import LlamaContext, LlamaModel
-from models.derive import rewrite_gguf
-from models.distill_settings import QUANTIZE_TYPES, DistillSettings
-from models.errors import ModelError
-from models.gguf_file import read_gguf
-from models.torch_model import Transformer, load_transformer
+from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.derive import rewrite_gguf
+from completer.models.distill_settings import QUANTIZE_TYPES, DistillSettings
+from completer.models.errors import ModelError
+from completer.models.gguf_file import read_gguf
+from completer.models.sources import source_files
+from completer.models.torch_model import Transformer, load_transformer
+
 
 @dataclass
 class Corpus:
@@ -46,16 +47,17 @@ class Corpus:
     held_out_files: int
 
 
-def corpus_files(paths: list[Path]) -> list[Path]:
-    """Source files under the paths: .gitignore respected (git ls-files), vendored,
-    generated, minified and binary files skipped (the rules `completer bench` uses)."""
+def corpus_files(paths: list[Path], languages: Collection[str]) -> list[Path]:
+    """Source files of `languages` under the paths: .gitignore respected (git ls-files),
+    vendored, generated, minified and binary files skipped (the rules `completer bench`
+    uses); a path that is a file is taken as it is."""
     files = []
     for root in paths:
         root = root.resolve()
         if root.is_file():
             files.append(root)
             continue
-        for language_files in source_files(root).values():
+        for language_files in source_files(root, languages).values():
             files.extend(language_files)
     return sorted(set(files))
 

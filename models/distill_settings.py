@@ -5,7 +5,7 @@ from dataclasses import dataclass
 
 from gguf import GGMLQuantizationType
 
-from models.errors import ModelError
+from completer.models.errors import ModelError
 
 LOSSES = ("tv", "kl")
 INITS = ("first-and-last", "first")

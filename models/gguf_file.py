@@ -16,7 +16,7 @@ from typing import Any
 
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFValueType
 
-from models.errors import ModelError
+from completer.models.errors import ModelError
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32

@@ -10,9 +10,9 @@ from rich.console import Console
 from tqdm import TqdmExperimentalWarning
 from tqdm.rich import tqdm as RichTqdm
 
-from models.errors import ModelError
-from models.paths import hub_cache_dir
-from models.presets import HubFile
+from completer.models.errors import ModelError
+from completer.models.paths import hub_cache_dir
+from completer.models.presets import HubFile
 
 
 class _RichProgress(RichTqdm):

@@ -7,7 +7,7 @@ same table, kept equal to this one by tests/test_readme.py.
 
 from dataclasses import dataclass
 
-from models.errors import ModelError
+from completer.models.errors import ModelError
 
 
 @dataclass(frozen=True)

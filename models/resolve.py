@@ -9,13 +9,12 @@ import importlib.resources
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.derive import derive_draft, write_atomically
-from models.errors import ModelError
-from models.gguf_file import check_gguf, check_same_vocabulary
-from models.hub import cached_hub_file, download_hub_file
-from models.paths import derived_cache_dir, distilled_draft_path
-from models.presets import DerivedDraft, HubFile, ModelSource, PackagedFile, Preset
-
+from completer.models.derive import derive_draft, write_atomically
+from completer.models.errors import ModelError
+from completer.models.gguf_file import check_gguf, check_same_vocabulary
+from completer.models.hub import cached_hub_file, download_hub_file
+from completer.models.paths import derived_cache_dir, distilled_draft_path
+from completer.models.presets import DerivedDraft, HubFile, ModelSource, PackagedFile, Preset
 
 # A draft path that names the draft `completer distill` trained for the target.
 DISTILLED = "distilled"
@@ -79,7 +78,7 @@ def fetch(source: ModelSource, target: Path | None = None, download: bool = True
             raise ModelError(f"{source.describe()} is not in the cache: run `completer models pull PRESET`.")
         return download_hub_file(source)
     if isinstance(source, PackagedFile):
-        from models.backend import requantize  # loads llama.cpp: only when converting
+        from completer.models.backend import requantize  # loads llama.cpp: only when converting
 
         shipped = packaged_path(source)
         return write_atomically(

@@ -5,7 +5,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from models.backend import LlamaContext, LlamaModel
+from completer.models.backend import LlamaContext, LlamaModel
 
 
 @dataclass(frozen=True)

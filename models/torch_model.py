@@ -21,8 +21,8 @@ from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 from torch import nn
 
-from models.errors import ModelError
-from models.gguf_file import GGUFContents, TensorLocation, read_gguf
+from completer.models.errors import ModelError
+from completer.models.gguf_file import GGUFContents, TensorLocation, read_gguf
 
 # Architectures whose files this module reads -> whether llama.cpp rotates the two
 # halves of each head (NeoX) rather than adjacent pairs. The converter already

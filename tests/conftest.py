@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from models.distill_settings import DistillSettings
-from models.presets import Preset
-from models.resolve import ModelFiles, resolve
+from completer.models.distill_settings import DistillSettings
+from completer.models.presets import Preset
+from completer.models.resolve import ModelFiles, resolve
 
 REPO = Path(__file__).resolve().parent.parent
 CLOSED_ENDPOINT = "http://127.0.0.1:9"  # the discard port: nothing listens
@@ -61,11 +61,12 @@ QUICK = DistillSettings(steps=20, window=128, batch=2, held_out_windows=6, holdo
 
 @pytest.fixture(scope="session")
 def corpus_and_target(smol):
-    from models.backend import LlamaModel
-    from models.distill import build_corpus, corpus_files
+    from completer.bench.holes import LANGUAGES
+    from completer.models.backend import LlamaModel
+    from completer.models.distill import build_corpus, corpus_files
 
     target = LlamaModel(smol.target, 0)
-    return build_corpus(corpus_files([REPO / "completer", REPO / "models"]), target.tokenize, QUICK), target
+    return build_corpus(corpus_files([REPO / "completer", REPO / "models"], LANGUAGES), target.tokenize, QUICK), target
 
 
 @pytest.fixture(scope="session")
@@ -74,7 +75,7 @@ def distilled(smol, corpus_and_target, tmp_path_factory):
     runs it: the torch teacher trains, llama.cpp judges. (report, draft file, target, corpus)"""
     import torch
 
-    from models.distill import Distiller, LlamaCppTeacher, TorchTeacher, export_draft, load_student
+    from completer.models.distill import Distiller, LlamaCppTeacher, TorchTeacher, export_draft, load_student
 
     corpus, target = corpus_and_target
     torch.manual_seed(0)

@@ -9,8 +9,8 @@ not how good a FIM model is."""
 
 from pathlib import Path
 
-from models.derive import rewrite_gguf
-from models.gguf_file import read_gguf
+from completer.models.derive import rewrite_gguf
+from completer.models.gguf_file import read_gguf
 
 RENAMED = {"<jupyter_start>": "<fim_prefix>", "<jupyter_text>": "<fim_suffix>", "<jupyter_code>": "<fim_middle>"}
 

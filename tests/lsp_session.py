@@ -10,7 +10,7 @@ from typing import Any
 from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
-from lsp import protocol
+from completer.lsp import protocol
 
 SERVER = [str(Path(sys.executable).with_name("completer")), "serve", "--stdio"]
 FAST = {"generation": {"max_tokens": 16, "time_budget_ms": 0}}

@@ -12,8 +12,8 @@ import numpy as np
 from gguf import GGMLQuantizationType
 from gguf.quants import dequantize
 
-from models.derive import rewrite_gguf
-from models.gguf_file import read_gguf
+from completer.models.derive import rewrite_gguf
+from completer.models.gguf_file import read_gguf
 
 # Padding logits are this many times their twin's: larger wherever the twin's is positive.
 SCALE = 3.0

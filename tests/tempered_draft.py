@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 from gguf import GGMLQuantizationType
 
-from models.derive import rewrite_gguf
-from models.gguf_file import read_gguf
+from completer.models.derive import rewrite_gguf
+from completer.models.gguf_file import read_gguf
 
 
 def tempered_draft(target: Path, scale: float, destination: Path) -> Path:

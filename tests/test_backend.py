@@ -5,7 +5,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from models.backend import LlamaContext, LlamaModel, fewer_gpu_layers
+from completer.models.backend import LlamaContext, LlamaModel, fewer_gpu_layers
 
 CODE = '''def fibonacci(n):
     """Return the n-th Fibonacci number."""

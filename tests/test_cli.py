@@ -1,12 +1,15 @@
 """The real `completer` command, run as a subprocess."""
 
 import json
+from dataclasses import fields
 
 import pytest
-from conftest import REPO, run_completer
 
+from completer.models.presets import PRESETS
+from completer.cli import complete
+from completer.config import Config
 from completer.tables import plain_rows
-from models.presets import PRESETS
+from conftest import REPO, run_completer
 
 SUBCOMMANDS = {
     "complete": "Print a completion of FILE at the cursor",
@@ -126,6 +129,16 @@ def test_a_missing_model_file_is_one_clear_line(tmp_path):
     assert result.returncode == 1
     assert "model file not found" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_every_flag_the_config_tree_names_is_a_flag_of_complete_with_its_default():
+    """The flags are made from the Config tree; this holds them to it."""
+    flags = {parameter.opts[0]: parameter for parameter in complete.params}
+    named = [item for group in fields(Config) for item in fields(group.default_factory) if item.metadata["flag"]]
+    assert len(named) == 11
+    for item in named:
+        assert flags[item.metadata["flag"]].default == item.default, item.name
+        assert flags[item.metadata["flag"]].help.lower().startswith(item.metadata["doc"][:20].lower())
 
 
 def test_an_unknown_preset_names_the_known_ones():

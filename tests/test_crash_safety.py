@@ -4,7 +4,7 @@ cache directory valid, and the next start is clean."""
 import time
 from pathlib import Path
 
-from models.gguf_file import check_gguf
+from completer.models.gguf_file import check_gguf
 from raw_lsp import RawServer
 
 INITIALIZE = {"processId": None, "rootUri": None, "capabilities": {},

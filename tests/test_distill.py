@@ -15,17 +15,18 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from conftest import QUICK, REPO, run_completer
-from models.derive import write_atomically
-from models.distill import (
+from completer.bench.holes import LANGUAGES
+from completer.models.derive import write_atomically
+from completer.models.distill import (
     LlamaCppTeacher, TeacherTargets, TorchTeacher, build_corpus, by_length, corpus_files, distribution_gap,
-    draft_blocks, evenly_spaced, held_out, llama_cpp_agreement, training_loss,
-    uses_bfloat16, windows,
+    draft_blocks, evenly_spaced, held_out, llama_cpp_agreement, training_loss, uses_bfloat16, windows,
 )
-from models.distill_settings import DistillSettings
-from models.errors import ModelError
-from models.gguf_file import check_same_vocabulary, read_gguf
-from models.paths import distilled_draft_path
+from completer.models.distill_settings import DistillSettings
+from completer.models.errors import ModelError
+from completer.models.gguf_file import check_same_vocabulary, read_gguf
+from completer.models.paths import distilled_draft_path
+from conftest import QUICK, REPO, run_completer
+
 
 def test_windows_cover_the_tokens_and_drop_only_a_short_tail():
     tokens = list(range(300))
@@ -53,13 +54,13 @@ def test_the_corpus_respects_gitignore_and_skips_vendored_and_generated_files(tm
     (root / "vendor" / "lib.py").write_text(code)
     (root / ".gitignore").write_text("pkg/ignored.py\n")
     subprocess.run(["git", "init", "-q", str(root)], check=True)
-    assert [p.relative_to(root).as_posix() for p in corpus_files([root])] == ["pkg/kept.py"]
+    assert [p.relative_to(root).as_posix() for p in corpus_files([root], LANGUAGES)] == ["pkg/kept.py"]
 
 
 def test_too_little_code_is_a_clear_error(tmp_path):
     (tmp_path / "one.py").write_text("x = 1\n" * 200)
     with pytest.raises(ModelError, match="too little code"):
-        build_corpus(corpus_files([tmp_path]), lambda text: list(range(len(text) // 4)), QUICK)
+        build_corpus(corpus_files([tmp_path], LANGUAGES), lambda text: list(range(len(text) // 4)), QUICK)
 
 
 @st.composite

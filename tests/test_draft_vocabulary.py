@@ -4,9 +4,9 @@ lets it in, so the engine must never let it propose an id the target lacks."""
 import pytest
 
 from completer.engine import Engine, generate
+from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.gguf_file import MAX_VOCAB_SIZE_DIFFERENCE, check_same_vocabulary
 from completer.speculative import Sampling
-from models.backend import LlamaContext, LlamaModel
-from models.gguf_file import MAX_VOCAB_SIZE_DIFFERENCE, check_same_vocabulary
 from padded_draft import padded_draft
 
 HOLE = "import os\n\n\ndef data_path(name):\n    base = os.path.dirname(__file__)\n    return os.path."

@@ -9,9 +9,9 @@ import pytest
 
 from completer.engine import Engine, generate
 from completer.healing import TokenPrefixes, heal
+from completer.models.backend import LlamaModel
 from completer.prompt import path_header
 from completer.speculative import Sampling
-from models.backend import LlamaModel
 
 TEXTWRAP = (Path(sysconfig.get_paths()["stdlib"]) / "textwrap.py").read_text()
 

@@ -3,11 +3,10 @@ that stands in for the Hub via HF_ENDPOINT."""
 
 import hashlib
 
+from completer.models.presets import Preset
+from completer.models.resolve import resolve
 from conftest import run_completer
 from hub_server import FakeHub
-
-from models.presets import Preset
-from models.resolve import resolve
 
 PRESET = Preset.from_name("qwen2.5-coder-1.5b")
 

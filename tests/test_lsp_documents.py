@@ -4,7 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 from lsprotocol import types
 
-from lsp.documents import Document, characters, units
+from completer.lsp.documents import Document, characters, units
 
 TEXT = st.text(alphabet=st.sampled_from(list("ab \t\n\r\x0c\u2028é中😀")), max_size=40)
 ENCODING = st.sampled_from(["utf-8", "utf-16", "utf-32"])

@@ -6,7 +6,7 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
-from lsp.documents import units
+from completer.lsp.documents import units
 from lsp_session import inline, insert, open_document, start, stats, wait_ready
 
 STATS_PY = "def mean(values):\n    return sum(values) / len(values)\n\n\ndef variance(values):\n    "

@@ -5,10 +5,10 @@ import shutil
 
 import pytest
 
-from models.backend import LlamaModel
-from models.derive import derive_draft, rewrite_gguf
-from models.errors import ModelError
-from models.gguf_file import check_gguf, check_same_vocabulary, read_gguf
+from completer.models.backend import LlamaModel
+from completer.models.derive import derive_draft, rewrite_gguf
+from completer.models.errors import ModelError
+from completer.models.gguf_file import check_gguf, check_same_vocabulary, read_gguf
 
 
 def digest(path):

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from completer.lsp import protocol
 from conftest import CLOSED_ENDPOINT
 
 REPO = Path(__file__).resolve().parent.parent
@@ -185,6 +186,23 @@ def header_options(source: str) -> list[str]:
     return re.findall(r"^--   ([a-z_.]+):\s", header, re.MULTILINE)
 
 
+def header_prose(source: str) -> dict[str, str]:
+    """Each option's meaning in init.lua's header table, its lines joined."""
+    header = source[source.index("-- Options"):source.index("\n--\n-- A keymap")]
+    entries = re.findall(r"^--   ([a-z_.]+):\s+(.*(?:\n--\s{20,}.*)*)", header, re.MULTILINE)
+    return {name: " ".join(re.sub(r"^--\s+", "", text, flags=re.MULTILINE).split()) for name, text in entries}
+
+
+def help_prose(text: str) -> dict[str, str]:
+    """Each option's paragraph in doc/completer.txt, its lines joined, without the |tag|
+    bars and up to an example (">lua")."""
+    section = text[text.index("*completer-options*"):]
+    section = section[:section.index("=" * 78)]
+    entries = re.findall(r"^([a-z_.]+)\s+\*completer-\1\*\n\s+Default: `.*`\n((?:    .*\n)*)", section, re.MULTILINE)
+    prose = {name: " ".join(paragraph.split("    >lua")[0].split()) for name, paragraph in entries}
+    return {name: re.sub(r"\|([^|\s]+)\|", r"\1", text).removesuffix(" For example:") for name, text in prose.items()}
+
+
 def help_options(text: str) -> dict[str, str]:
     """The options of doc/completer.txt's OPTIONS section: name -> its Default: value."""
     section = text[text.index("*completer-options*"):]
@@ -214,6 +232,14 @@ def test_options_in_the_module_header_the_defaults_and_the_help_agree(options):
             assert f"| `{name}` | `{value.strip(chr(34))}` |" in readme, name
 
 
+def test_the_module_header_says_what_the_help_says_of_each_option():
+    assert header_prose(MODULE.read_text()) == help_prose(HELP.read_text())
+
+
+def test_the_plugin_asks_for_the_servers_statistics_by_their_protocol_name():
+    assert re.search(r'^local STATS = "(.*)"$', MODULE.read_text(), re.MULTILINE).group(1) == protocol.STATS
+
+
 def test_setup_names_bad_options_in_one_warning_and_keeps_their_defaults(options):
     warning, missing = options["notifications"]
     assert warning["level"] == WARN and "not executable" not in warning["message"]
@@ -231,3 +257,5 @@ def test_the_doc_checks_can_fail():
     assert help_options(drifted)["debounce_ms"] == "200"
     source = MODULE.read_text()
     assert "debounce_ms" not in header_options(source.replace("--   debounce_ms:", "--   (gone)"))
+    reworded = source.replace("Hides the suggestion.", "Hides it.")
+    assert header_prose(reworded)["keymaps.dismiss"] != help_prose(text)["keymaps.dismiss"]

@@ -2,6 +2,7 @@
 
 import pytest
 
+from completer.models.backend import LlamaModel
 from completer.prompt import (
     TEMPLATES,
     ContextFile,
@@ -13,7 +14,6 @@ from completer.prompt import (
     template_for,
     tokenize_segments,
 )
-from models.backend import LlamaModel
 
 BY_FAMILY = {t.family: t for t in TEMPLATES}
 PREFIX = "def area(r):\n    return "

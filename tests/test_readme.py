@@ -2,10 +2,9 @@
 
 import re
 
-from conftest import REPO
-
 from completer.config import options_table
-from models.presets import presets_table
+from completer.models.presets import presets_table
+from conftest import REPO
 
 README = (REPO / "README.md").read_text()
 

@@ -9,12 +9,12 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from completer.models.errors import ModelError
+from completer.models.paths import cache_dir, distilled_draft_path
+from completer.models.presets import PRESETS, Preset
+from completer.models.resolve import _converted_path, _derived_path
 from conftest import run_completer
 from hub_server import FakeHub
-from models.errors import ModelError
-from models.paths import cache_dir, distilled_draft_path
-from models.presets import PRESETS, Preset
-from models.resolve import _converted_path, _derived_path
 
 PRESET = Preset.from_name("qwen2.5-coder-1.5b")
 
@@ -40,7 +40,7 @@ def test_derived_and_converted_files_stay_in_the_cache(smol, monkeypatch, tmp_pa
     monkeypatch.setenv("COMPLETER_CACHE_DIR", str(tmp_path / "cache"))
     hostile = tmp_path / "..weird name..gguf"
     hostile.write_bytes(smol.draft.read_bytes())
-    from models.presets import DerivedDraft, PackagedFile
+    from completer.models.presets import DerivedDraft, PackagedFile
 
     for made in (_derived_path(hostile, DerivedDraft(2)),
                  _converted_path(PackagedFile("p", "d", "f.gguf", "Q4_0"), hostile)):

@@ -3,8 +3,8 @@ Counted in tokens the models evaluate, which is what caching saves."""
 
 import sysconfig
 import threading
-from dataclasses import replace
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -12,14 +12,14 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from completer.config import Config, GenerationOptions, PromptOptions
+from completer.config import Config, DraftingOptions, GenerationOptions, PromptOptions
 from completer.context import Workspace
 from completer.engine import Engine, generate
 from completer.kv import KVSequence
+from completer.models.backend import LlamaContext, LlamaModel
 from completer.postprocess import CursorContext, postprocess
 from completer.prompt import path_header
 from completer.session import Completer, CompletionRequest, DocumentCaches, ForwardCache, PositionError
-from models.backend import LlamaContext, LlamaModel
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -368,6 +368,52 @@ def test_other_workspace_files_become_context_and_outside_files_never_do(engine,
     prompt_text = engine.model.detokenize(engine.target.tokens)
     assert "def helper_7(value)" in prompt_text and "# helpers.py" in prompt_text
     assert "do-not-send" not in prompt_text and "# main.py" in prompt_text
+
+
+def test_n_gram_lookup_drafts_from_workspace_documents_switched_away_from(engine, tmp_path):
+    """What followed a line in another open document is proposed when this one ends
+    with that line; a document outside the workspace is never looked in, and a closed
+    one no more."""
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    completer = Completer(engine, completer_config(max_tokens=4), Workspace([workspace]))
+    text = file_text("textwrap.py")
+    line_end = text.index("\n", len(text) // 2)
+    seen, then = text[line_end - 80 : line_end + 1], text[line_end + 1 : line_end + 60]
+    tokens = engine.model.tokenize("x = 1\n" + seen)
+
+    def proposed() -> str:
+        return engine.model.detokenize(engine.ngram.lookup(tokens, 8)[0])
+
+    completer.complete(request_at_end("outside", text, str(tmp_path / "outside.py")))
+    completer.complete(request_at_end("main", "x = 1\n", str(workspace / "main.py")))
+    assert proposed() == ""
+    completer.complete(request_at_end("wrap", text, str(workspace / "textwrap.py")))
+    completer.complete(request_at_end("main", "x = 1\n", str(workspace / "main.py")))
+    assert len(proposed()) > 5 and then.startswith(proposed())
+    completer.close("wrap")
+    assert proposed() == ""
+
+
+def test_drafting_options_reach_the_engine_without_a_reload(engine):
+    completer = Completer(engine, completer_config())
+    drafting = DraftingOptions(hybrid_min_match=9, margin=0.2, probe_every=8)
+    completer.configure(replace(completer.config, drafting=drafting))
+    assert engine.drafting == engine.tuner.options == engine.ngram.options == drafting
+
+
+def test_top_k_and_top_p_reach_the_sampler(engine, models):
+    """At temperature 1, keeping one token (top_k 1, or top_p 0) is greedy decoding."""
+    request = request_at_end("a.py", file_text("textwrap.py") + "\n    def fill_all(self, texts):\n        return ")
+
+    def completed(**generation) -> str:
+        config = Config(generation=GenerationOptions(max_tokens=12, time_budget_ms=0, **generation),
+                        prompt=PromptOptions(heal=False))
+        return Completer(Engine(*models, n_ctx=2048, calibrate_s=0), config).complete(request).text
+
+    greedy = completed()
+    assert completed(temperature=1.0, top_k=1) == greedy
+    assert completed(temperature=1.0, top_p=0.0) == greedy
 
 
 def test_a_cursor_outside_the_document_is_a_clear_error(engine):

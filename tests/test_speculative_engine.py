@@ -14,8 +14,8 @@ from scipy.stats import binomtest, chisquare
 
 from completer.engine import Engine, generate
 from completer.kv import KVSequence
+from completer.models.backend import LlamaContext, LlamaModel
 from completer.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap, probabilities
-from models.backend import LlamaContext, LlamaModel
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # A KV cache filled by single-token steps gives logits up to 0.94 away from one filled

@@ -11,14 +11,14 @@ import pytest
 import torch
 from gguf import GGUFWriter
 
-import models.derive
-from models.backend import LlamaContext, LlamaModel, requantize
-from models.errors import ModelError
-from models.gguf_file import read_gguf
-from models.torch_model import Transformer, load_transformer
+import completer.models.derive
+from completer.models.backend import LlamaContext, LlamaModel, requantize
+from completer.models.errors import ModelError
+from completer.models.gguf_file import read_gguf
+from completer.models.torch_model import Transformer, load_transformer
 from synthetic_gguf import write_qwen2_gguf
 
-SOURCE = Path(models.derive.__file__).read_text()  # real code to run both models on
+SOURCE = Path(completer.models.derive.__file__).read_text()  # real code to run both models on
 N_TOKENS = 200
 
 

@@ -4,11 +4,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from completer.drafts import MAX_MATCH, MIN_MATCH, NgramDrafter, NgramIndex
+from completer.config import DraftingOptions
+from completer.drafts import NgramDrafter, NgramIndex
 from completer.kv import common_prefix_length
 from completer.tuning import Acceptance, CostModel, best_plan
 
-# A CPU-like cost curve in ms: batches of 4 and 8 are cheaper than their neighbours (NOTES.md).
+MIN_MATCH, MAX_MATCH = DraftingOptions().ngram_min_match, DraftingOptions().ngram_max_match
+# A CPU-like cost curve in ms, as smol's Q4_0 target measured on a 2-core CPU: batches of
+# 4 and 8 are cheaper than their neighbours.
 CPU_CURVE = {1: 10.0, 2: 15.9, 3: 19.5, 4: 19.7, 5: 25.2, 6: 29.2, 7: 33.3, 8: 26.0, 9: 34.0, 10: 35.7}
 
 
@@ -85,3 +88,14 @@ def test_common_prefix_length(a, b):
     n = common_prefix_length(a, b)
     assert a[:n] == b[:n]
     assert n == min(len(a), len(b)) or a[n] != b[n]
+
+
+def test_the_minimum_match_is_an_option_that_applies_to_every_index():
+    repeated = [7, 8, 9, 10, 11]
+    tokens = [1, 2, *repeated, 50, 3, 4, *repeated]  # the last 5 tokens occurred before, followed by 50
+    drafter = NgramDrafter(DraftingOptions(ngram_min_match=6))
+    assert drafter.lookup(tokens, 4) == ([], 0)
+    drafter.set_other_document("other", [1, *repeated, 60])
+    drafter.configure(DraftingOptions(ngram_min_match=5))
+    proposed, length = drafter.lookup(tokens, 1)
+    assert length == 5 and proposed in ([50], [60])

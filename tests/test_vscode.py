@@ -11,9 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-
 from completer.config import settings_schema
-from lsp import protocol
+from completer.lsp import protocol
 
 EXTENSION = Path(__file__).resolve().parent.parent / "editor-extensions" / "vscode"
 MANIFEST = json.loads((EXTENSION / "package.json").read_text())

@@ -8,13 +8,13 @@ from pathlib import Path
 from rich import box
 from rich.table import Table
 
-from completer.bench.metrics import acceptance_by_kind, summarize_mode
 from completer.bench import PEER
+from completer.bench.metrics import acceptance_by_kind, summarize_mode
 from completer.tuning import CostModel
 
 
 def machine() -> dict:
-    from models.backend import default_threads, gpu_offload_supported, system_info
+    from completer.models.backend import default_threads, gpu_offload_supported, system_info
 
     cpuinfo = Path("/proc/cpuinfo")
     names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()

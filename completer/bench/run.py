@@ -26,10 +26,10 @@ from completer.bench import MODES, PEER
 from completer.bench.holes import Hole
 from completer.config import Config, GenerationOptions, PromptOptions
 from completer.engine import Engine, generate
+from completer.models.backend import LlamaModel, default_threads
 from completer.postprocess import CursorContext, postprocess
 from completer.session import Completer, CompletionRequest, split_at_cursor
 from completer.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap
-from models.backend import LlamaModel, default_threads
 
 # 128 lines before the cursor: prompts of about 1,000-1,500 tokens, so that each hole's
 # prefill (done once per mode family, and again by the peer) stays a few seconds here.
@@ -131,9 +131,7 @@ class Bench:
             return {**base, "tokens": tokens, "ms": ms}, None
         provider, _, draft = mode.partition(":")
         engine = self.engines[draft]
-        engine.target.sync(prompt[:-1])  # prefill outside the timing
-        if engine.drafter:
-            engine.drafter.sequence.sync(prompt[:-1])
+        engine.prefill(prompt)  # outside the timing
         result = generate(engine, prompt, settings.max_tokens, sampling=Sampling(settings.temperature, seed=index),
                           mode=provider, document=hole.file, language=hole.language, keep_logits=True)
         s = result.stats

@@ -16,8 +16,8 @@ from dataclasses import dataclass
 from completer.bench.metrics import percentile
 from completer.config import Config, GenerationOptions
 from completer.engine import Engine
+from completer.models.backend import LlamaModel
 from completer.session import Completer, CompletionRequest
-from models.backend import LlamaModel
 
 TYPED_CHARACTERS = 48
 COLD_EVERY = 6  # a cold completion re-evaluates the whole prompt: seconds each, so a sample
@@ -69,8 +69,7 @@ def replay(target: LlamaModel, draft: LlamaModel | None, files: list[tuple[str, 
     """Replay typing over `files` (path, text, language); the summary and every keystroke."""
     config = Config(generation=GenerationOptions(max_tokens=max_tokens, time_budget_ms=0))
     warm_engine = Engine(target, draft, n_ctx=context_tokens)
-    cold_engine = Engine(target, draft, n_ctx=context_tokens, calibrate_s=0)
-    cold_engine.costs = warm_engine.costs
+    cold_engine = Engine(target, draft, n_ctx=context_tokens, costs=warm_engine.costs)
     warm, cold = Completer(warm_engine, config), Completer(cold_engine, config)
     keystrokes: list[Keystroke] = []
     cold_ms: list[float] = []
@@ -90,10 +89,7 @@ def replay(target: LlamaModel, draft: LlamaModel | None, files: list[tuple[str, 
             ms, completion = _timed(warm, _request(path, text, cursor, language))
             keystrokes.append(Keystroke(ms, completion.source, completion.evaluated_tokens, edit))
             if len(keystrokes) % COLD_EVERY == 0:
-                cold_engine.target.truncate(0)
-                if cold_engine.drafter:
-                    cold_engine.drafter.sequence.truncate(0)
-                cold.sessions.clear()
+                cold.reset()
                 cold_ms.append(_timed(cold, _request(path, text, cursor, language))[0])
     return summarize(keystrokes, cold_ms), keystrokes
 

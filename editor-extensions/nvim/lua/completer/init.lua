@@ -8,28 +8,41 @@
 -- ghost.lua does. Either way the keys below accept or dismiss them, and do what they
 -- did before when nothing is shown.
 --
--- Options (every one optional; `:help completer-options` says the same, and
--- tests/test_nvim_plugin.py checks that this list, `defaults` below and
+-- Options (every one optional; each meaning is `:help completer-options`' own words,
+-- and tests/test_nvim_plugin.py checks that this list, `defaults` below and
 -- doc/completer.txt agree):
 --
---   enabled:             show suggestions from the start; :CompleterToggle flips it. The
---                        server runs either way, so turning them on again is instant
---   cmd:                 the command that starts the language server on stdio
---   filetypes:           filetypes to complete in; {} = every filetype
---   root_markers:        files or folders that mark the workspace root; the server reads
---                        other files under it for context
---   init_options:        the server's options as nested tables, passed as they are
---                        (groups models, generation, prompt, cache, server: see the
---                        option table of completer's README)
---   debounce_ms:         wait this long after the last keystroke before asking (0.11
---                        only; 0.12's built-in client has its own)
---   use_builtin:         on Neovim 0.12+, use vim.lsp.inline_completion instead of
---                        this plugin's ghost text
---   stats_interval_ms:   statusline(): ask the server for its statistics at most this often
---   keymaps.accept:      Insert-mode key that accepts the whole suggestion
---   keymaps.accept_line: accepts its first line
---   keymaps.accept_word: accepts its first word
---   keymaps.dismiss:     hides it
+--   enabled:             Show suggestions from the start. :CompleterToggle turns them
+--                        off and on; the server runs either way, so turning them on
+--                        again is instant.
+--   cmd:                 The command that starts the language server, speaking LSP on
+--                        stdio. When its program is not executable, setup() says so
+--                        once and starts nothing.
+--   filetypes:           Filetypes to complete in, e.g. `{ "python", "lua" }`. An
+--                        empty list means every filetype (of buffers that are files).
+--   root_markers:        Files or folders whose presence marks the workspace root (see
+--                        lsp-root_markers). The server takes context from other open
+--                        files under that root.
+--   init_options:        The server's options, as nested tables, passed as they are in
+--                        the `initializationOptions` of `initialize`. The groups are
+--                        models, generation, prompt, cache and server; completer's
+--                        README lists every option.
+--   debounce_ms:         Milliseconds to wait after the last keystroke before asking
+--                        for a suggestion: long enough to skip the keystrokes of a
+--                        word typed at speed, short enough to feel immediate. A newer
+--                        request cancels an older one anyway. Neovim 0.11 only: the
+--                        built-in client of 0.12 debounces itself.
+--   use_builtin:         On Neovim 0.12 and newer, let vim.lsp.inline_completion show
+--                        the suggestions. Set it to false to use this plugin's ghost
+--                        text there too.
+--   stats_interval_ms:   completer.statusline() asks the server for its statistics at
+--                        most this often.
+--   keymaps.accept:      Insert-mode key that accepts the whole suggestion.
+--   keymaps.accept_line: Accepts the suggestion's first line; at a line break, the
+--                        next line. What is left stays shown.
+--   keymaps.accept_word: Accepts the suggestion's first word (with the blanks before
+--                        it). What is left stays shown.
+--   keymaps.dismiss:     Hides the suggestion.
 --
 -- A keymap set to false is not mapped. With nothing shown, each key does what it did
 -- before setup() (your own mapping, buffer-local or global, or the key itself).

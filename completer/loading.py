@@ -1,0 +1,105 @@
+"""Building a completer from a Config, in one place: the language server, `completer
+complete`, `completer bench` and the benchmarks all load through here.
+
+    load_pair       preset and paths -> files (downloaded, converted or derived into the
+                    cache when needed, one vocabulary checked) -> llama.cpp models
+    load_completer  the pair, the engine (its verify cost measured when it speculates)
+                    and the Completer over the workspace roots
+    needs_reload    which option changes the loaded engine cannot take without loading
+"""
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from completer.config import Config, ModelOptions
+from completer.context import Workspace
+from completer.engine import Engine
+from completer.models.backend import LlamaModel
+from completer.models.errors import ModelError
+from completer.models.gguf_file import check_same_vocabulary
+from completer.models.paths import distilled_draft_path
+from completer.models.presets import Preset
+from completer.models.resolve import ModelFiles, resolve
+from completer.session import Completer
+
+# ModelError is what every loading failure raises, with what to run.
+__all__ = ["Loaded", "ModelError", "Pair", "load_completer", "load_distilled", "load_pair", "needs_reload"]
+
+# (what is happening, percent done): $/progress in the server, nothing elsewhere.
+Report = Callable[[str, int], None]
+# Measuring the target's pass per batch size takes this long; the tuner needs it to
+# choose k, and plain decoding does not.
+CALIBRATION_S = 1.0
+
+
+def _silent(message: str, percentage: int) -> None:
+    pass
+
+
+@dataclass
+class Pair:
+    """The loaded models and the files they came from."""
+
+    files: ModelFiles
+    target: LlamaModel
+    draft: LlamaModel | None
+
+    @property
+    def names(self) -> tuple[str, str]:
+        """The target's and the draft's file names ("" without a draft)."""
+        return self.files.target.name, self.files.draft.name if self.files.draft else ""
+
+    @property
+    def gpu_fallbacks(self) -> list[str]:
+        """Why a model runs slower than asked: the GPU could not hold its layers."""
+        return [model.gpu_fallback for model in (self.target, self.draft) if model is not None and model.gpu_fallback]
+
+
+@dataclass
+class Loaded:
+    completer: Completer
+    pair: Pair
+
+
+def load_pair(options: ModelOptions, with_draft: bool = True, report: Report = _silent) -> Pair:
+    """The preset's (or the options' own) target and draft, loaded; without `with_draft`,
+    the target alone, and no draft is fetched. Raises ModelError saying what to run."""
+    report(f"finding the {options.preset} files (downloading them if needed)", 5)
+    files = resolve(Preset.from_name(options.preset), options.target, options.draft, with_draft=with_draft)
+    report(f"loading {files.target.name}", 40)
+    target = LlamaModel(files.target, options.target_gpu_layers)
+    draft = None
+    if files.draft is not None:
+        report(f"loading {files.draft.name}", 60)
+        draft = LlamaModel(files.draft, options.draft_gpu_layers)
+    return Pair(files, target, draft)
+
+
+def load_distilled(pair: Pair, options: ModelOptions) -> LlamaModel | None:
+    """The draft `completer distill` trained for the pair's target, when there is one and
+    the options did not name a draft of their own."""
+    path = distilled_draft_path(pair.files.target)
+    if options.draft is not None or not path.is_file():
+        return None
+    check_same_vocabulary(pair.files.target, path)
+    return LlamaModel(path, options.draft_gpu_layers)
+
+
+def load_completer(config: Config, roots: Sequence[Path] = (), report: Report = _silent) -> Loaded:
+    """Resolve and load the pair, measure what a verify pass costs, and build the
+    Completer that serves requests over the workspace `roots`."""
+    speculative = config.generation.speculates
+    pair = load_pair(config.models, with_draft=speculative, report=report)
+    report("measuring the cost of a verify pass", 75)
+    engine = Engine(pair.target, pair.draft, n_ctx=config.models.context_tokens, threads=config.models.threads,
+                    calibrate_s=CALIBRATION_S if speculative else 0.0, drafting=config.drafting)
+    return Loaded(Completer(engine, config, Workspace(list(roots))), pair)
+
+
+def needs_reload(loaded: Config, new: Config) -> bool:
+    """Whether going from `loaded` to `new` needs the models loaded again: everything
+    load_completer built the engine from (the model options, and whether it speculates:
+    only then is the draft loaded and the verify cost measured). Other options apply
+    from the next request on."""
+    return loaded.models != new.models or loaded.generation.speculates != new.generation.speculates
