@@ -1,5 +1,9 @@
 """initializationOptions and settings -> Config: bad values keep defaults and say why."""
 
+import re
+from dataclasses import fields
+from pathlib import Path
+
 from hypothesis import given
 from hypothesis import strategies as st
 
@@ -61,3 +65,9 @@ def test_any_json_gives_a_valid_config(data):
     assert isinstance(config.generation.max_tokens, int) and config.generation.max_tokens >= 0
     assert config.generation.draft_mode in ("auto", "ngram", "draft", "hybrid", "target")
     assert isinstance(problems, list)
+
+
+def test_the_vs_code_extension_sends_every_option_group():
+    source = (Path(__file__).parent.parent / "editor-extensions/vscode/src/settings.ts").read_text()
+    groups = re.search(r"SERVER_GROUPS = \[(.*?)\]", source).group(1)
+    assert re.findall(r'"(\w+)"', groups) == [group.name for group in fields(Config)]

@@ -25,8 +25,8 @@
 --                        files under that root.
 --   init_options:        The server's options, as nested tables, passed as they are in
 --                        the `initializationOptions` of `initialize`. The groups are
---                        models, generation, prompt, cache and server; completer's
---                        README lists every option.
+--                        models, generation, prompt, drafting, cache and server;
+--                        completer's README lists every option.
 --   debounce_ms:         Milliseconds to wait after the last keystroke before asking
 --                        for a suggestion: long enough to skip the keystrokes of a
 --                        word typed at speed, short enough to feel immediate. A newer
