@@ -237,17 +237,8 @@ def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...],
 
     from completer.bench.holes import LANGUAGES
     from completer.models.backend import LlamaModel
-    from completer.models.distill import (
-        Distiller,
-        LlamaCppTeacher,
-        TorchTeacher,
-        build_corpus,
-        corpus_files,
-        export_draft,
-        llama_cpp_agreement,
-        load_student,
-        uses_bfloat16,
-    )
+    from completer.models.distill import (Distiller, LlamaCppTeacher, TorchTeacher, build_corpus, corpus_files,
+                                          export_draft, llama_cpp_agreement, load_student, uses_bfloat16)
     from completer.models.paths import distilled_draft_path
     from completer.models.resolve import resolve
 
@@ -449,14 +440,8 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
     import json
     import time
 
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-        TimeRemainingColumn,
-    )
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
 
     from completer.bench import report
     from completer.bench.holes import holes_from_json, pick_holes
