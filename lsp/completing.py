@@ -9,8 +9,8 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.uris import to_fs_path
 
 from completer.lsp import protocol
-from completer.lsp.documents import Document, PositionError
-from completer.session import CompletionRequest
+from completer.lsp.documents import Document
+from completer.session import CompletionRequest, PositionError
 
 if TYPE_CHECKING:
     from completer.lsp.server import CompleterServer

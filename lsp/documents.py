@@ -11,13 +11,11 @@ from dataclasses import dataclass, field
 
 from lsprotocol import types
 
+from completer.session import PositionError  # the one error for a cursor outside a document
+
 LINE_END = re.compile(r"\r\n|\r|\n")
 ENCODINGS = {"utf-8": "utf-8", "utf-16": "utf-16-le", "utf-32": "utf-32-le"}
 UNIT_BYTES = {"utf-8": 1, "utf-16": 2, "utf-32": 4}
-
-
-class PositionError(ValueError):
-    """A position outside the document."""
 
 
 def units(text: str, encoding: str) -> int:
