@@ -387,6 +387,42 @@ def _repository_root() -> Path:
     return Path(found.stdout.strip()) if found.returncode == 0 else Path.cwd()
 
 
+def _bench_modes(modes: str) -> tuple[str, ...]:
+    """--modes as a tuple, target first; an unknown mode is a usage error naming the known ones."""
+    chosen = tuple(dict.fromkeys(["target", *(m.strip() for m in modes.split(",") if m.strip())]))
+    known = BENCH_MODES + DISTILLED_MODES
+    unknown = [m for m in chosen if m not in known]
+    if unknown:
+        raise click.BadParameter(f"unknown mode {', '.join(unknown)}; modes: {', '.join(known)}",
+                                 param_hint="--modes")
+    return chosen
+
+
+def _run_holes(runner, holes: list, modes: int) -> list[dict]:
+    """Every hole through the runner, with a progress bar on stderr (a line per hole when
+    stderr is a log file, not a terminal)."""
+    import time
+
+    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
+                               TimeRemainingColumn)
+
+    records: list[dict] = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    started = time.monotonic()
+    with Progress(*columns, console=errors) as progress:
+        task = progress.add_task(f"{len(holes)} holes x {modes} modes", total=len(holes))
+        for index, hole in enumerate(holes):
+            records += runner.run_hole(index, hole)
+            progress.advance(task)
+            if not errors.is_terminal:
+                elapsed = time.monotonic() - started
+                eta = elapsed / (index + 1) * (len(holes) - index - 1)
+                errors.print(f"hole {index + 1}/{len(holes)} ({hole.file}, {hole.kind}): {elapsed:.0f} s elapsed, "
+                             f"ETA {eta:.0f} s", highlight=False)
+    return records
+
+
 def _show_bench_table(summary: dict, title: str, as_json: bool) -> None:
     """The summary per mode: as JSON, as the wide table on a terminal, or as plain rows with every value whole."""
     import json
@@ -438,22 +474,13 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
     spread over their source files by language; .gitignore, generated, vendored and
     binary files are skipped."""
     import json
-    import time
-
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
 
     from completer.bench import report
     from completer.bench.holes import holes_from_json, pick_holes
     from completer.bench.run import Bench, Settings
     from completer.loading import load_distilled, load_pair
 
-    chosen = tuple(dict.fromkeys(["target", *(m.strip() for m in modes.split(",") if m.strip())]))
-    known = BENCH_MODES + DISTILLED_MODES
-    unknown = [m for m in chosen if m not in known]
-    if unknown:
-        raise click.BadParameter(f"unknown mode {', '.join(unknown)}; modes: {', '.join(known)}",
-                                 param_hint="--modes")
+    asked = _bench_modes(modes)
     count = count or (6 if quick else 40)
     max_tokens = max_tokens or (24 if quick else 48)
     roots = list(paths) or [_repository_root()]
@@ -462,28 +489,14 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
     except ValueError as error:
         raise click.UsageError(str(error)) from None
     pair = load_pair(models)
-    distilled = load_distilled(pair, models)  # its modes run beside the preset draft's
-    if distilled is not None:
-        chosen = tuple(dict.fromkeys(chosen + tuple(m for m in DISTILLED_MODES if m.partition(":")[0] in chosen)))
-    else:
-        chosen = tuple(m for m in chosen if m not in DISTILLED_MODES)
+    distilled = load_distilled(pair, models)
+    # The distilled draft's modes run beside the preset draft's; without one, none.
+    chosen = tuple(dict.fromkeys(asked + tuple(m for m in DISTILLED_MODES if m.partition(":")[0] in asked))
+                   if distilled else (m for m in asked if m not in DISTILLED_MODES))
     settings = Settings(models.preset, chosen, max_tokens, temperature, models.context_tokens, exact)
     target, draft = pair.target, pair.draft
     runner = Bench(target, draft, settings, distilled)
-    records: list[dict] = []
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn())
-    started = time.monotonic()
-    with Progress(*columns, console=errors) as progress:
-        task = progress.add_task(f"{len(holes)} holes x {len(chosen)} modes", total=len(holes))
-        for index, hole in enumerate(holes):
-            records += runner.run_hole(index, hole)
-            progress.advance(task)
-            if not errors.is_terminal:  # a log file gets a line per hole instead of the bar
-                elapsed = time.monotonic() - started
-                eta = elapsed / (index + 1) * (len(holes) - index - 1)
-                errors.print(f"hole {index + 1}/{len(holes)} ({hole.file}, {hole.kind}): {elapsed:.0f} s elapsed, "
-                             f"ETA {eta:.0f} s", highlight=False)
+    records = _run_holes(runner, holes, len(chosen))
     summary = report.summarize(records, chosen, runner.engine.costs)
     where = ", ".join(sorted({str(Path(h.root)) for h in holes}))
     _show_bench_table(summary, f"{len(holes)} holes in {where}; {max_tokens} tokens; T={temperature}; "
@@ -505,13 +518,7 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
             result["typing"], _ = replay(target, draft, [(str(p), p.read_text(encoding="utf-8", errors="replace"),
                                                            p.suffix.lstrip(".")) for p in typed_files],
                                          context_tokens=models.context_tokens)
-        t = result["typing"]
-        notes.print(f"typing replay over {len(typed_files)} files, {t['keystrokes']} keystrokes "
-                    f"({t['forward_cache_hits']} answered by the forward cache): cached p50 {t['cached_p50_ms']:.0f} ms"
-                    f" / p95 {t['cached_p95_ms']:.0f} ms (model calls {t['cached_model_p50_ms']:.0f} / "
-                    f"{t['cached_model_p95_ms']:.0f} ms); cold p50 {t['cold_p50_ms']:.0f} / p95 {t['cold_p95_ms']:.0f}"
-                    f" ms; prompt tokens evaluated per keystroke {t['tokens_per_keystroke']:.2f} "
-                    f"(max {t['max_tokens_per_keystroke']})", soft_wrap=True)
+        notes.print(report.typing_line(result["typing"], len(typed_files)), soft_wrap=True)
     report_path.write_text(json.dumps(result, indent=1))
     notes.print(f"every record: {report_path}", soft_wrap=True)
     if plot_path:

@@ -82,6 +82,15 @@ FOOTNOTE = ("* projection, not a measurement: the same rounds if a verify pass c
             "exact: first line equal to the file's; edit sim: similarity to the file's text.")
 
 
+def typing_line(t: dict, files: int) -> str:
+    """The typing replay's summary (bench --typing) in one line."""
+    return (f"typing replay over {files} files, {t['keystrokes']} keystrokes ({t['forward_cache_hits']} answered by "
+            f"the forward cache): cached p50 {t['cached_p50_ms']:.0f} ms / p95 {t['cached_p95_ms']:.0f} ms (model "
+            f"calls {t['cached_model_p50_ms']:.0f} / {t['cached_model_p95_ms']:.0f} ms); cold p50 "
+            f"{t['cold_p50_ms']:.0f} / p95 {t['cold_p95_ms']:.0f} ms; prompt tokens evaluated per keystroke "
+            f"{t['tokens_per_keystroke']:.2f} (max {t['max_tokens_per_keystroke']})")
+
+
 def plot(path: Path, summary: dict, records: list[dict]) -> None:
     """Speedup per mode (median per hole, and overall), and acceptance per hole kind."""
     try:
