@@ -46,7 +46,7 @@ def main() -> None:
     lines = PromptOptions().suffix_lines
     for name, text, _ in texts:
         start = middle_code_line(text)[0]
-        suffix = cursor_sections(text, text.count("\n", 0, start), 0, suffix_lines=lines)[1]
+        suffix = cursor_sections(text, start, 0, suffix_lines=lines)[1]
         print(f"{name}: a PSM family's suffix section ({lines} lines) at the typed line: "
               f"{len(target.tokenize(suffix))} tokens per keystroke")
 

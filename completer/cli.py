@@ -330,17 +330,17 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
              models: ModelOptions) -> None:
     """Print a completion of FILE at the cursor, decoded speculatively."""
     from completer.loading import load_completer
-    from completer.session import CompletionRequest, PositionError, split_at_cursor
+    from completer.session import CompletionRequest, PositionError, cursor_offset
 
     config = replace(Config(), models=models, generation=generation)
     text = file.read_text(encoding="utf-8", errors="replace")
     try:
-        split_at_cursor(text, line - 1, col - 1)
+        cursor = cursor_offset(text, line - 1, col - 1)
     except PositionError:
         raise click.BadParameter(f"{file} has no line {line} column {col} (it has {len(text.splitlines())} "
                                  "lines, counted from 1)", param_hint="--line/--col") from None
     loaded = load_completer(config)
-    request = CompletionRequest(str(file), str(file), text, line - 1, col - 1, file.suffix.lstrip("."))
+    request = CompletionRequest(str(file), str(file), text, cursor, file.suffix.lstrip("."))
     completion = loaded.completer.complete(request)
     click.echo(completion.text)
     target = loaded.pair.target

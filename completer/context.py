@@ -48,9 +48,10 @@ class Chunk:
     tokens: int
 
 
-def chunk_around(text: str, line: int, lines: int) -> str:
-    """`lines` lines of `text` centred on `line` (0-based), fewer near the ends."""
+def chunk_around(text: str, cursor: int, lines: int) -> str:
+    """`lines` lines of `text` centred on the cursor's line, fewer near the ends."""
     all_lines = editor_lines(text)
+    line = text.count("\n", 0, cursor)
     start = max(0, min(line - lines // 2, len(all_lines) - lines))
     return "".join(all_lines[start : start + lines])
 
@@ -73,12 +74,12 @@ class ChunkRing:
         self.chunk_lines = chunk_lines
         self.chunks: list[Chunk] = []  # oldest first
 
-    def add(self, path: str, text: str, line: int) -> bool:
-        """Take a chunk of `path`'s `text` around `line`; False when the path is outside
-        the workspace or the chunk holds too little code to help."""
+    def add(self, path: str, text: str, cursor: int) -> bool:
+        """Take a chunk of `path`'s `text` around the cursor's line; False when the path is
+        outside the workspace or the chunk holds too little code to help."""
         if not self.workspace.contains(path):
             return False
-        chunk_text = chunk_around(text, line, self.chunk_lines)
+        chunk_text = chunk_around(text, cursor, self.chunk_lines)
         if sum(1 for line_text in chunk_text.splitlines() if line_text.strip()) < 3:
             return False
         self.chunks = [c for c in self.chunks if similarity(c.text, chunk_text) < SIMILAR]

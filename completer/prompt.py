@@ -39,18 +39,23 @@ def editor_lines(text: str) -> list[str]:
     return lines
 
 
-def cursor_sections(text: str, line: int, column: int, prefix_lines: int = 256,
-                    suffix_lines: int = 8) -> tuple[str, str]:
-    """(prefix, suffix) around a cursor at 0-based line and column (in characters):
-    at least `prefix_lines` whole lines before the cursor's (fewer than PREFIX_STEP
-    more), and `suffix_lines` after it."""
-    lines = editor_lines(text)
-    current = lines[line] if line < len(lines) else ""
-    start = max(0, line - prefix_lines)
-    start -= start % PREFIX_STEP
-    prefix = "".join(lines[start:line]) + current[:column]
-    suffix = current[column:] + "".join(lines[line + 1 : line + 1 + suffix_lines])
-    return prefix, suffix
+def cursor_sections(text: str, cursor: int, prefix_lines: int = 256, suffix_lines: int = 8) -> tuple[str, str]:
+    """(prefix, suffix) around the cursor (an offset in characters): at least
+    `prefix_lines` whole lines before the cursor's (fewer than PREFIX_STEP more), and
+    `suffix_lines` after it."""
+    line = text.count("\n", 0, cursor)
+    first = max(0, line - prefix_lines)
+    first -= first % PREFIX_STEP
+    start = text.rfind("\n", 0, cursor) + 1  # the cursor line's start, then back line by line
+    for _ in range(line - first):
+        start = text.rfind("\n", 0, start - 1) + 1
+    end = cursor  # past the cursor line's end, then `suffix_lines` more line ends
+    for _ in range(suffix_lines + 1):
+        end = text.find("\n", end) + 1
+        if end == 0:
+            end = len(text)
+            break
+    return text[start:cursor], text[cursor:end]
 
 
 @dataclass(frozen=True)

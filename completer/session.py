@@ -105,8 +105,7 @@ class CompletionRequest:
     document: str  # the editor's name for it: a URI or a path
     path: str  # its file path, for the prompt's header and the workspace check
     text: str
-    line: int  # 0-based
-    character: int  # 0-based, in characters (code points)
+    cursor: int  # an offset into `text`, in characters (code points)
     language: str = ""
 
 
@@ -169,20 +168,20 @@ class CompletionSession:
     path: str
     forward: ForwardCache = field(default_factory=ForwardCache)
     text: str = ""  # the text of its last request
-    line: int = 0  # the cursor line of its last request: where its context chunk is taken
+    cursor: int = 0  # the cursor of its last request: where its context chunk is taken
 
 
-def split_at_cursor(text: str, line: int, character: int) -> tuple[str, str]:
-    """(the document before the cursor, the cursor line before it); PositionError when
-    the cursor is outside the text."""
+def cursor_offset(text: str, line: int, character: int) -> int:
+    """The offset of a 0-based line and character (lines end at "\n", a "\r" before it is
+    not a character of the line); PositionError when the cursor is outside the text. For
+    callers that count lines: the LSP layer has its own, as the protocol counts them."""
     lines = text.split("\n")
     if not 0 <= line < len(lines):
         raise PositionError(f"line {line} is outside the document ({len(lines)} lines)")
     current = lines[line].rstrip("\r")
     if not 0 <= character <= len(current):
         raise PositionError(f"character {character} is outside line {line} ({len(current)} characters)")
-    offset = sum(len(text_line) + 1 for text_line in lines[:line]) + character
-    return text[:offset], current[:character]
+    return sum(len(text_line) + 1 for text_line in lines[:line]) + character
 
 
 class Completer:
@@ -267,8 +266,10 @@ class Completer:
             self.engine.ngram.others.clear()
 
     def _complete(self, request: CompletionRequest, cancel: threading.Event | None) -> Completion:
-        text_before, line_before = split_at_cursor(request.text, request.line, request.character)
-        cursor = self.cursor_context(request, line_before)
+        if not 0 <= request.cursor <= len(request.text):
+            raise PositionError(f"offset {request.cursor} is outside the document ({len(request.text)} characters)")
+        text_before = request.text[: request.cursor]
+        cursor = self.cursor_context(request)
         cancel = cancel or self.begin(request.document)
         try:
             with self._state:
@@ -281,7 +282,7 @@ class Completer:
             with self._engine_lock:
                 if cancel.is_set():
                     return self._superseded()
-                completion = self._generate(request, session, text_before, line_before, cancel)
+                completion = self._generate(request, session, text_before, cursor.line_before, cancel)
             if completion.source == "superseded":
                 return self._superseded()
             return completion
@@ -301,15 +302,15 @@ class Completer:
         left_document = self.caches.current
         left = self.sessions.get(left_document) if left_document is not None else None
         if left is not None and left_document != document and left.text:
-            self.ring.add(left.path, left.text, left.line)
+            self.ring.add(left.path, left.text, left.cursor)
             if self.workspace.contains(left.path):
                 self.engine.ngram.set_other_document(left_document, self.engine.model.tokenize(left.text))
         self.engine.ngram.remove_other_document(document)  # it is the document now
         self.caches.activate(document)
 
-    def cursor_context(self, request: CompletionRequest, line_before: str) -> CursorContext:
+    def cursor_context(self, request: CompletionRequest) -> CursorContext:
         """The cursor as post-processing sees it, with the suffix the prompt would take."""
-        suffix = cursor_sections(request.text, request.line, request.character, 0, self.config.prompt.suffix_lines)[1]
+        line_before, suffix = cursor_sections(request.text, request.cursor, 0, self.config.prompt.suffix_lines)
         return CursorContext(line_before, suffix)
 
     def prompt(self, request: CompletionRequest) -> tuple[list[int], str]:
@@ -322,8 +323,7 @@ class Completer:
         repo = self.workspace.roots[0].name if self.workspace.roots else ""
         prefix_lines, keep_chars = options.prefix_lines, None
         while True:
-            prefix, suffix = cursor_sections(request.text, request.line, request.character, prefix_lines,
-                                             options.suffix_lines)
+            prefix, suffix = cursor_sections(request.text, request.cursor, prefix_lines, options.suffix_lines)
             if keep_chars is not None:  # one huge line (minified code): keep what is nearest the cursor
                 prefix, suffix = prefix[len(prefix) - keep_chars:], suffix[:keep_chars]
             segments = render(self.template, path, prefix, suffix if self.template else "", context, repo)
@@ -340,7 +340,7 @@ class Completer:
     def _generate(self, request: CompletionRequest, session: CompletionSession, text_before: str,
                   line_before: str, cancel: threading.Event) -> Completion:
         self._switch_to(request.document)
-        session.text, session.line = request.text, request.line
+        session.text, session.cursor = request.text, request.cursor
         prompt, suffix = self.prompt(request)
         evaluated = len(prompt) - self.engine.cached_length(prompt)
         healed_prompt, healing = heal(prompt, self.engine.model, self.prefixes) if self.config.prompt.heal \

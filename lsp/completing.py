@@ -1,8 +1,9 @@
-"""From an LSP position to a completion and back to LSP items."""
+"""From an LSP position to a completion and back to LSP items: values in, values out;
+the server keeps the state (documents, counters, what the user was told)."""
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -10,76 +11,76 @@ from pygls.uris import to_fs_path
 
 from completer.lsp import protocol
 from completer.lsp.documents import Document
-from completer.session import CompletionRequest, PositionError
+from completer.session import Completer, Completion, CompletionRequest, PositionError
 
-if TYPE_CHECKING:
-    from completer.lsp.server import CompleterServer
+# Runs a blocking call off the event loop (the server's worker threads).
+InWorker = Callable[..., Awaitable]
 
 
 @dataclass(frozen=True)
 class Answer:
     document: Document
     position: types.Position  # the cursor, in client units
+    cursor: int  # the same, as an offset into the document's text
     text: str  # to insert at the cursor
 
 
-async def complete_at(ls: "CompleterServer", uri: str, position: types.Position) -> Answer | None:
-    """The completion at `position`, or None: models not ready, superseded by a newer
-    request, cancelled, nothing worth showing, or the document changed meanwhile."""
-    document = ls.documents.get(uri)
+def request_at(document: Document | None, uri: str, position: types.Position, encoding: str) -> CompletionRequest:
+    """The request for a completion at `position`; an invalid-params error for a document
+    not open or a position outside it (wrong whether or not the models are loaded)."""
     if document is None:
         raise JsonRpcInvalidParams(f"{uri} is not open: send textDocument/didOpen first")
     try:
-        offset = document.offset_at(position, ls.encoding, strict=True)
-    except PositionError as error:  # wrong whether or not the models are loaded yet
+        cursor = document.offset_at(position, encoding, strict=True)
+    except PositionError as error:
         raise JsonRpcInvalidParams(str(error)) from None
-    completer = ls.completer
-    if completer is None:
-        return None
-    text, version = document.text, document.version
-    line_start = text.rfind("\n", 0, offset) + 1
-    request = CompletionRequest(uri, to_fs_path(uri) or uri, text, text.count("\n", 0, offset), offset - line_start,
-                                document.language)
-    cancel = completer.begin(uri)
-    if ls.config.server.debounce_ms > 0:
-        await asyncio.sleep(ls.config.server.debounce_ms / 1000)
+    return CompletionRequest(uri, to_fs_path(uri) or uri, document.text, cursor, document.language)
+
+
+async def complete(completer: Completer, request: CompletionRequest, debounce_ms: int,
+                   in_worker: InWorker) -> Completion | None:
+    """The completion, or None when a newer request for the document superseded it while
+    it waited out the debounce."""
+    cancel = completer.begin(request.document)
+    if debounce_ms > 0:
+        await asyncio.sleep(debounce_ms / 1000)
         if cancel.is_set():
             return None
     try:
-        completion = await ls.loop.run_in_executor(ls.workers, completer.complete, request, cancel)
+        return await in_worker(completer.complete, request, cancel)
     except asyncio.CancelledError:  # $/cancelRequest: stop the generation at its next round
         cancel.set()
         raise
-    if completion.warning and not ls.draft_failure_shown:  # once: the stats keep saying it
-        ls.draft_failure_shown = True
-        ls.tell(types.MessageType.Warning, completion.warning, show=True)
-    if not completion.text or document.version != version or document.text != text:
+
+
+def answer_for(document: Document, version: int, request: CompletionRequest, position: types.Position,
+               completion: Completion) -> Answer | None:
+    """What to show, or None: nothing worth showing, or the document changed since the
+    request was made at `version`."""
+    if not completion.text or document.version != version or document.text != request.text:
         return None
-    return Answer(document, position, completion.text)
+    return Answer(document, position, request.cursor, completion.text)
 
 
-def _accept_command(ls: "CompleterServer", answer: Answer) -> types.Command:
-    ls.suggestions.shown += 1
-    return types.Command("Accept completion", protocol.ACCEPT_COMMAND,
-                         arguments=[next(ls.item_ids), answer.document.version])
+def _accept_command(answer: Answer, item_id: int) -> types.Command:
+    return types.Command("Accept completion", protocol.ACCEPT_COMMAND, arguments=[item_id, answer.document.version])
 
 
-def inline_items(ls: "CompleterServer", answer: Answer) -> types.InlineCompletionList:
+def inline_items(answer: Answer, encoding: str, item_id: int) -> types.InlineCompletionList:
     """One item replacing the rest of the cursor's line: the completion, then what
     followed the cursor (post-processing cut it from the completion), so that editors
     show the completion as ghost text before it."""
     document = answer.document
-    cursor = document.offset_at(answer.position, ls.encoding)
-    line_end = document.line_end(answer.position.line)
-    rest = document.text[cursor:line_end]
+    line_end = document.line_end_at(answer.cursor)
+    rest = document.text[answer.cursor : line_end]
     insert = answer.text + rest if rest.strip() else answer.text
-    end = document.position_at(line_end, ls.encoding)
+    end = document.position_at(line_end, encoding)
     item = types.InlineCompletionItem(insert, range=types.Range(answer.position, end),
-                                      command=_accept_command(ls, answer))
+                                      command=_accept_command(answer, item_id))
     return types.InlineCompletionList([item])
 
 
-def completion_items(ls: "CompleterServer", answer: Answer) -> types.CompletionList:
+def completion_items(answer: Answer, item_id: int) -> types.CompletionList:
     """For clients without inline completion: one item, marked as AI. Incomplete, so that
     the client asks again as the user types."""
     first_line = answer.text.strip().split("\n", 1)[0]
@@ -92,6 +93,6 @@ def completion_items(ls: "CompleterServer", answer: Answer) -> types.CompletionL
         text_edit=types.TextEdit(types.Range(answer.position, answer.position), answer.text),
         insert_text_format=types.InsertTextFormat.PlainText,
         sort_text="0",
-        command=_accept_command(ls, answer),
+        command=_accept_command(answer, item_id),
     )
     return types.CompletionList(is_incomplete=True, items=[item])

@@ -70,8 +70,9 @@ class Document:
         line = bisect.bisect_right(self.line_starts, offset) - 1
         return types.Position(line, units(self.text[self.line_starts[line] : offset], encoding))
 
-    def line_end(self, line: int) -> int:
-        """The offset where `line`'s text ends (before its line break)."""
+    def line_end_at(self, offset: int) -> int:
+        """The offset where the text of the line holding `offset` ends (before its line break)."""
+        line = bisect.bisect_right(self.line_starts, offset) - 1
         return self.line_starts[line] + len(self._line(line))
 
     def apply(self, change: types.TextDocumentContentChangeEvent, encoding: str) -> None:

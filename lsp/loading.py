@@ -1,76 +1,50 @@
-"""Loading the models in a thread after `initialized`, reported with $/progress."""
+"""Loading the models in a thread after `initialized`, reported with $/progress: values
+in, values out; the server keeps what loaded."""
 
 import logging
-from typing import TYPE_CHECKING
+from collections.abc import Callable
+from pathlib import Path
 
 from lsprotocol import types
+from pygls.progress import Progress
 
 from completer.config import Config
-from completer.loading import ModelError, load_completer
-
-if TYPE_CHECKING:
-    from completer.lsp.server import CompleterServer
+from completer.loading import Loaded, ModelError, load_completer
 
 log = logging.getLogger("completer.lsp")
 
 
 class LoadProgress:
-    """$/progress for one load, when the client accepts server-made progress tokens."""
+    """$/progress for one load; with `progress` None (a client that does not accept
+    server-made progress tokens), the log only. `from_thread` hands each message to the
+    event loop."""
 
-    def __init__(self, ls: "CompleterServer", load: int):
-        self.ls = ls
+    def __init__(self, progress: Progress | None, from_thread: Callable[..., None], load: int):
+        self.progress, self.from_thread = progress, from_thread
         self.token = f"completer-load-{load}"
-        window = ls.client_capabilities.window if ls.client_capabilities else None
-        self.enabled = bool(window and window.work_done_progress)
-        if self.enabled:
-            ls.from_thread(ls.work_done_progress.create, self.token)
-            ls.from_thread(ls.work_done_progress.begin, self.token,
-                           types.WorkDoneProgressBegin(title="completer: loading models", percentage=0))
+        if progress is not None:
+            from_thread(progress.create, self.token)
+            from_thread(progress.begin, self.token,
+                        types.WorkDoneProgressBegin(title="completer: loading models", percentage=0))
 
     def report(self, message: str, percentage: int) -> None:
         log.info(message)
-        if self.enabled:
-            self.ls.from_thread(self.ls.work_done_progress.report, self.token,
-                                types.WorkDoneProgressReport(message=message, percentage=percentage))
+        if self.progress is not None:
+            self.from_thread(self.progress.report, self.token,
+                             types.WorkDoneProgressReport(message=message, percentage=percentage))
 
     def end(self, message: str) -> None:
-        if self.enabled:
-            self.ls.from_thread(self.ls.work_done_progress.end, self.token, types.WorkDoneProgressEnd(message=message))
+        if self.progress is not None:
+            self.from_thread(self.progress.end, self.token, types.WorkDoneProgressEnd(message=message))
 
 
-def load_models(ls: "CompleterServer", config: Config, load: int) -> None:
-    """Load the completer (downloading the files if needed), then serve; on failure, say
-    once what is wrong and what to run, and keep serving empty answers."""
-    progress = LoadProgress(ls, load)
+def load_models(config: Config, roots: list[Path], progress: LoadProgress) -> tuple[Loaded | None, str]:
+    """(the completer, downloading the files if needed, and "") or (None, one message
+    saying what is wrong and what to run)."""
     try:
-        loaded = load_completer(config, ls.roots, report=progress.report)
+        return load_completer(config, roots, report=progress.report), ""
     except ModelError as error:
-        failed(ls, load, progress, str(error))
-        return
+        return None, str(error)
     except Exception as error:  # a bug or a llama.cpp failure: still one message, and keep serving
         log.exception("loading the models failed")
-        failed(ls, load, progress, f"could not load the models: {error}")
-        return
-    for fallback in loaded.pair.gpu_fallbacks:  # out of GPU memory: fewer layers there, and the user told why
-        ls.from_thread(ls.tell, types.MessageType.Warning, fallback, True)
-    ls.from_thread(ready, ls, load, loaded.completer, loaded.pair.names, progress)
-
-
-def ready(ls: "CompleterServer", load: int, completer, names: tuple[str, str], progress: LoadProgress) -> None:
-    if load != ls.loads:
-        return
-    ls.completer, ls.model_names = completer, names
-    ls.draft_failure_shown = False
-    progress.end("ready")
-    ls.tell(types.MessageType.Info, f"ready: target {names[0]}" + (f", draft {names[1]}" if names[1] else ""))
-
-
-def failed(ls: "CompleterServer", load: int, progress: LoadProgress, message: str) -> None:
-    def report() -> None:
-        if load != ls.loads:
-            return
-        ls.load_error = message
-        progress.end("failed")
-        ls.tell(types.MessageType.Error, message, show=True)
-
-    ls.from_thread(report)
+        return None, f"could not load the models: {error}"

@@ -35,12 +35,12 @@ from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
 from completer.config import Config, config_from_dict
-from completer.loading import needs_reload
+from completer.loading import Loaded, needs_reload
 from completer.session import CompleterStats
 from completer.lsp import protocol
-from completer.lsp.completing import complete_at, completion_items, inline_items
+from completer.lsp.completing import Answer, answer_for, complete, completion_items, inline_items, request_at
 from completer.lsp.documents import Document
-from completer.lsp.loading import load_models
+from completer.lsp.loading import LoadProgress, load_models
 
 log = logging.getLogger("completer.lsp")
 
@@ -175,6 +175,14 @@ class CompleterServer(LanguageServer):
         if show:
             self.window_show_message(types.ShowMessageParams(kind, f"completer: {message}"))
 
+    def in_worker(self, function, *args) -> asyncio.Future:
+        return self.loop.run_in_executor(self.workers, function, *args)
+
+    def accepts_progress(self) -> bool:
+        """Whether the client accepts progress tokens the server makes."""
+        window = self.client_capabilities.window if self.client_capabilities else None
+        return bool(window and window.work_done_progress)
+
     def stats(self) -> dict[str, Any]:
         values = {
             "ready": self.completer is not None,
@@ -237,9 +245,36 @@ def initialized(ls: CompleterServer, params: types.InitializedParams) -> None:
 
 
 def start_loading(ls: CompleterServer) -> None:
+    """Load the models in a thread; serve empty answers meanwhile."""
     ls.completer, ls.load_error = None, None
     ls.loads += 1
-    threading.Thread(target=load_models, args=(ls, ls.config, ls.loads), name="completer-load", daemon=True).start()
+    load, config = ls.loads, ls.config
+    progress = LoadProgress(ls.work_done_progress if ls.accepts_progress() else None, ls.from_thread, load)
+
+    def run() -> None:
+        loaded, error = load_models(config, ls.roots, progress)
+        ls.from_thread(finish_loading, ls, load, loaded, error, progress)
+
+    threading.Thread(target=run, name="completer-load", daemon=True).start()
+
+
+def finish_loading(ls: CompleterServer, load: int, loaded: Loaded | None, error: str, progress: LoadProgress) -> None:
+    """Serve what loaded, or say once what is wrong and keep serving empty answers; a
+    load that a newer one superseded is dropped."""
+    if load != ls.loads:
+        return
+    if loaded is None:
+        ls.load_error = error
+        progress.end("failed")
+        ls.tell(types.MessageType.Error, error, show=True)
+        return
+    for fallback in loaded.pair.gpu_fallbacks:  # out of GPU memory: fewer layers there, and the user told why
+        ls.tell(types.MessageType.Warning, fallback, True)
+    ls.completer, ls.model_names = loaded.completer, loaded.pair.names
+    ls.draft_failure_shown = False
+    progress.end("ready")
+    names = loaded.pair.names
+    ls.tell(types.MessageType.Info, f"ready: target {names[0]}" + (f", draft {names[1]}" if names[1] else ""))
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -276,17 +311,37 @@ async def did_close(ls: CompleterServer, params: types.DidCloseTextDocumentParam
         await ls.loop.run_in_executor(ls.workers, ls.completer.close, params.text_document.uri)
 
 
+async def answer_at(ls: CompleterServer, uri: str, position: types.Position) -> Answer | None:
+    """The completion to show at `position`, or None: models not ready, superseded by a
+    newer request, cancelled, nothing worth showing, or the document changed meanwhile."""
+    document = ls.documents.get(uri)
+    request = request_at(document, uri, position, ls.encoding)
+    if ls.completer is None:
+        return None
+    version = document.version
+    completion = await complete(ls.completer, request, ls.config.server.debounce_ms, ls.in_worker)
+    if completion is None:
+        return None
+    if completion.warning and not ls.draft_failure_shown:  # once: the stats keep saying it
+        ls.draft_failure_shown = True
+        ls.tell(types.MessageType.Warning, completion.warning, show=True)
+    answer = answer_for(document, version, request, position, completion)
+    if answer is not None:
+        ls.suggestions.shown += 1
+    return answer
+
+
 @server.feature(types.TEXT_DOCUMENT_INLINE_COMPLETION, types.InlineCompletionOptions())
 async def inline_completion(ls: CompleterServer, params: types.InlineCompletionParams
                             ) -> types.InlineCompletionList | None:
-    answer = await complete_at(ls, params.text_document.uri, params.position)
-    return inline_items(ls, answer) if answer else None
+    answer = await answer_at(ls, params.text_document.uri, params.position)
+    return inline_items(answer, ls.encoding, next(ls.item_ids)) if answer else None
 
 
 @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[".", "(", " "]))
 async def completion(ls: CompleterServer, params: types.CompletionParams) -> types.CompletionList | None:
-    answer = await complete_at(ls, params.text_document.uri, params.position)
-    return completion_items(ls, answer) if answer else None
+    answer = await answer_at(ls, params.text_document.uri, params.position)
+    return completion_items(answer, next(ls.item_ids)) if answer else None
 
 
 @server.command(protocol.ACCEPT_COMMAND)

@@ -100,13 +100,14 @@ def test_the_heal_option_turns_healing_off_for_the_targets_own_distribution(targ
     from dataclasses import replace
 
     from completer.config import Config, PromptOptions
-    from completer.session import Completer, CompletionRequest
+    from completer.session import Completer, CompletionRequest, cursor_offset
 
     line = TEXTWRAP.splitlines()[222]
     cut = line.index("cu") + 2
     config = replace(Config(), prompt=PromptOptions(heal=heal_option))
     completer = Completer(Engine(target, None, n_ctx=2048, calibrate_s=0), config)
-    completion = completer.complete(CompletionRequest("textwrap.py", "textwrap.py", TEXTWRAP, 222, cut, "python"))
+    completion = completer.complete(CompletionRequest("textwrap.py", "textwrap.py", TEXTWRAP,
+                                                   cursor_offset(TEXTWRAP, 222, cut), "python"))
     first = target.token_bytes(completion.generation.tokens[0])
     # Healed, the first token re-types the prompt's last one (" cu"), backed up over;
     # unhealed, it follows it.

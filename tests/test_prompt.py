@@ -99,16 +99,18 @@ def test_control_tokens_are_looked_up_and_text_never_parsed_as_control(smol):
 
 def test_cursor_sections_are_bounded_and_split_at_the_column():
     text = "".join(f"line {i}\n" for i in range(400))
-    prefix, suffix = cursor_sections(text, 300, 4, prefix_lines=256, suffix_lines=64)
+    prefix, suffix = cursor_sections(text, text.index("line 300\n") + 4, prefix_lines=256, suffix_lines=64)
     assert prefix.endswith("line 299\nline")
     assert prefix.startswith("line 32\n")  # 256 whole lines before the cursor's, from a multiple of 32
     assert suffix.startswith(" 300\nline 301\n")
     assert suffix.endswith("line 364\n")  # 64 lines after the cursor's
-    assert cursor_sections("", 0, 0) == ("", "")
+    assert cursor_sections("", 0) == ("", "")
 
 
 def test_the_prefix_window_start_stays_put_while_typing_on_for_32_lines():
     text = "".join(f"line {i}\n" for i in range(400))
-    starts = {cursor_sections(text, line, 0, prefix_lines=100)[0].split("\n", 1)[0] for line in range(100, 132)}
+    line_start = [0] + [i + 1 for i, char in enumerate(text) if char == "\n"]
+    starts = {cursor_sections(text, line_start[line], prefix_lines=100)[0].split("\n", 1)[0]
+              for line in range(100, 132)}
     assert starts == {"line 0"}
-    assert cursor_sections(text, 132, 0, prefix_lines=100)[0].startswith("line 32\n")
+    assert cursor_sections(text, line_start[132], prefix_lines=100)[0].startswith("line 32\n")

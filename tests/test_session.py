@@ -19,7 +19,7 @@ from completer.kv import KVSequence
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.postprocess import CursorContext, postprocess
 from completer.prompt import path_header
-from completer.session import Completer, CompletionRequest, DocumentCaches, ForwardCache, PositionError
+from completer.session import Completer, CompletionRequest, DocumentCaches, ForwardCache, PositionError, cursor_offset
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -288,8 +288,7 @@ def completer_config(max_tokens: int = 16, **prompt) -> Config:
 
 
 def request_at_end(document: str, text: str, path: str | None = None) -> CompletionRequest:
-    lines = text.split("\n")
-    return CompletionRequest(document, path or document, text, len(lines) - 1, len(lines[-1]), "python")
+    return CompletionRequest(document, path or document, text, len(text), "python")
 
 
 def test_each_keystroke_evaluates_only_the_new_tokens(engine):
@@ -419,10 +418,11 @@ def test_top_k_and_top_p_reach_the_sampler(engine, models):
 def test_a_cursor_outside_the_document_is_a_clear_error(engine):
     completer = Completer(engine, completer_config())
     with pytest.raises(PositionError, match="line 5 is outside the document"):
-        completer.complete(CompletionRequest("a.py", "a.py", "x = 1\n", 5, 0))
+        cursor_offset("x = 1\n", 5, 0)
     with pytest.raises(PositionError, match="character 9 is outside line 0"):
-        completer.complete(CompletionRequest("a.py", "a.py", "x = 1\n", 0, 9))
-
+        cursor_offset("x = 1\n", 0, 9)
+    with pytest.raises(PositionError, match="offset 7 is outside the document"):
+        completer.complete(CompletionRequest("a.py", "a.py", "x = 1\n", 7))
 
 
 def test_a_fim_family_prompt_re_evaluates_the_new_tokens_and_the_bounded_suffix(smol_fim):
@@ -437,9 +437,8 @@ def test_a_fim_family_prompt_re_evaluates_the_new_tokens_and_the_bounded_suffix(
     special = fim_target.special
 
     def complete(typed: str):
-        lines = (before + typed).split("\n")
-        return completer.complete(CompletionRequest("a.py", "a.py", before + typed + after, len(lines) - 1,
-                                                    len(lines[-1]), "python"))
+        return completer.complete(CompletionRequest("a.py", "a.py", before + typed + after, len(before + typed),
+                                                    "python"))
 
     complete("")
     held = completer.engine.target.tokens

@@ -28,7 +28,7 @@ from completer.config import Config, GenerationOptions, PromptOptions
 from completer.engine import Engine, generate
 from completer.models.backend import LlamaModel, default_threads
 from completer.postprocess import CursorContext, postprocess
-from completer.session import Completer, CompletionRequest, split_at_cursor
+from completer.session import Completer, CompletionRequest, cursor_offset
 from completer.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap
 
 # 128 lines before the cursor: prompts of about 1,000-1,500 tokens, so that each hole's
@@ -93,13 +93,13 @@ class Bench:
     def prompt(self, hole: Hole) -> tuple[list[int], CursorContext]:
         """The prompt for the file with the hole's truth taken out, and the cursor's context."""
         text = hole.path.read_text(encoding="utf-8", errors="replace")
-        offset = len(split_at_cursor(text, hole.line, hole.column)[0])
+        offset = cursor_offset(text, hole.line, hole.column)
         if not text.startswith(hole.truth, offset):
             raise ValueError(f"{hole.file} changed since its holes were picked: pick new ones")
         hidden = text[:offset] + text[offset + len(hole.truth):]
-        request = CompletionRequest(str(hole.path), hole.file, hidden, hole.line, hole.column, hole.language)
+        request = CompletionRequest(str(hole.path), hole.file, hidden, offset, hole.language)
         tokens, suffix = self.completer.prompt(request)
-        return tokens, CursorContext(hidden.split("\n")[hole.line][: hole.column], suffix)
+        return tokens, CursorContext(hidden[hidden.rfind("\n", 0, offset) + 1 : offset], suffix)
 
     def run_hole(self, index: int, hole: Hole) -> list[dict]:
         """Every mode on one hole: one record per mode."""

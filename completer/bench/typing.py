@@ -31,11 +31,6 @@ class Keystroke:
     edit: bool  # the keystroke right after deleting a line above
 
 
-def _request(path: str, text: str, cursor: int, language: str) -> CompletionRequest:
-    before = text[:cursor]
-    return CompletionRequest(path, path, text, before.count("\n"), cursor - (before.rfind("\n") + 1), language)
-
-
 def _timed(completer: Completer, request: CompletionRequest) -> tuple[float, object]:
     started = time.perf_counter()
     completion = completer.complete(request)
@@ -78,7 +73,7 @@ def replay(target: LlamaModel, draft: LlamaModel | None, files: list[tuple[str, 
         line = text[start:end][:TYPED_CHARACTERS]
         end = start + len(line)
         text = text[:start] + text[end:]  # the line to type, deleted
-        _timed(warm, _request(path, text, start, language))  # opened: the first, full prefill
+        _timed(warm, CompletionRequest(path, path, text, start, language))  # opened: the first, full prefill
         cursor = start
         for i, char in enumerate(line):
             edit = i == len(line) // 2
@@ -86,11 +81,11 @@ def replay(target: LlamaModel, draft: LlamaModel | None, files: list[tuple[str, 
                 text, cursor = delete_line_above(text, cursor)
             text = text[:cursor] + char + text[cursor:]
             cursor += 1
-            ms, completion = _timed(warm, _request(path, text, cursor, language))
+            ms, completion = _timed(warm, CompletionRequest(path, path, text, cursor, language))
             keystrokes.append(Keystroke(ms, completion.source, completion.evaluated_tokens, edit))
             if len(keystrokes) % COLD_EVERY == 0:
                 cold.reset()
-                cold_ms.append(_timed(cold, _request(path, text, cursor, language))[0])
+                cold_ms.append(_timed(cold, CompletionRequest(path, path, text, cursor, language))[0])
     return summarize(keystrokes, cold_ms), keystrokes
 
 
