@@ -103,7 +103,7 @@ class Engine:
     @property
     def context_tokens(self) -> int:
         """Tokens one sequence of the target's context holds: prompt and answer must fit."""
-        return self.target.context.n_ctx_seq
+        return self.target.context.n_ctx
 
     @property
     def sequences(self) -> list[KVSequence]:

@@ -23,31 +23,31 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
 
 
 class KVSequence:
-    """One sequence of a context. `tokens` is exactly what its KV cache holds: every
+    """A context's sequence of tokens. `tokens` is exactly what its KV cache holds: every
     operation leaves llama.cpp's own length of the sequence equal to len(tokens), or
     empties both (the caller then evaluates its prompt again)."""
 
-    def __init__(self, context: LlamaContext, seq: int = 0):
+    def __init__(self, context: LlamaContext):
         self.context = context
-        self.seq = seq
         self.tokens: list[int] = []
         self.evaluated = 0  # tokens run through the model since creation: what caching saves
-        context.truncate(0, seq)
+        context.truncate(0)
 
     @property
     def consistent(self) -> bool:
         """llama.cpp holds as many tokens for the sequence as the list says."""
-        return self.context.seq_length(self.seq) == len(self.tokens)
+        return self.context.length() == len(self.tokens)
 
     def reset(self, why: str) -> None:
         """Empty both the KV and the list, after `why` broke their agreement."""
-        log.warning("KV sequence %d: %s; emptied it, its prompt will be evaluated again", self.seq, why)
-        self.context.truncate(0, self.seq)
+        log.warning("KV cache of %s: %s; emptied it, its prompt will be evaluated again",
+                    self.context.model.path.name, why)
+        self.context.truncate(0)
         self.tokens = []
 
     def truncate(self, n: int) -> None:
         if n < len(self.tokens):
-            self.context.truncate(n, self.seq)
+            self.context.truncate(n)
             del self.tokens[n:]
 
     def extend(self, tokens: list[int], logits_at: tuple[int, ...] | list[int] = ()):
@@ -55,9 +55,9 @@ class KVSequence:
         failure (llama.cpp decodes in chunks: earlier ones may have gone in) cuts the KV
         back to the list before it is raised."""
         try:
-            logits = self.context.eval(tokens, len(self.tokens), self.seq, logits_at)
+            logits = self.context.eval(tokens, len(self.tokens), logits_at)
         except (RuntimeError, ValueError):
-            self.context.truncate(len(self.tokens), self.seq)
+            self.context.truncate(len(self.tokens))
             if not self.consistent:
                 self.reset("a failed evaluation left its KV unlike its token list")
             raise
@@ -70,30 +70,30 @@ class KVSequence:
         whose KV disagrees with its list is saved empty: its state is not what the list says."""
         if not self.consistent:
             self.reset("its KV and token list disagree at a save")
-        return list(self.tokens), self.context.save_seq(self.seq) if self.tokens else b""
+        return list(self.tokens), self.context.save() if self.tokens else b""
 
     def restore(self, saved: tuple[list[int], bytes]) -> bool:
         """Hold a saved sequence again; False (and empty) when llama.cpp could not."""
         tokens, state = saved
         self.tokens = []
         if not tokens:
-            self.context.truncate(0, self.seq)
+            self.context.truncate(0)
             return True
         try:
-            self.context.restore_seq(state, self.seq)
+            self.context.restore(state)
         except RuntimeError as error:
             self.reset(f"restoring its saved state failed ({error})")
             return False
         self.tokens = list(tokens)
         if not self.consistent:
-            self.reset(f"a restored state holds {self.context.seq_length(self.seq)} tokens, not {len(tokens)}")
+            self.reset(f"a restored state holds {self.context.length()} tokens, not {len(tokens)}")
             return False
         return True
 
     def sync(self, tokens: list[int]) -> None:
         """Hold exactly `tokens`: cut at the first difference, evaluate the rest."""
         if not self.consistent:
-            self.reset(f"llama.cpp holds {self.context.seq_length(self.seq)} tokens, the list {len(self.tokens)}")
+            self.reset(f"llama.cpp holds {self.context.length()} tokens, the list {len(self.tokens)}")
         self.truncate(common_prefix_length(self.tokens, tokens))
         if len(tokens) > len(self.tokens):
             self.extend(tokens[len(self.tokens):])

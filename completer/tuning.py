@@ -212,20 +212,20 @@ class Tuner:
         return None
 
 
-def calibrate(context, budget_s: float = 1.0, max_batch: int = MAX_DRAFT + 1, seq: int = 0) -> CostModel:
+def calibrate(context, budget_s: float = 1.0, max_batch: int = MAX_DRAFT + 1) -> CostModel:
     """Time target passes of every batch size 1..max_batch after a short prompt, within
     about `budget_s` seconds. The engine keeps refining these from real rounds."""
     costs = CostModel()
     prompt = list(range(1000, 1128))  # any 128 token ids: only the time matters
-    context.truncate(0, seq)
-    context.eval(prompt, 0, seq)
+    context.truncate(0)
+    context.eval(prompt, 0)
     deadline = time.perf_counter() + budget_s
     while time.perf_counter() < deadline:
         for n in range(1, max_batch + 1):
             started = time.perf_counter()
-            context.eval(prompt[:n], len(prompt), seq, logits_at=list(range(n)))
+            context.eval(prompt[:n], len(prompt), logits_at=list(range(n)))
             elapsed = (time.perf_counter() - started) * 1000
-            context.truncate(len(prompt), seq)
+            context.truncate(len(prompt))
             costs.verify_ms[n] = min(costs.verify_ms.get(n, math.inf), elapsed)
-    context.truncate(0, seq)
+    context.truncate(0)
     return costs

@@ -1,10 +1,10 @@
 """The llama.cpp backend, on llama-cpp-python's low-level ctypes API.
 
 Two small objects: `LlamaModel` (weights and vocabulary, loaded once) and
-`LlamaContext` (a KV cache with one or more sequences, made from a model). The
-engine asks for exactly what speculative decoding needs: evaluate a batch of
-tokens at given positions, get the logits of chosen positions only, and cut a
-sequence's KV cache back to n tokens.
+`LlamaContext` (a KV cache for one sequence, made from a model). The engine asks
+for exactly what speculative decoding needs: evaluate a batch of tokens at given
+positions, get the logits of chosen positions only, and cut the KV cache back to n
+tokens.
 """
 
 import ctypes
@@ -208,22 +208,20 @@ class LlamaModel:
         self.close()
 
 
-class LlamaContext:
-    """A KV cache over `n_seq` sequences of one model, and the calls to fill and cut it.
+SEQUENCE = 0  # llama.cpp's sequence id: a context here holds one
 
-    With `unified_kv` the sequences share one pool of n_ctx cells (each may use all of
-    it, but attention runs over every used cell); without it each sequence owns
-    n_ctx / n_seq cells and attends over its own only.
-    """
+
+class LlamaContext:
+    """One model's KV cache for one sequence of tokens, and the calls to fill, cut, save
+    and restore it. Documents take turns in it: the one left is saved and restored when
+    the editor comes back (completer.session.DocumentCaches)."""
 
     def __init__(
         self,
         model: LlamaModel,
         n_ctx: int = 4096,
-        n_seq: int = 1,
         n_threads: int | None = None,
         n_batch: int = 512,
-        unified_kv: bool = False,
         flash_attention: bool | None = None,
         single_token_eval: bool = False,
     ):
@@ -247,9 +245,7 @@ class LlamaContext:
         params.n_ctx = n_ctx
         params.n_batch = n_batch
         params.n_ubatch = n_batch
-        params.n_seq_max = n_seq
         params.n_threads = params.n_threads_batch = n_threads or default_threads()
-        params.kv_unified = unified_kv
         params.no_perf = True
         self._ctx = llama_cpp.llama_init_from_model(model._model, params)
         if not self._ctx:
@@ -258,30 +254,28 @@ class LlamaContext:
                 f"{'; '.join(_recent_llama_errors) or 'see the log'}. Lower n_ctx or the GPU layers."
             )
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
-        self.n_ctx_seq = llama_cpp.llama_n_ctx_seq(self._ctx)  # cells one sequence may use
-        self.n_seq = n_seq
         self.n_batch = llama_cpp.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
         self.n_vocab = model.n_vocab
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
 
-    def eval(self, tokens: list[int], start: int, seq: int = 0, logits_at: tuple[int, ...] | list[int] = ()) -> np.ndarray:
-        """Evaluate `tokens` at positions start.. of sequence `seq`.
+    def eval(self, tokens: list[int], start: int, logits_at: tuple[int, ...] | list[int] = ()) -> np.ndarray:
+        """Evaluate `tokens` at positions start...
 
         Returns the logits of the tokens at indices `logits_at` (negative counts from
-        the end), as float32 [len(logits_at), n_vocab]. The KV cache of `seq` must
-        hold exactly `start` tokens: truncate first.
+        the end), as float32 [len(logits_at), n_vocab]. The KV cache must hold exactly
+        `start` tokens: truncate first.
         """
         n = len(tokens)
         wanted = sorted({i % n for i in logits_at}) if n else []
-        if start + n > self.n_ctx_seq:
-            raise ValueError(f"{start + n} tokens do not fit the context of {self.n_ctx_seq}")
+        if start + n > self.n_ctx:
+            raise ValueError(f"{start + n} tokens do not fit the context of {self.n_ctx}")
         rows: dict[int, np.ndarray] = {}
         step = 1 if self.single_token_eval else self.n_batch
         for chunk_start in range(0, n, step):
             chunk = tokens[chunk_start : chunk_start + step]
             want_here = [i - chunk_start for i in wanted if chunk_start <= i < chunk_start + len(chunk)]
-            self._decode(chunk, start + chunk_start, seq, want_here)
+            self._decode(chunk, start + chunk_start, want_here)
             for i in want_here:
                 pointer = llama_cpp.llama_get_logits_ith(self._ctx, i)
                 rows[chunk_start + i] = np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).copy()
@@ -290,7 +284,7 @@ class LlamaContext:
             return np.empty((0, self.n_vocab), dtype=np.float32)
         return np.stack([rows[i] for i in order])  # [len(logits_at), n_vocab]
 
-    def _decode(self, tokens: list[int], start: int, seq: int, logits_at: list[int]) -> None:
+    def _decode(self, tokens: list[int], start: int, logits_at: list[int]) -> None:
         batch = self._batch
         batch.n_tokens = len(tokens)
         wanted = set(logits_at)
@@ -298,38 +292,38 @@ class LlamaContext:
             batch.token[i] = token
             batch.pos[i] = start + i
             batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = seq
+            batch.seq_id[i][0] = SEQUENCE
             batch.logits[i] = i in wanted
         status = llama_cpp.llama_decode(self._ctx, batch)
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status} at position {start}")
 
-    def truncate(self, n: int, seq: int = 0) -> None:
-        """Drop the KV of positions n.. of `seq`, keeping its first n tokens."""
-        if not llama_cpp.llama_memory_seq_rm(self._memory, seq, n, -1):
-            raise RuntimeError(f"llama.cpp refused to truncate sequence {seq} at {n}")
+    def truncate(self, n: int) -> None:
+        """Drop the KV of positions n.., keeping the first n tokens."""
+        if not llama_cpp.llama_memory_seq_rm(self._memory, SEQUENCE, n, -1):
+            raise RuntimeError(f"llama.cpp refused to truncate the KV cache at {n}")
 
-    def seq_length(self, seq: int = 0) -> int:
-        """Tokens held for `seq` (its highest position + 1; 0 when empty)."""
-        return llama_cpp.llama_memory_seq_pos_max(self._memory, seq) + 1
+    def length(self) -> int:
+        """Tokens held (the highest position + 1; 0 when empty)."""
+        return llama_cpp.llama_memory_seq_pos_max(self._memory, SEQUENCE) + 1
 
-    def save_seq(self, seq: int = 0) -> bytes:
-        """The KV state of one sequence, to keep in RAM while its cells serve another document."""
-        size = llama_cpp.llama_state_seq_get_size(self._ctx, seq)
+    def save(self) -> bytes:
+        """The KV state, to keep in RAM while the cells serve another document."""
+        size = llama_cpp.llama_state_seq_get_size(self._ctx, SEQUENCE)
         buffer = (ctypes.c_uint8 * size)()
-        written = llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, seq)
+        written = llama_cpp.llama_state_seq_get_data(self._ctx, buffer, size, SEQUENCE)
         return ctypes.string_at(buffer, written)  # one copy; slicing a ctypes array builds a list of ints
 
-    def restore_seq(self, state: bytes, seq: int = 0) -> None:
-        """Put a state from save_seq back, into any sequence; replaces what `seq` held.
-        On failure `seq` is left empty (never half-restored) and RuntimeError is raised."""
-        self.truncate(0, seq)
+    def restore(self, state: bytes) -> None:
+        """Put a state from save() back, replacing what the cache held. On failure the
+        cache is left empty (never half-restored) and RuntimeError is raised."""
+        self.truncate(0)
         buffer = (ctypes.c_uint8 * len(state)).from_buffer_copy(state)
         _recent_llama_errors.clear()
-        if llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(state), seq) == 0:
-            self.truncate(0, seq)  # llama.cpp clears it itself today; the caller's bookkeeping relies on it
+        if llama_cpp.llama_state_seq_set_data(self._ctx, buffer, len(state), SEQUENCE) == 0:
+            self.truncate(0)  # llama.cpp clears it itself today; the caller's bookkeeping relies on it
             reason = "; ".join(_recent_llama_errors) or "see the log"
-            raise RuntimeError(f"llama.cpp could not restore a {len(state)}-byte state into sequence {seq}: {reason}")
+            raise RuntimeError(f"llama.cpp could not restore a {len(state)}-byte state: {reason}")
 
     def close(self) -> None:
         if self._ctx:

@@ -80,7 +80,7 @@ def test_eval_returns_the_logits_of_the_chosen_positions(target):
     tokens = target.tokenize(CODE)
     logits = context.eval(tokens, 0, logits_at=[3, -1])  # [2, n_vocab]
     assert logits.shape == (2, target.n_vocab)
-    assert context.seq_length() == len(tokens)
+    assert context.length() == len(tokens)
     # The logits at position 3 are those of a fresh run over the first 4 tokens alone.
     context.truncate(0)
     alone = context.eval(tokens[:4], 0, logits_at=[-1])[0]
@@ -100,7 +100,7 @@ def test_truncate_then_reevaluate_matches_a_fresh_evaluation(target):
     reused = LlamaContext(target, n_ctx=512)
     reused.eval(tokens, 0)
     reused.truncate(edit_at)
-    assert reused.seq_length() == edit_at
+    assert reused.length() == edit_at
     got = reused.eval(edited[edit_at:], edit_at, logits_at=list(range(len(edited) - edit_at)))
 
     assert np.abs(got - expected).max() <= BATCH_TOLERANCE
@@ -134,20 +134,19 @@ def test_a_stale_cache_is_caught_by_that_tolerance(target):
     assert np.abs(got - expected).max() > 1.0
 
 
-def test_sequences_are_independent_and_states_move_between_them(target):
-    context = LlamaContext(target, n_ctx=1024, n_seq=2)
+def test_a_saved_state_comes_back_after_another_document_used_the_cache(target):
+    context = LlamaContext(target, n_ctx=1024)
     tokens = target.tokenize(CODE)
-    first = context.eval(tokens, 0, seq=0, logits_at=[-1])
-    context.eval(target.tokenize("import os\nimport sys\n"), 0, seq=1)
-    assert context.seq_length(0) == len(tokens)
-
-    state = context.save_seq(0)
-    context.restore_seq(state, seq=1)  # the other document's cells now hold this one
-    assert context.seq_length(1) == len(tokens)
+    first = context.eval(tokens, 0, logits_at=[-1])
     next_token = int(first[0].argmax())
-    a = context.eval([next_token], len(tokens), seq=0, logits_at=[0])
-    b = context.eval([next_token], len(tokens), seq=1, logits_at=[0])
-    np.testing.assert_allclose(a, b, atol=1e-4)
+    expected = context.eval([next_token], len(tokens), logits_at=[0])
+    context.truncate(len(tokens))
+    state = context.save()
+    context.truncate(0)
+    context.eval(target.tokenize("import os\nimport sys\n"), 0)  # the other document's turn
+    context.restore(state)
+    assert context.length() == len(tokens)
+    np.testing.assert_allclose(context.eval([next_token], len(tokens), logits_at=[0]), expected, atol=1e-4)
 
 
 def test_a_state_that_cannot_be_restored_leaves_the_sequence_empty(target, draft):
@@ -156,24 +155,24 @@ def test_a_state_that_cannot_be_restored_leaves_the_sequence_empty(target, draft
     tokens = target.tokenize(CODE)
     context = LlamaContext(target, n_ctx=512)
     context.eval(tokens, 0)
-    state = context.save_seq()
+    state = context.save()
     other = LlamaContext(draft, n_ctx=512)
     other.eval(tokens, 0)
-    for bad in [state[: len(state) // 2], other.save_seq()]:
+    for bad in [state[: len(state) // 2], other.save()]:
         context.truncate(0)
         context.eval(tokens, 0)  # held before the restore: it must not survive a failed one
         with pytest.raises(RuntimeError, match="could not restore .*failed to restore kv cache"):
-            context.restore_seq(bad)
-        assert context.seq_length() == 0
-    context.restore_seq(state)  # the good state still goes back
-    assert context.seq_length() == len(tokens)
+            context.restore(bad)
+        assert context.length() == 0
+    context.restore(state)  # the good state still goes back
+    assert context.length() == len(tokens)
 
 
 def test_eval_past_the_context_is_refused(target):
     context = LlamaContext(target, n_ctx=256)
     with pytest.raises(ValueError, match="do not fit"):
-        context.eval(list(range(100, 100 + context.n_ctx_seq + 1)), 0)
-    context.eval(list(range(100, 100 + context.n_ctx_seq)), 0)  # exactly full is fine
+        context.eval(list(range(100, 100 + context.n_ctx + 1)), 0)
+    context.eval(list(range(100, 100 + context.n_ctx)), 0)  # exactly full is fine
 
 
 def test_out_of_gpu_memory_retries_with_half_the_layers_down_to_the_cpu():

@@ -100,7 +100,7 @@ def assert_caches_hold(engine: Engine, expected: list[list[int]]) -> None:
     and one more token gets the logits a fresh context gets after evaluating them."""
     for sequence, tokens in zip(live_sequences(engine), expected, strict=True):
         assert sequence.tokens == tokens
-        assert sequence.context.seq_length(sequence.seq) == len(tokens)
+        assert sequence.context.length() == len(tokens)
         got = sequence.extend([198], logits_at=[0])[0]
         sequence.truncate(len(tokens))
         fresh = LlamaContext(sequence.context.model, n_ctx=2048)
@@ -197,7 +197,7 @@ def test_typing_into_the_shown_completion_needs_no_model_call(engine):
         assert (again.source, again.text) == ("forward cache", shown[typed:])
     # No model call: the caches hold what they held, and nothing was evaluated.
     assert evaluated(engine) == evaluated_before
-    assert held(engine) == cache and engine.target.context.seq_length() == len(cache[0])
+    assert held(engine) == cache and engine.target.context.length() == len(cache[0])
     assert completer.counters.forward_cache_hits == completer.counters.requests - 1 == len(shown) - 1
 
 
@@ -264,7 +264,7 @@ def test_a_prompt_chunk_that_fails_midway_leaves_the_cache_as_before(models):
     invalid = target.n_vocab + 7  # in the second chunk of 16: llama_decode refuses the chunk
     with pytest.raises(RuntimeError, match="llama_decode failed"):
         sequence.extend(tokens[10:40] + [invalid] + tokens[40:60])
-    assert sequence.tokens == tokens[:10] and sequence.context.seq_length() == 10
+    assert sequence.tokens == tokens[:10] and sequence.context.length() == 10
     sequence.sync(tokens[:60])
     got = sequence.extend([198], logits_at=[0])[0]
     fresh = LlamaContext(target, n_ctx=512, n_batch=16)
@@ -277,7 +277,7 @@ def test_a_document_switched_away_from_before_any_completion_restores_empty(engi
     caches.activate("empty.py")
     caches.activate("b.py")
     caches.activate("empty.py")
-    assert engine.target.tokens == [] and engine.target.context.seq_length() == 0
+    assert engine.target.tokens == [] and engine.target.context.length() == 0
 
 
 # The Completer: what the language server calls.
@@ -350,7 +350,7 @@ def test_a_newer_request_cancels_the_running_one_and_the_cache_stays_consistent(
     cached = completer.complete(next_request)
     fresh = Completer(Engine(*models, n_ctx=2048, calibrate_s=0), completer.config)
     assert cached.text == fresh.complete(next_request).text
-    assert engine.target.context.seq_length() == len(engine.target.tokens)
+    assert engine.target.context.length() == len(engine.target.tokens)
 
 
 def test_other_workspace_files_become_context_and_outside_files_never_do(engine, tmp_path):

@@ -118,7 +118,7 @@ def assert_cache_holds(sequence, text: list[int]) -> None:
     more step gives the logits of a fresh evaluation of that text."""
     held = list(sequence.tokens)
     assert held == text
-    assert sequence.context.seq_length(sequence.seq) == len(held)
+    assert sequence.context.length() == len(held)
     got = sequence.extend([198], logits_at=[0])[0]
     fresh = LlamaContext(sequence.context.model, n_ctx=2048).eval(held + [198], 0, logits_at=[-1])[0]
     assert np.abs(got - fresh).max() <= NUMERICS_BOUND
