@@ -39,7 +39,8 @@ def main() -> None:
     parser.add_argument("--preset", default="smol")
     args = parser.parse_args()
     pair = load_pair(ModelOptions(preset=args.preset, target_gpu_layers=0, draft_gpu_layers=0))
-    models = {"target": pair.target, "draft (preset)": pair.draft, **{path.name: LlamaModel(path, 0) for path in args.drafts}}
+    models = {"target": pair.target, "draft (preset)": pair.draft,
+              **{path.name: LlamaModel(path, 0) for path in args.drafts}}
     text = (Path(sysconfig.get_paths()["stdlib"]) / "difflib.py").read_text()
     prompt = models["target"].tokenize(text)[: args.context]
     contexts = {name: LlamaContext(model, n_ctx=len(prompt) + 16) for name, model in models.items()}

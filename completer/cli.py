@@ -233,8 +233,6 @@ def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...],
     except ImportError:
         raise click.ClickException("distillation needs torch: pip install torch==2.13.0 (the CPU wheel), "
                                    "or pip install 'completer[distill]'") from None
-    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
-
     from completer.bench.holes import LANGUAGES
     from completer.models.backend import LlamaModel
     from completer.models.distill import (Distiller, LlamaCppTeacher, TorchTeacher, build_corpus, corpus_files,
@@ -260,20 +258,7 @@ def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...],
     distiller = Distiller(load_student(target, settings, device), trainer, corpus, settings, device, judge=served)
     total = steps if minutes is None else minutes * 60
     unit = "steps" if minutes is None else "s"
-    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TextColumn("{task.fields[line]}"))
-    with Progress(*columns, console=errors) as progress:
-        task = progress.add_task("distilling", total=total, line="measuring the held-out files")
-
-        def show(report, loss_value: float, done: float) -> None:
-            held_out = report.history[-1][1]
-            line = (f"step {report.steps} · {report.tokens:,} tokens · loss {loss_value:.3f} · held-out "
-                    f"acceptance {held_out.greedy_acceptance:.2f} at T=0, {held_out.acceptance:.2f} sampled "
-                    f"(step {report.history[-1][0]})")
-            progress.update(task, completed=done * total, line=line)
-            if not errors.is_terminal and (report.steps == 1 or report.steps % 25 == 0):  # a log gets lines
-                errors.print(line, highlight=False)
-
-        result = distiller.run(show)
+    result = _run_distiller(distiller, total)
     destination = out_path or distilled_draft_path(target)
     export_draft(target, distiller.student, quantize, destination)
     before, after = result.before, result.after
@@ -288,6 +273,27 @@ def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...],
     if out_path is None:
         click.echo("use it: --draft distilled (models.draft = \"distilled\" in an editor); `completer bench "
                    f"--preset {preset}` now runs draft:distilled and hybrid:distilled beside draft and hybrid")
+
+
+def _run_distiller(distiller, total: float):
+    """Train, with a progress bar on stderr (a line every 25 steps when stderr is a log
+    file, not a terminal); `total` is the budget in the bar's unit (steps or seconds)."""
+    from rich.progress import BarColumn, Progress, TextColumn, TimeElapsedColumn
+
+    columns = (TextColumn("{task.description}"), BarColumn(), TimeElapsedColumn(), TextColumn("{task.fields[line]}"))
+    with Progress(*columns, console=errors) as progress:
+        task = progress.add_task("distilling", total=total, line="measuring the held-out files")
+
+        def show(report, loss_value: float, done: float) -> None:
+            held_out = report.history[-1][1]
+            line = (f"step {report.steps} · {report.tokens:,} tokens · loss {loss_value:.3f} · held-out "
+                    f"acceptance {held_out.greedy_acceptance:.2f} at T=0, {held_out.acceptance:.2f} sampled "
+                    f"(step {report.history[-1][0]})")
+            progress.update(task, completed=done * total, line=line)
+            if not errors.is_terminal and (report.steps == 1 or report.steps % 25 == 0):
+                errors.print(line, highlight=False)
+
+        return distiller.run(show)
 
 
 def _doctor_rows() -> list[tuple[str, str]]:
@@ -475,7 +481,7 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
     binary files are skipped."""
     import json
 
-    from completer.bench import report
+    from completer.bench import modes_to_run, report
     from completer.bench.holes import holes_from_json, pick_holes
     from completer.bench.run import Bench, Settings
     from completer.loading import load_distilled, load_pair
@@ -490,9 +496,7 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
         raise click.UsageError(str(error)) from None
     pair = load_pair(models)
     distilled = load_distilled(pair, models)
-    # The distilled draft's modes run beside the preset draft's; without one, none.
-    chosen = tuple(dict.fromkeys(asked + tuple(m for m in DISTILLED_MODES if m.partition(":")[0] in asked))
-                   if distilled else (m for m in asked if m not in DISTILLED_MODES))
+    chosen = modes_to_run(asked, distilled is not None)
     settings = Settings(models.preset, chosen, max_tokens, temperature, models.context_tokens, exact)
     target, draft = pair.target, pair.draft
     runner = Bench(target, draft, settings, distilled)
@@ -502,22 +506,14 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
     _show_bench_table(summary, f"{len(holes)} holes in {where}; {max_tokens} tokens; T={temperature}; "
                                f"preset {models.preset}{'; exact verification' if exact else ''}", as_json)
     notes = errors if as_json else console  # with --json, stdout holds the JSON alone
-    result = {"machine": report.machine(), "preset": models.preset,
-              "models": {"target": str(pair.files.target), "draft": str(pair.files.draft),
-                         "distilled_draft": str(distilled.path) if distilled else None},
-              "settings": {"modes": list(chosen), "n": len(holes), "seed": seed, "max_tokens": max_tokens,
-                           "temperature": temperature, "context_tokens": models.context_tokens, "exact": exact,
-                           "roots": [str(r) for r in roots]},
-              "cost_curve_ms": {str(k): v for k, v in sorted(runner.engine.costs.verify_ms.items())},
-              "summary": summary, "holes": [h.to_json() for h in holes], "records": records}
+    result = report.document(settings, seed, roots, pair.files, distilled.path if distilled else None,
+                             runner.engine.costs, summary, holes, records)
     if typing:
-        from completer.bench.typing import replay
+        from completer.bench.typing import replay_files
 
         typed_files = list(dict.fromkeys(h.path for h in holes))[:2]
         with errors.status("replaying typing"):
-            result["typing"], _ = replay(target, draft, [(str(p), p.read_text(encoding="utf-8", errors="replace"),
-                                                           p.suffix.lstrip(".")) for p in typed_files],
-                                         context_tokens=models.context_tokens)
+            result["typing"] = replay_files(target, draft, typed_files, models.context_tokens)
         notes.print(report.typing_line(result["typing"], len(typed_files)), soft_wrap=True)
     report_path.write_text(json.dumps(result, indent=1))
     notes.print(f"every record: {report_path}", soft_wrap=True)

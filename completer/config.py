@@ -104,8 +104,8 @@ class PromptOptions:
     chunks: int = option(16, "chunks kept in the ring; the oldest goes first, and a near-copy replaces its twin")
     heal: bool = option(
         True, "token healing: back up over the prompt's last token so that the model re-chooses how the word at "
-        "the cursor is split (after `self.cu` it gives `cur_line`, not ` = len(...)`). Above temperature 0 it draws the "
-        "first token from the target conditioned on starting with the bytes backed up over; off = exactly the "
+        "the cursor is split (after `self.cu` it gives `cur_line`, not ` = len(...)`). Above temperature 0 it draws "
+        "the first token from the target conditioned on starting with the bytes backed up over; off = exactly the "
         "target's distribution"
     )
 

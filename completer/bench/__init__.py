@@ -8,3 +8,11 @@ MODES = ("target", "ngram", "draft", "hybrid", "auto", PEER)
 # With a draft `completer distill` trained for the target, these run beside the modes
 # above with it instead of the preset's draft: undistilled and distilled side by side.
 DISTILLED_MODES = ("draft:distilled", "hybrid:distilled")
+
+
+def modes_to_run(asked: tuple[str, ...], distilled: bool) -> tuple[str, ...]:
+    """The distilled draft's modes run beside the preset draft's they match; without a
+    distilled draft, none of them."""
+    if not distilled:
+        return tuple(m for m in asked if m not in DISTILLED_MODES)
+    return tuple(dict.fromkeys(asked + tuple(m for m in DISTILLED_MODES if m.partition(":")[0] in asked)))

@@ -9,7 +9,10 @@ from rich import box
 from rich.table import Table
 
 from completer.bench import PEER
+from completer.bench.holes import Hole
 from completer.bench.metrics import acceptance_by_kind, summarize_mode
+from completer.bench.run import Settings
+from completer.models.resolve import ModelFiles
 from completer.tuning import CostModel
 
 
@@ -24,6 +27,21 @@ def machine() -> dict:
             "cores": os.cpu_count(), "threads": default_threads(), "gpu_offload": gpu_offload_supported(),
             "llama_cpp_build": system_info(), "completer": version("completer"),
             "llama_cpp_python": version("llama_cpp_python")}
+
+
+def document(settings: Settings, seed: int, roots: list[Path], files: ModelFiles, distilled: Path | None,
+             costs: CostModel, summary: dict, holes: list[Hole], records: list[dict]) -> dict:
+    """The report file: the machine, models and settings, the cost curve the modelled
+    columns used, the summary, and every hole and per-hole record."""
+    return {"machine": machine(), "preset": settings.preset,
+            "models": {"target": str(files.target), "draft": str(files.draft),
+                       "distilled_draft": str(distilled) if distilled else None},
+            "settings": {"modes": list(settings.modes), "n": len(holes), "seed": seed,
+                         "max_tokens": settings.max_tokens, "temperature": settings.temperature,
+                         "context_tokens": settings.context_tokens, "exact": settings.exact,
+                         "roots": [str(r) for r in roots]},
+            "cost_curve_ms": {str(k): v for k, v in sorted(costs.verify_ms.items())},
+            "summary": summary, "holes": [h.to_json() for h in holes], "records": records}
 
 
 def summarize(records: list[dict], modes: tuple[str, ...], costs: CostModel) -> dict:

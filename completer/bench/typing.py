@@ -12,6 +12,7 @@
 
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 from completer.bench.metrics import percentile
 from completer.config import Config, GenerationOptions
@@ -57,6 +58,13 @@ def delete_line_above(text: str, cursor: int, lines_up: int = 20) -> tuple[str, 
         return text, cursor
     start, end = starts[-1 - lines_up], starts[-lines_up]
     return text[:start] + text[end:], cursor - (end - start)
+
+
+def replay_files(target: LlamaModel, draft: LlamaModel | None, paths: list[Path],
+                 context_tokens: int = 4096) -> dict:
+    """Typing replayed over the files at `paths`: the summary."""
+    files = [(str(p), p.read_text(encoding="utf-8", errors="replace"), p.suffix.lstrip(".")) for p in paths]
+    return replay(target, draft, files, context_tokens=context_tokens)[0]
 
 
 def replay(target: LlamaModel, draft: LlamaModel | None, files: list[tuple[str, str, str]],
