@@ -18,10 +18,10 @@ test: $(INSTALLED)
 	editor-extensions/vscode/scripts/build.sh
 	$(BIN)/python -m pytest
 
-# llama-cpp-python compiles llama.cpp for this CPU, without AMX (see the script).
+# llama-cpp-python compiles llama.cpp for this CPU, without AMX (see models/cpu_flags.py).
 # --no-cache-dir: pip's wheel cache would hand back a build made with other flags.
-$(INSTALLED): pyproject.toml scripts/llama-cpp-cmake-args
+$(INSTALLED): pyproject.toml models/cpu_flags.py
 	$(PYTHON) -m venv $(VENV)
-	CMAKE_ARGS="$$(scripts/llama-cpp-cmake-args)" $(BIN)/pip install --quiet --disable-pip-version-check \
+	CMAKE_ARGS="$$($(PYTHON) models/cpu_flags.py)" $(BIN)/pip install --quiet --disable-pip-version-check \
 		--no-cache-dir -e '.[test]'
 	touch $@
