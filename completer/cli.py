@@ -11,11 +11,12 @@ import click
 from rich.console import Console
 
 from completer import tables
-from completer.bench import DISTILLED_MODES
+from completer.bench import DISTILLED_MODES, LLAMA_SERVER_PEERS
 from completer.bench import MODES as BENCH_MODES
 from completer.config import CHOICES, CacheOptions, Config, GenerationOptions, ModelOptions
 from completer.models.distill_settings import INITS, LOSSES, PRECISIONS, QUANTIZE_TYPES, TEACHERS, DistillSettings
 from completer.models.errors import ModelError
+from completer.models.llama_server import BUILD_COMMAND
 from completer.models.paths import cache_dir
 from completer.models.presets import PRESETS, Preset
 
@@ -296,6 +297,40 @@ def _run_distiller(distiller, total: float):
         return distiller.run(show)
 
 
+@main.group()
+def peers() -> None:
+    """The peers `completer bench` runs beside its own modes."""
+
+
+@peers.command("build")
+@click.option("--jobs", type=click.IntRange(min=1), help="Compiler processes.  [default: every core]")
+@_reports_model_errors
+def peers_build(jobs: int | None) -> None:
+    """Build llama-server from the llama.cpp source the installed llama-cpp-python ships
+    (the same kernels as completer's own), with this CPU's flags, into the cache: a
+    few minutes the first time, then `completer bench` runs llama-server's
+    configurations beside its modes. Needs cmake, a C++ compiler and PyPI."""
+    from completer.models.llama_server import build, cached_path
+
+    if cached_path().is_file():
+        click.echo(f"cached: {cached_path()}")
+        return
+    with errors.status("building llama-server") as status:
+        path = build(lambda message: status.update(message) if errors.is_terminal else
+                     errors.print(message, highlight=False), jobs)
+    click.echo(f"built: {path}")
+
+
+def _llama_server_state() -> str:
+    from completer.models.llama_server import LlamaServerError, find
+
+    try:
+        found = find()
+    except LlamaServerError as error:
+        return str(error)
+    return str(found) if found else f"none (`{BUILD_COMMAND}` builds one for bench's peers)"
+
+
 def _doctor_rows() -> list[tuple[str, str]]:
     from completer.models.backend import default_threads, gpu_offload_supported, system_info
 
@@ -305,13 +340,14 @@ def _doctor_rows() -> list[tuple[str, str]]:
     if "AMX_INT8 = 1" in build:
         rows.append(("warning", "this llama.cpp build uses AMX, which some virtual machines advertise but fault "
                      "on (SIGILL at the first completion). If that happens, rebuild llama-cpp-python without "
-                     "it: CMAKE_ARGS=\"$(scripts/llama-cpp-cmake-args)\" pip install --no-cache-dir "
+                     "it: CMAKE_ARGS=\"$(python -m completer.models.cpu_flags)\" pip install --no-cache-dir "
                      "--force-reinstall llama-cpp-python"))
     rows += [("GPU offload", "yes" if gpu_offload_supported() else "no (CPU build: all layers on the CPU)"),
              ("threads", f"{default_threads()} (cores this process may use)"),
              ("cache directory", str(cache_dir())),
              ("KV cache budget", f"{CacheOptions().budget_mb:.0f} MB for documents not being completed "
-              "(cache.budget_mb)")]
+              "(cache.budget_mb)"),
+             ("llama-server", _llama_server_state())]
     return rows + [(f"preset {preset.name}", _cache_state(preset)) for preset in PRESETS.values()]
 
 
@@ -393,14 +429,24 @@ def _repository_root() -> Path:
     return Path(found.stdout.strip()) if found.returncode == 0 else Path.cwd()
 
 
-def _bench_modes(modes: str) -> tuple[str, ...]:
-    """--modes as a tuple, target first; an unknown mode is a usage error naming the known ones."""
+def _bench_modes(modes: str | None, llama_server: Path | None) -> tuple[str, ...]:
+    """--modes as a tuple, target first; by default every mode, and llama-server's
+    configurations when there is a llama-server. An unknown mode, or a llama-server
+    configuration without one, is a usage error."""
+    if modes is None:
+        if llama_server is None:
+            errors.print(f"llama-server's configurations skipped: no llama-server (`{BUILD_COMMAND}` builds one, "
+                         "or --llama-server PATH)", highlight=False, soft_wrap=True)
+        return BENCH_MODES + (LLAMA_SERVER_PEERS if llama_server else ())
     chosen = tuple(dict.fromkeys(["target", *(m.strip() for m in modes.split(",") if m.strip())]))
-    known = BENCH_MODES + DISTILLED_MODES
+    known = BENCH_MODES + LLAMA_SERVER_PEERS + DISTILLED_MODES
     unknown = [m for m in chosen if m not in known]
     if unknown:
         raise click.BadParameter(f"unknown mode {', '.join(unknown)}; modes: {', '.join(known)}",
                                  param_hint="--modes")
+    if llama_server is None and any(m in LLAMA_SERVER_PEERS for m in chosen):
+        raise click.BadParameter(f"no llama-server to run: `{BUILD_COMMAND}` builds one, or give --llama-server "
+                                 "PATH", param_hint="--modes")
     return chosen
 
 
@@ -448,9 +494,14 @@ def _show_bench_table(summary: dict, title: str, as_json: bool) -> None:
 
 @main.command()
 @click.argument("paths", nargs=-1, type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--modes", default=",".join(BENCH_MODES), show_default=True,
-              help="Comma-separated modes; target, the baseline, is always run. When `completer distill` has "
-                   "trained a draft for the target, draft:distilled and hybrid:distilled run beside draft and hybrid.")
+@click.option("--modes", help="Comma-separated modes; target, the baseline, is always run. When `completer distill` "
+              "has trained a draft for the target, draft:distilled and hybrid:distilled run beside draft and hybrid.  "
+              f"[default: {','.join(BENCH_MODES)}, and {','.join(LLAMA_SERVER_PEERS)} when there is a llama-server]")
+@click.option("--llama-server", "llama_server_path", type=click.Path(path_type=Path),
+              help=f"The llama-server to run the peers with (default: $COMPLETER_LLAMA_SERVER, else the one "
+                   f"`{BUILD_COMMAND}` made).")
+@click.option("--profile", is_flag=True, help="Also split each of our modes' generation time per target pass: "
+              "llama_decode, copying logits out of llama.cpp, and the rest (numpy, the tuner, Python).")
 @click.option("--n", "count", type=click.IntRange(min=1), help="Holes.  [default: 40; 6 with --quick]")
 @click.option("--seed", default=1, show_default=True, help="Seed for picking holes.")
 @click.option("--max-tokens", type=click.IntRange(min=1), help="Tokens each mode generates per hole (no early "
@@ -470,10 +521,10 @@ def _show_bench_table(summary: dict, title: str, as_json: bool) -> None:
               "do: greedy speculation must then equal target token for token (no near ties), and runs slower.")
 @_config_flags("models")
 @_reports_model_errors
-def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max_tokens: int | None,
-          temperature: float,
-          holes_file: Path | None, report_path: Path, as_json: bool, plot_path: Path | None, typing: bool, quick: bool,
-          exact: bool, models: ModelOptions) -> None:
+def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | None, profile: bool,
+          count: int | None, seed: int, max_tokens: int | None, temperature: float, holes_file: Path | None,
+          report_path: Path, as_json: bool, plot_path: Path | None, typing: bool, quick: bool, exact: bool,
+          models: ModelOptions) -> None:
     """Measure what speculation and caching buy on your code: every mode side by side.
 
     PATHS are repositories or folders (default: the current repository). Holes are
@@ -485,8 +536,10 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
     from completer.bench.holes import holes_from_json, pick_holes
     from completer.bench.run import Bench, Settings
     from completer.loading import load_distilled, load_pair
+    from completer.models.llama_server import find
 
-    asked = _bench_modes(modes)
+    llama_server = find(llama_server_path)
+    asked = _bench_modes(modes, llama_server)
     count = count or (6 if quick else 40)
     max_tokens = max_tokens or (24 if quick else 48)
     roots = list(paths) or [_repository_root()]
@@ -499,13 +552,19 @@ def bench(paths: tuple[Path, ...], modes: str, count: int | None, seed: int, max
     chosen = modes_to_run(asked, distilled is not None)
     settings = Settings(models.preset, chosen, max_tokens, temperature, models.context_tokens, exact)
     target, draft = pair.target, pair.draft
-    runner = Bench(target, draft, settings, distilled)
-    records = _run_holes(runner, holes, len(chosen))
+    runner = Bench(target, draft, settings, distilled, llama_server)
+    try:
+        records = _run_holes(runner, holes, len(chosen))
+    finally:  # the peers' servers stop, also on Ctrl-C
+        runner.close()
     summary = report.summarize(records, chosen, runner.engine.costs)
     where = ", ".join(sorted({str(Path(h.root)) for h in holes}))
+    notes = errors if as_json else console  # with --json, stdout holds the JSON alone
     _show_bench_table(summary, f"{len(holes)} holes in {where}; {max_tokens} tokens; T={temperature}; "
                                f"preset {models.preset}{'; exact verification' if exact else ''}", as_json)
-    notes = errors if as_json else console  # with --json, stdout holds the JSON alone
+    for line in [*report.failures(summary), report.verdict(summary), *(report.profile(summary) if profile else [])]:
+        if line:
+            notes.print(line, soft_wrap=True, highlight=False)
     result = report.document(settings, seed, roots, pair.files, distilled.path if distilled else None,
                              runner.engine.costs, summary, holes, records)
     if typing:

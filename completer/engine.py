@@ -110,6 +110,12 @@ class Engine:
         """The live KV caches: the target's, and the draft model's while it serves."""
         return [self.target] + ([self.drafter.sequence] if self.drafter else [])
 
+    def llama_ms(self) -> tuple[float, float]:
+        """Time in llama_decode and in copying logits out, every live cache's context
+        together, since they were made."""
+        contexts = [sequence.context for sequence in self.sequences]
+        return sum(c.decode_ms for c in contexts), sum(c.logits_ms for c in contexts)
+
     def cached_length(self, prompt: list[int]) -> int:
         """How much of `prompt` the target's cache already holds."""
         return common_prefix_length(self.target.tokens, prompt)

@@ -5,9 +5,7 @@ its tied output head): the same vocabulary by construction, and a fraction of th
 target's cost per token. `completer distill` trains one; this only cuts it.
 """
 
-import os
 import re
-import tempfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -16,51 +14,12 @@ import numpy as np
 from gguf import GGML_QUANT_SIZES, GGMLQuantizationType, GGUFWriter
 from gguf.quants import quantize
 
+from completer.models.atomic import write_atomically
 from completer.models.errors import ModelError
 from completer.models.gguf_file import TensorLocation, read_gguf
 
 _BLOCK = re.compile(r"blk\.(\d+)\.")
 _PLAIN_DTYPES = {GGMLQuantizationType.F32: np.float32, GGMLQuantizationType.F16: np.float16}
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process
-        return True
-    return True
-
-
-def sweep_partial_files(destination: Path) -> None:
-    """Remove the temporary files of earlier writes of `destination` whose process died
-    (killed mid-write: no `finally` ran). A live writer's file is left alone."""
-    for partial in destination.parent.glob(f".{destination.name}.*.part"):
-        pid = partial.name[len(destination.name) + 2 :].split(".", 1)[0]
-        if pid.isdigit() and not _alive(int(pid)):
-            partial.unlink(missing_ok=True)
-
-
-def write_atomically(destination: Path, write: Callable[[Path], Any]) -> Path:
-    """Call write(temporary_path), then move the finished file into place: a reader
-    never sees half a file, and an interrupted write leaves nothing behind (a killed
-    one leaves a temporary file, named with its pid, which the next write sweeps)."""
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    sweep_partial_files(destination)
-    handle, temporary = tempfile.mkstemp(dir=destination.parent, prefix=f".{destination.name}.{os.getpid()}.",
-                                         suffix=".part")
-    os.close(handle)
-    try:
-        write(Path(temporary))
-        umask = os.umask(0)
-        os.umask(umask)
-        os.chmod(temporary, 0o666 & ~umask)  # mkstemp makes 0600; a cache file is as readable as any other
-        os.replace(temporary, destination)
-    except BaseException:
-        Path(temporary).unlink(missing_ok=True)
-        raise
-    return destination
 
 
 def rewrite_gguf(

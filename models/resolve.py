@@ -9,7 +9,8 @@ import importlib.resources
 from dataclasses import dataclass
 from pathlib import Path
 
-from completer.models.derive import derive_draft, write_atomically
+from completer.models.atomic import write_atomically
+from completer.models.derive import derive_draft
 from completer.models.errors import ModelError
 from completer.models.gguf_file import check_gguf, check_same_vocabulary
 from completer.models.hub import cached_hub_file, download_hub_file

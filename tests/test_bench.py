@@ -85,9 +85,9 @@ def test_the_summary_arithmetic_on_hand_made_records():
     target = [record(0, "target", 10, 100.0, passes=10), record(1, "target", 10, 200.0, passes=10)]
     ngram = [
         record(0, "ngram", 10, 50.0, passes=4, drafted=12, accepted=6, spec_rounds=4, spec_tokens=10,
-               predicted=10.0, rounds=[["ngram", 3]] * 4),
+               predicted=10.0, rounds=[["ngram", 3]] * 4, decode_ms=40.0, logits_ms=2.0),
         record(1, "ngram", 10, 400.0, passes=10, identical=False, near_tie=True, shown="y = 2", drafted=0,
-               accepted=0, rounds=[[None, 0]] * 10),
+               accepted=0, rounds=[[None, 0]] * 10, decode_ms=300.0, logits_ms=5.0),
     ]
     entry = summarize_mode(target, ngram, costs, speculative=True)
     assert entry["tokens_per_s"] == pytest.approx(20 / 450 * 1000)
@@ -100,6 +100,10 @@ def test_the_summary_arithmetic_on_hand_made_records():
     assert entry["exact_match"] == 0.5
     # free verify: 4 rounds at one step each (ngram drafts cost nothing) + 10 plain steps, for 20 tokens
     assert entry["projected_free_verify_speedup"] == pytest.approx(20 * 10.0 / (14 * 10.0))
+    # --profile: per target pass, llama_decode, the logits copy and the rest of the 450 ms
+    assert entry["decode_ms_per_pass"] == pytest.approx(340 / 14) and entry["logits_ms_per_pass"] == 0.5
+    assert entry["other_ms_per_pass"] == pytest.approx((450 - 347) / 14)
+    assert summarize_mode(target, target, costs, speculative=False)["decode_ms_per_pass"] is None  # not measured
 
 
 def test_quality_compares_first_lines_for_line_holes_and_whole_blocks():

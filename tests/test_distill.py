@@ -16,7 +16,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from completer.bench.holes import LANGUAGES
-from completer.models.derive import write_atomically
+from completer.models.atomic import write_atomically
 from completer.models.distill import (
     LlamaCppTeacher, TeacherTargets, TorchTeacher, build_corpus, by_length, corpus_files, distribution_gap,
     draft_blocks, evenly_spaced, held_out, llama_cpp_agreement, training_loss, uses_bfloat16, windows,

@@ -5,6 +5,12 @@ loading llama.cpp."""
 
 PEER = "peer:llama-cpp-python"
 MODES = ("target", "ngram", "draft", "hybrid", "auto", PEER)
+# llama-server's configurations (completer.bench.peers says which is which): they run
+# when a llama-server is found (`completer peers build` makes one).
+LLAMA_SERVER = "peer:llama-server"
+LLAMA_SERVER_PEERS = (LLAMA_SERVER, f"{LLAMA_SERVER}:draft", f"{LLAMA_SERVER}:draft-fim",
+                      f"{LLAMA_SERVER}:ngram-mod", f"{LLAMA_SERVER}:ngram-simple")
+PEERS = (PEER, *LLAMA_SERVER_PEERS)
 # With a draft `completer distill` trained for the target, these run beside the modes
 # above with it instead of the preset's draft: undistilled and distilled side by side.
 DISTILLED_MODES = ("draft:distilled", "hybrid:distilled")

@@ -69,9 +69,13 @@ def summarize_mode(target: list[dict], mode: list[dict], costs: CostModel | None
     drafted = sum(r.get("drafted", 0) for r in mode)
     spec_rounds = sum(r.get("spec_rounds", 0) for r in mode)
     passes = sum(r.get("passes", 0) for r in mode)
+    wall_ms = sum(r.get("wall_ms", r["ms"]) for r in mode)
+    profiled = passes and all("decode_ms" in r for r in mode)  # our modes: llama.cpp's share of the time
     entry = {
         "holes": len(mode),
+        "failed": None,
         "tokens_per_s": tokens / ms * 1000 if ms else 0.0,
+        "wall_tokens_per_s": tokens / wall_ms * 1000 if wall_ms else 0.0,
         "speedup_vs_target": (tokens / ms) / target_rate if ms else 0.0,
         "median_speedup_vs_target": statistics.median(per_hole) if per_hole else 0.0,
         "p50_ms": percentile([r["ms"] for r in mode], 50),
@@ -87,6 +91,10 @@ def summarize_mode(target: list[dict], mode: list[dict], costs: CostModel | None
         "edit_similarity": statistics.mean(edit_similarity(compared(r["shown"], r["kind"]),
                                                            compared(r["truth"], r["kind"])) for r in mode),
         "projected_free_verify_speedup": None,
+        # Per target pass (our modes): llama_decode, copying logits out, and the rest.
+        "decode_ms_per_pass": sum(r["decode_ms"] for r in mode) / passes if profiled else None,
+        "logits_ms_per_pass": sum(r["logits_ms"] for r in mode) / passes if profiled else None,
+        "other_ms_per_pass": (ms - sum(r["decode_ms"] + r["logits_ms"] for r in mode)) / passes if profiled else None,
     }
     if speculative and costs is not None and passes:
         rounds = [round_ for r in mode for round_ in r["rounds"]]

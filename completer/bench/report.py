@@ -8,7 +8,7 @@ from pathlib import Path
 from rich import box
 from rich.table import Table
 
-from completer.bench import PEER
+from completer.bench import LLAMA_SERVER, LLAMA_SERVER_PEERS, PEERS
 from completer.bench.holes import Hole
 from completer.bench.metrics import acceptance_by_kind, summarize_mode
 from completer.bench.run import Settings
@@ -45,10 +45,49 @@ def document(settings: Settings, seed: int, roots: list[Path], files: ModelFiles
 
 
 def summarize(records: list[dict], modes: tuple[str, ...], costs: CostModel) -> dict:
-    """The `summary` object: mode -> its entry."""
+    """The `summary` object: mode -> its entry. A peer that failed gets its reason and
+    no figures: part of a run would not compare with the other modes' whole."""
     by_mode = {mode: sorted((r for r in records if r["mode"] == mode), key=lambda r: r["hole"]) for mode in modes}
-    return {mode: summarize_mode(by_mode["target"], rows, costs, speculative=mode not in ("target", PEER))
-            for mode, rows in by_mode.items()}
+    failed = {mode: next(r["failed"] for r in rows if "failed" in r)
+              for mode, rows in by_mode.items() if any("failed" in r for r in rows)}
+    summary = {mode: summarize_mode(by_mode["target"], rows, costs, speculative=mode not in ("target", *PEERS))
+               for mode, rows in by_mode.items() if mode not in failed}
+    for mode, reason in failed.items():
+        done = sum("failed" not in r for r in by_mode[mode])
+        summary[mode] = {**dict.fromkeys(summary["target"]), "holes": done, "failed": reason}
+    return {mode: summary[mode] for mode in modes}
+
+
+def profile(summary: dict) -> list[str]:
+    """Where each of our modes' generation time goes, per target pass; llama-server's
+    time per token beside it (its passes are its own)."""
+    lines = ["where the time goes (ms per target pass): mode, all, llama_decode, logits copy, the rest"]
+    for mode, entry in summary.items():
+        if entry.get("decode_ms_per_pass") is not None:
+            total = entry["decode_ms_per_pass"] + entry["logits_ms_per_pass"] + entry["other_ms_per_pass"]
+            lines.append(f"  {mode}: {total:.2f}, {entry['decode_ms_per_pass']:.2f}, "
+                         f"{entry['logits_ms_per_pass']:.2f}, {entry['other_ms_per_pass']:.2f} "
+                         f"({entry['other_ms_per_pass'] / total:.0%} outside llama.cpp)")
+        elif mode in LLAMA_SERVER_PEERS and not entry["failed"] and entry["tokens_per_s"]:
+            lines.append(f"  {mode}: {1000 / entry['tokens_per_s']:.2f} ms per token, as llama-server timed it")
+    return lines
+
+
+def verdict(summary: dict) -> str | None:
+    """`auto` against the fastest llama-server configuration, and our plain decoding
+    against llama-server's (our per-token overhead); None without both."""
+    ran = {m: e for m, e in summary.items() if m in LLAMA_SERVER_PEERS and not e["failed"]}
+    if not ran or "auto" not in summary:
+        return None
+    best = max(ran, key=lambda m: ran[m]["tokens_per_s"])
+    auto, peer = summary["auto"], ran[best]
+    line = (f"auto against the fastest llama-server, {best}: {auto['tokens_per_s'] / peer['tokens_per_s']:.2f}x its "
+            f"tokens/s, {auto['median_speedup_vs_target'] / peer['median_speedup_vs_target']:.2f}x its median "
+            "per-hole speedup")
+    if LLAMA_SERVER in ran:
+        line += (f"; target against {LLAMA_SERVER} (plain decoding both): "
+                 f"{summary['target']['tokens_per_s'] / ran[LLAMA_SERVER]['tokens_per_s']:.2f}x its tokens/s")
+    return line
 
 
 def _number(value, style: str) -> str:
@@ -59,14 +98,15 @@ def _number(value, style: str) -> str:
 
 
 # (header, summary key, format); the table stays readable without colour: all of it is text.
-COLUMNS = [("tok/s", "tokens_per_s", "1"), ("speedup", "speedup_vs_target", "x"),
-           ("median", "median_speedup_vs_target", "x"), ("p50 ms", "p50_ms", "ms"), ("p95 ms", "p95_ms", "ms"),
+COLUMNS = [("tok/s", "tokens_per_s", "1"), ("wall tok/s", "wall_tokens_per_s", "1"),
+           ("speedup", "speedup_vs_target", "x"), ("median", "median_speedup_vs_target", "x"),
+           ("p50 ms", "p50_ms", "ms"), ("p95 ms", "p95_ms", "ms"),
            ("accept", "acceptance_rate", "2"), ("tok/pass", "tokens_per_pass", "2"),
            ("E pred", "predicted_tokens_per_pass", "2"), ("E meas", "measured_tokens_per_round", "2"),
            ("identical", "identical_rate", "%"), ("ties", "near_tie_flips", "n"), ("other", "other_differences", "n"),
            ("exact", "exact_match", "%"), ("edit sim", "edit_similarity", "2"),
            ("free verify*", "projected_free_verify_speedup", "x")]
-TABLE_WIDTH = 170  # columns the table needs; a narrower console would fold every cell
+TABLE_WIDTH = 200  # columns the table needs; a narrower console would fold every cell
 
 
 HEADERS = ["mode", *(header for header, _, _ in COLUMNS)]
@@ -79,7 +119,14 @@ def rows(summary: dict) -> list[list[str]]:
 
 def json_rows(summary: dict) -> list[dict]:
     """The table's data for scripts: per mode, each column's value unrounded, under its summary key."""
-    return [{"mode": mode, **{key: entry[key] for _, key, _ in COLUMNS}} for mode, entry in summary.items()]
+    return [{"mode": mode, "failed": entry["failed"], **{key: entry[key] for _, key, _ in COLUMNS}}
+            for mode, entry in summary.items()]
+
+
+def failures(summary: dict) -> list[str]:
+    """A line per peer that failed, with why (shown under the table, whose row for it is empty)."""
+    return [f"{mode} failed after {entry['holes']} holes: {entry['failed']}"
+            for mode, entry in summary.items() if entry["failed"]]
 
 
 def table(summary: dict, title: str) -> Table:
@@ -93,7 +140,8 @@ def table(summary: dict, title: str) -> Table:
 
 
 FOOTNOTE = ("* projection, not a measurement: the same rounds if a verify pass cost one decode step, as for a "
-            "memory-bound target on a GPU. speedup: tokens/s over target's in the same run; median: of per-hole "
+            "memory-bound target on a GPU. wall tok/s: with the peers' HTTP round trip (llama-server's own timing "
+            "in tok/s). speedup: tokens/s over target's in the same run; median: of per-hole "
             "speedups. pred E: the Leviathan formula's tokens per round from the estimated acceptance; meas E: "
             "what the rounds made. identical: same tokens as target; ties: differences that start where the two "
             "tokens nearly tie in target's logits (numerics; none with --exact), other: the rest. "
@@ -119,7 +167,7 @@ def plot(path: Path, summary: dict, records: list[dict]) -> None:
     import matplotlib.pyplot as plt
 
     figure, (left, right) = plt.subplots(1, 2, figsize=(12, 4.5))
-    modes = list(summary)
+    modes = [mode for mode, entry in summary.items() if not entry["failed"]]
     xs = range(len(modes))
     left.bar([x - 0.2 for x in xs], [summary[m]["speedup_vs_target"] for m in modes], 0.4, label="overall")
     left.bar([x + 0.2 for x in xs], [summary[m]["median_speedup_vs_target"] for m in modes], 0.4,

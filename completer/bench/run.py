@@ -12,21 +12,22 @@
         tie (numerics) or not; with --exact (one token per target decode) every
         difference is a bug
 
-The peer is llama-cpp-python's own LlamaPromptLookupDecoding(num_pred_tokens=10) on
-the same target file, prompts, token budget and temperature.
+The peers (completer.bench.peers) get the same target file, prompts, token budget and
+temperature. A peer that fails to start, or stops answering, is marked failed with
+its reason, and the run goes on without it.
 """
 
-import time
-from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 
-from completer.bench import MODES, PEER
+from completer.bench import MODES, PEER, PEERS
 from completer.bench.holes import Hole
+from completer.bench.peers import LlamaServer, PeerFailed, PromptLookupPeer
 from completer.config import Config, GenerationOptions, PromptOptions
 from completer.engine import Engine, generate
-from completer.models.backend import LlamaModel, default_threads
+from completer.models.backend import LlamaModel
 from completer.postprocess import CursorContext, postprocess
 from completer.session import Completer, CompletionRequest, cursor_offset
 from completer.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap
@@ -48,36 +49,11 @@ class Settings:
     exact: bool = False
 
 
-class Peer:
-    """llama-cpp-python's high-level generator with its prompt-lookup draft."""
-
-    def __init__(self, path: str, n_ctx: int):
-        from llama_cpp import Llama
-        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
-
-        self.llm = Llama(path, n_ctx=n_ctx, n_threads=default_threads(), verbose=False, flash_attn=False,
-                         draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10), logits_all=True)
-
-    def generate(self, prompt: list[int], max_tokens: int, temperature: float, seed: int,
-                 is_end: Callable[[int], bool]) -> tuple[list[int], float]:
-        self.llm.reset()
-        self.llm.set_seed(seed)
-        self.llm.eval(prompt)  # prefill outside the timing, as for our modes; generate() then reuses it
-        started = time.perf_counter()
-        tokens: list[int] = []
-        sampling = {"temp": temperature, "top_k": 1} if temperature <= 0 else {"temp": temperature}
-        for token in self.llm.generate(prompt, **sampling):
-            if is_end(token) or len(tokens) >= max_tokens:
-                break
-            tokens.append(token)
-        return tokens, (time.perf_counter() - started) * 1000
-
-
 class Bench:
     """The models, loaded once, and what a run needs to price rounds and check ties."""
 
     def __init__(self, target: LlamaModel, draft: LlamaModel | None, settings: Settings,
-                 distilled: LlamaModel | None = None):
+                 distilled: LlamaModel | None = None, llama_server: Path | None = None):
         self.settings = settings
         self.model = target
         self.engine = Engine(target, draft, n_ctx=settings.context_tokens, exact=settings.exact)
@@ -88,7 +64,31 @@ class Bench:
         config = Config(generation=GenerationOptions(max_tokens=settings.max_tokens),
                         prompt=PromptOptions(prefix_lines=PREFIX_LINES))
         self.completer = Completer(self.engine, config)  # its prompts, as the editor gets them
-        self.peer = Peer(str(target.path), settings.context_tokens) if PEER in settings.modes else None
+        self.peers: dict[str, LlamaServer | PromptLookupPeer] = {}  # mode -> its running peer
+        self.failed: dict[str, str] = {}  # mode -> why its peer failed
+        try:
+            for mode in (m for m in settings.modes if m in PEERS):
+                self._start_peer(mode, llama_server, draft)
+        except BaseException:  # Ctrl-C while one starts: stop those already running
+            self.close()
+            raise
+
+    def _start_peer(self, mode: str, llama_server: Path | None, draft: LlamaModel | None) -> None:
+        target, settings = self.model, self.settings
+        try:
+            self.peers[mode] = (
+                PromptLookupPeer(str(target.path), settings.context_tokens, target.is_end_of_generation)
+                if mode == PEER else
+                LlamaServer(llama_server, mode, target.path, draft.path if draft else None, settings.context_tokens,
+                            target.gpu_layers))
+        except PeerFailed as error:
+            self.failed[mode] = str(error)
+
+    def close(self) -> None:
+        """Stop the peers' processes."""
+        for peer in self.peers.values():
+            peer.close()
+        self.peers.clear()
 
     def prompt(self, hole: Hole) -> tuple[list[int], CursorContext]:
         """The prompt for the file with the hole's truth taken out, and the cursor's context."""
@@ -112,6 +112,8 @@ class Bench:
             records[mode]["shown"] = postprocess(self.model.detokenize(records[mode]["tokens"]), cursor)
         greedy = self.settings.temperature <= 0
         for mode, record in records.items():
+            if "failed" in record:
+                continue
             record["identical"] = "target" in records and record["tokens"] == records["target"]["tokens"]
             if greedy and "target" in records and not record["identical"]:
                 # The peer's tokens come without their logits or the end token that stopped them.
@@ -121,21 +123,32 @@ class Bench:
         return [records[mode] for mode in modes]
 
     def _run_mode(self, mode: str, index: int, hole: Hole, prompt: list[int]) -> tuple[dict, np.ndarray | None]:
-        """The mode's record, and the target's logits behind each of its tokens (None for the peer)."""
+        """The mode's record, and the target's logits behind each of its tokens (None for a peer)."""
         base = {"hole": index, "kind": hole.kind, "language": hole.language, "mode": mode, "truth": hole.truth,
                 "prompt_tokens": len(prompt)}
         settings = self.settings
-        if mode == PEER:
-            tokens, ms = self.peer.generate(prompt, settings.max_tokens, settings.temperature, index,
-                                            self.model.is_end_of_generation)
-            return {**base, "tokens": tokens, "ms": ms}, None
+        if mode in PEERS:
+            try:
+                if mode in self.failed:
+                    raise PeerFailed(self.failed[mode])
+                result = self.peers[mode].generate(prompt, settings.max_tokens, settings.temperature, index)
+            except PeerFailed as error:
+                self.failed[mode] = str(error)
+                if mode in self.peers:
+                    self.peers.pop(mode).close()
+                return {**base, "tokens": [], "failed": str(error)}, None
+            return {**base, "tokens": result.tokens, "ms": result.ms, "wall_ms": result.wall_ms,
+                    "drafted": result.drafted, "accepted": result.accepted}, None
         provider, _, draft = mode.partition(":")
         engine = self.engines[draft]
         engine.prefill(prompt)  # outside the timing
+        decode_before, logits_before = engine.llama_ms()
         result = generate(engine, prompt, settings.max_tokens, sampling=Sampling(settings.temperature, seed=index),
                           mode=provider, document=hole.file, language=hole.language, keep_logits=True)
+        decode_after, logits_after = engine.llama_ms()
         s = result.stats
-        return {**base, "tokens": result.tokens, "ms": s.total_ms, "passes": s.target_passes, "drafted": s.drafted,
+        return {**base, "tokens": result.tokens, "ms": s.total_ms, "decode_ms": decode_after - decode_before,
+                "logits_ms": logits_after - logits_before, "passes": s.target_passes, "drafted": s.drafted,
                 "accepted": s.accepted, "spec_rounds": s.speculative_rounds,
                 "spec_tokens": s.tokens_in_speculative_rounds, "predicted": s.predicted_tokens,
                 "rounds": [list(r) for r in s.rounds]}, result.logits

@@ -1,0 +1,188 @@
+"""The peers `completer bench` runs beside its own modes, on the same target file,
+prompts (as token ids), token budget and temperature.
+
+llama-server (llama.cpp's own C++ loop, what llama.vim and llama.vscode run): one
+process per configuration, started once per run on 127.0.0.1 and a free port, and
+stopped at the end, on Ctrl-C and on errors (and by the kernel if the bench dies: it
+is the server's parent-death signal). Generation time is the server's own
+`timings.predicted_ms`, which leaves out prompt evaluation as the bench's timing
+does; the prompt is evaluated first by a request of its own (`cache_prompt`), so the
+timed request's wall clock is generation plus HTTP.
+
+llama-cpp-python's LlamaPromptLookupDecoding: its Python prompt-lookup loop.
+"""
+
+import ctypes
+import json
+import signal
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from completer.bench import LLAMA_SERVER_PEERS, PEER
+from completer.models.backend import default_threads
+
+DRAFT = "{draft}"  # in a configuration's arguments: the draft model's path
+# Per mode, llama-server's arguments beyond the model, context and threads.
+#   draft      the preset's draft at llama-server's defaults (3 tokens a round)
+#   draft-fim  the same draft with what llama-server's --fim-qwen-7b-spec preset sets
+#              in this llama.cpp (batch and micro-batch 1024, cache reuse 256)
+#   ngram-mod, ngram-simple  as llama.cpp's docs/speculative.md suggests
+SERVER_ARGS = {
+    "peer:llama-server": (),
+    "peer:llama-server:draft": ("-md", DRAFT, "--spec-type", "draft-simple"),
+    "peer:llama-server:draft-fim": ("-md", DRAFT, "--spec-type", "draft-simple", "-b", "1024", "-ub", "1024",
+                                    "--cache-reuse", "256"),
+    "peer:llama-server:ngram-mod": ("--spec-type", "ngram-mod", "--spec-ngram-mod-n-match", "24",
+                                    "--spec-ngram-mod-n-min", "48", "--spec-ngram-mod-n-max", "64"),
+    "peer:llama-server:ngram-simple": ("--spec-type", "ngram-simple", "--spec-draft-n-max", "64"),
+}
+assert tuple(SERVER_ARGS) == LLAMA_SERVER_PEERS
+START_TIMEOUT_S = 300  # loading a 14B target from a cold disk
+REQUEST_TIMEOUT_S = 600
+
+
+class PeerFailed(Exception):
+    """The peer could not start or stopped answering; the message says why (its stderr's last line)."""
+
+
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def _die_with_parent() -> None:
+    """In the child, before exec: SIGTERM when the bench's process dies (Linux's PR_SET_PDEATHSIG)."""
+    try:
+        ctypes.CDLL("libc.so.6").prctl(1, signal.SIGTERM)  # 1 = PR_SET_PDEATHSIG
+    except OSError:  # not glibc: stopping at the end of the run still holds
+        pass
+
+
+@dataclass
+class PeerResult:
+    tokens: list[int]
+    ms: float  # generation, as the server timed it
+    wall_ms: float  # the timed request, HTTP included
+    drafted: int
+    accepted: int
+
+
+class LlamaServer:
+    def __init__(self, binary: Path, mode: str, target: Path, draft: Path | None, context_tokens: int,
+                 gpu_layers: int):
+        self.mode = mode
+        if DRAFT in SERVER_ARGS[mode] and draft is None:
+            raise PeerFailed("the preset has no draft model")
+        threads = str(default_threads())
+        extra = [str(draft) if arg == DRAFT else arg for arg in SERVER_ARGS[mode]]
+        drafting_threads = ["-td", threads, "-tbd", threads, "-ngld", str(gpu_layers)] if DRAFT in SERVER_ARGS[mode] \
+            else []
+        self.port = _free_port()
+        # Flash attention as the bench's own contexts have it: off on the CPU (it rounds a
+        # batch differently from one token at a time), on with GPU layers.
+        command = [str(binary), "-m", str(target), "-c", str(context_tokens), "-np", "1", "-t", threads, "-tb", threads,
+                   "-ngl", str(gpu_layers), "-fa", "on" if gpu_layers > 0 else "off", "--host", "127.0.0.1",
+                   "--port", str(self.port), "--no-webui", *drafting_threads, *extra]
+        self.log = tempfile.TemporaryFile(mode="w+b")
+        self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
+                                        preexec_fn=_die_with_parent)
+        self._wait_until_ready()
+
+    def last_line(self) -> str:
+        self.log.seek(0)
+        lines = [line.strip() for line in self.log.read().decode(errors="replace").splitlines() if line.strip()]
+        return lines[-1] if lines else "(no output)"
+
+    def failure(self, what: str) -> PeerFailed:
+        status = self.process.poll()
+        exited = "" if status is None else (f" (exit {status})" if status >= 0 else
+                                            f" (killed by {signal.Signals(-status).name})")
+        return PeerFailed(f"{what}{exited}: {self.last_line()}")
+
+    def _wait_until_ready(self) -> None:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.process.poll() is not None:
+                raise self.failure("llama-server exited at start")
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/health", timeout=5) as response:
+                    if response.status == 200:
+                        return
+            except (urllib.error.URLError, ConnectionError, TimeoutError):
+                pass  # still loading (503) or not listening yet
+            time.sleep(0.2)
+        raise self.failure(f"llama-server not ready after {START_TIMEOUT_S} s")
+
+    def _post(self, body: dict) -> dict:
+        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+                return json.load(response)
+        except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError) as error:
+            time.sleep(0.2)  # a server that died: let its exit status land
+            raise self.failure(f"llama-server stopped answering ({error})") from None
+
+    def generate(self, prompt: list[int], max_tokens: int, temperature: float, seed: int) -> PeerResult:
+        if self.process.poll() is not None:
+            raise self.failure("llama-server is gone")
+        self._post({"prompt": prompt, "n_predict": 0, "cache_prompt": True})  # the prompt, outside the timing
+        # Every other sampler off, as the bench's own sampling: top-k 0 and top-p 1 are
+        # no filter; llama-server samples greedily at temperature 0.
+        body = {"prompt": prompt, "n_predict": max_tokens, "temperature": temperature, "top_k": 0, "top_p": 1.0,
+                "min_p": 0.0, "seed": seed, "cache_prompt": True, "return_tokens": True}
+        started = time.perf_counter()
+        answer = self._post(body)
+        wall_ms = (time.perf_counter() - started) * 1000
+        timings = answer.get("timings", {})
+        return PeerResult(answer.get("tokens", []), timings.get("predicted_ms", wall_ms), wall_ms,
+                          timings.get("draft_n", 0), timings.get("draft_n_accepted", 0))
+
+    def close(self) -> None:
+        if self.process.poll() is None:
+            self.process.terminate()
+            try:
+                self.process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                self.process.wait()
+        self.log.close()
+
+
+class PromptLookupPeer:
+    """llama-cpp-python's high-level generator with its prompt-lookup draft."""
+
+    mode = PEER
+
+    def __init__(self, path: str, n_ctx: int, is_end: Callable[[int], bool]):
+        from llama_cpp import Llama
+        from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
+
+        self.llm = Llama(path, n_ctx=n_ctx, n_threads=default_threads(), verbose=False, flash_attn=False,
+                         draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10), logits_all=True)
+        self.is_end = is_end
+
+    def generate(self, prompt: list[int], max_tokens: int, temperature: float, seed: int) -> PeerResult:
+        self.llm.reset()
+        self.llm.set_seed(seed)
+        self.llm.eval(prompt)  # prefill outside the timing, as for our modes; generate() then reuses it
+        started = time.perf_counter()
+        tokens: list[int] = []
+        sampling = {"temp": temperature, "top_k": 1} if temperature <= 0 else {"temp": temperature}
+        for token in self.llm.generate(prompt, **sampling):
+            if self.is_end(token) or len(tokens) >= max_tokens:
+                break
+            tokens.append(token)
+        ms = (time.perf_counter() - started) * 1000
+        return PeerResult(tokens, ms, ms, 0, 0)
+
+    def close(self) -> None:
+        self.llm.close()

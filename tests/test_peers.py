@@ -1,0 +1,127 @@
+"""llama-server as bench's peer: built from llama-cpp-python's own llama.cpp source,
+found, run beside our modes on the same holes, and reported as failed (with why) when
+it cannot start or dies, while the run goes on."""
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from completer.bench import LLAMA_SERVER, LLAMA_SERVER_PEERS
+from completer.bench import report as bench_report
+from completer.bench.holes import pick_holes
+from completer.bench.run import Bench, Settings
+from completer.models.backend import LlamaModel
+from completer.models.cpu_flags import cmake_cpu_args
+from completer.models.llama_server import SERVER_ENV, LlamaServerError, find
+from conftest import REPO, run_completer
+
+# The build takes minutes: made once per machine, as the VS Code toolchain is.
+MACHINE_CACHE = Path.home() / ".cache" / "completer-e2e" / "llama-server-cache"
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Path:
+    result = run_completer("peers", "build", env={"COMPLETER_CACHE_DIR": str(MACHINE_CACHE)}, timeout=3600)
+    assert result.returncode == 0, result.stderr
+    state, _, path = result.stdout.strip().partition(": ")
+    assert state in ("built", "cached")
+    return Path(path)
+
+
+def test_the_cpu_flags_name_each_simd_feature_and_never_amx(tmp_path):
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx avx2 fma amx_tile amx_int8 avx512f\n")
+    args = cmake_cpu_args(cpuinfo)
+    assert {"-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_AVX512=ON", "-DGGML_AVX512_BF16=OFF"} <= set(args)
+    assert {"-DGGML_NATIVE=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF"} <= set(args)
+    assert cmake_cpu_args(tmp_path / "no-such-file") == ["-DGGML_NATIVE=ON"]
+
+
+def test_the_build_is_cached_and_found_and_a_wrong_path_says_what_to_run(llama_server, monkeypatch, tmp_path):
+    again = run_completer("peers", "build", env={"COMPLETER_CACHE_DIR": str(MACHINE_CACHE)})
+    assert again.returncode == 0 and again.stdout.strip() == f"cached: {llama_server}"
+    assert "version" in subprocess.run([llama_server, "--version"], capture_output=True, text=True).stderr
+    monkeypatch.setenv("COMPLETER_CACHE_DIR", str(MACHINE_CACHE))
+    assert find() == llama_server
+    assert find(llama_server) == llama_server
+    with pytest.raises(LlamaServerError, match="completer peers build"):
+        find(tmp_path / "none")
+    monkeypatch.setenv(SERVER_ENV, str(tmp_path))  # a folder, not a program
+    with pytest.raises(LlamaServerError, match=f"\\${SERVER_ENV}"):
+        find()
+    monkeypatch.setenv("COMPLETER_CACHE_DIR", str(tmp_path / "empty"))
+    monkeypatch.delenv(SERVER_ENV)
+    assert find() is None
+    doctor = run_completer("doctor", "--json", env={"COMPLETER_CACHE_DIR": str(MACHINE_CACHE)})
+    assert json.loads(doctor.stdout)["llama-server"] == str(llama_server)
+
+
+def test_every_llama_server_configuration_runs_beside_ours_with_the_same_greedy_output(llama_server, smol_cache,
+                                                                                       tmp_path):
+    out = tmp_path / "bench.json"
+    result = run_completer("bench", str(REPO / "completer"), "--preset", "smol", "--n", "2", "--max-tokens", "8",
+                           "--modes", ",".join(["auto", *LLAMA_SERVER_PEERS]), "--llama-server", str(llama_server),
+                           "--report", str(out), "--json", "--profile",
+                           env={"COMPLETER_CACHE_DIR": str(smol_cache)}, timeout=900)
+    assert result.returncode == 0, result.stderr
+    rows = json.loads(result.stdout)  # stdout holds the JSON alone
+    summary = json.loads(out.read_text())["summary"]
+    assert [row["mode"] for row in rows] == list(summary) == ["target", "auto", *LLAMA_SERVER_PEERS]
+    for mode in LLAMA_SERVER_PEERS:
+        entry = summary[mode]
+        assert entry["failed"] is None and entry["holes"] == 2 and entry["tokens_per_s"] > 0, (mode, entry)
+        assert entry["wall_tokens_per_s"] <= entry["tokens_per_s"]  # HTTP on top of the server's own time
+        # Greedy, the same kernels: target's tokens, but for near ties where batched verification parts.
+        assert entry["other_differences"] == 0, (mode, entry)
+    assert summary[f"{LLAMA_SERVER}:draft"]["acceptance_rate"] is not None  # drafted, as its timings say
+    assert "auto against the fastest llama-server" in result.stderr
+    assert f"target against {LLAMA_SERVER}" in result.stderr
+    assert "llama_decode" in result.stderr and summary["auto"]["decode_ms_per_pass"] > 0
+
+
+def test_a_peer_that_cannot_start_is_reported_with_its_reason_and_the_run_goes_on(smol_cache, tmp_path):
+    broken = tmp_path / "llama-server"
+    broken.write_text("#!/bin/sh\necho 'error: this llama-server cannot load the model' >&2\nexit 3\n")
+    broken.chmod(0o755)
+    out = tmp_path / "bench.json"
+    result = run_completer("bench", str(REPO / "completer"), "--preset", "smol", "--n", "1", "--max-tokens", "4",
+                           "--modes", f"ngram,{LLAMA_SERVER}", "--llama-server", str(broken), "--report", str(out),
+                           env={"COMPLETER_CACHE_DIR": str(smol_cache)}, timeout=600)
+    assert result.returncode == 0, result.stderr
+    summary = json.loads(out.read_text())["summary"]
+    assert summary["ngram"]["failed"] is None and summary["ngram"]["tokens_per_s"] > 0
+    failed = summary[LLAMA_SERVER]
+    assert failed["failed"] == "llama-server exited at start (exit 3): error: this llama-server cannot load the model"
+    assert failed["holes"] == 0 and failed["tokens_per_s"] is None
+    assert f"{LLAMA_SERVER} failed after 0 holes: llama-server exited at start (exit 3)" in result.stdout
+
+
+def test_a_peer_that_dies_mid_run_is_marked_failed_from_there_and_its_server_is_gone(llama_server, smol):
+    target, draft = LlamaModel(smol.target, n_gpu_layers=0), LlamaModel(smol.draft, n_gpu_layers=0)
+    holes = pick_holes([REPO / "completer"], 2, seed=3)
+    runner = Bench(target, draft, Settings("smol", ("target", LLAMA_SERVER), max_tokens=4), llama_server=llama_server)
+    try:
+        first = runner.run_hole(0, holes[0])
+        server = runner.peers[LLAMA_SERVER].process
+        server.kill()
+        server.wait()
+        second = runner.run_hole(1, holes[1])
+    finally:
+        runner.close()
+    assert "failed" not in first[1] and first[1]["tokens"]
+    assert second[0]["tokens"] and second[1]["failed"].startswith("llama-server is gone (killed by SIGKILL)")
+    entry = bench_report.summarize(first + second, ("target", LLAMA_SERVER), runner.engine.costs)[LLAMA_SERVER]
+    assert entry["holes"] == 1 and entry["failed"].startswith("llama-server is gone")
+    assert not runner.peers
+
+
+def test_the_peers_servers_stop_with_the_bench(llama_server, smol):
+    target = LlamaModel(smol.target, n_gpu_layers=0)
+    runner = Bench(target, None, Settings("smol", ("target", LLAMA_SERVER), max_tokens=4), llama_server=llama_server)
+    pid = runner.peers[LLAMA_SERVER].process.pid
+    runner.close()
+    with pytest.raises(ProcessLookupError):
+        os.kill(pid, 0)
