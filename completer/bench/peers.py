@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from completer.bench import LLAMA_SERVER_PEERS, PEER
-from completer.models.backend import default_threads
+from completer.models.backend import LlamaModel, default_threads
 
 DRAFT = "{draft}"  # in a configuration's arguments: the draft model's path
 # Per mode, llama-server's arguments beyond the model, context and threads.
@@ -76,25 +76,32 @@ class PeerResult:
 
 
 class LlamaServer:
-    def __init__(self, binary: Path, mode: str, target: Path, draft: Path | None, context_tokens: int,
-                 gpu_layers: int):
+    """One llama-server configuration on the models the bench loaded, with their GPU
+    layers, our thread count and context size, and one slot."""
+
+    def __init__(self, binary: Path, mode: str, target: LlamaModel, draft: LlamaModel | None, context_tokens: int):
         self.mode = mode
-        if DRAFT in SERVER_ARGS[mode] and draft is None:
+        drafts = DRAFT in SERVER_ARGS[mode]
+        if drafts and draft is None:
             raise PeerFailed("the preset has no draft model")
         threads = str(default_threads())
-        extra = [str(draft) if arg == DRAFT else arg for arg in SERVER_ARGS[mode]]
-        drafting_threads = ["-td", threads, "-tbd", threads, "-ngld", str(gpu_layers)] if DRAFT in SERVER_ARGS[mode] \
-            else []
+        extra = [str(draft.path) if arg == DRAFT else arg for arg in SERVER_ARGS[mode]]
+        drafting = ["-td", threads, "-tbd", threads, "-ngld", str(draft.gpu_layers)] if drafts else []
         self.port = _free_port()
         # Flash attention as the bench's own contexts have it: off on the CPU (it rounds a
         # batch differently from one token at a time), on with GPU layers.
-        command = [str(binary), "-m", str(target), "-c", str(context_tokens), "-np", "1", "-t", threads, "-tb", threads,
-                   "-ngl", str(gpu_layers), "-fa", "on" if gpu_layers > 0 else "off", "--host", "127.0.0.1",
-                   "--port", str(self.port), "--no-webui", *drafting_threads, *extra]
+        gpu_layers = target.gpu_layers
+        command = [str(binary), "-m", str(target.path), "-c", str(context_tokens), "-np", "1", "-t", threads,
+                   "-tb", threads, "-ngl", str(gpu_layers), "-fa", "on" if gpu_layers > 0 else "off",
+                   "--host", "127.0.0.1", "--port", str(self.port), "--no-webui", *drafting, *extra]
         self.log = tempfile.TemporaryFile(mode="w+b")
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,
                                         preexec_fn=_die_with_parent)
-        self._wait_until_ready()
+        try:
+            self._wait_until_ready()
+        except BaseException:  # not ready in time, or Ctrl-C: no server left behind
+            self.close()
+            raise
 
     def last_line(self) -> str:
         self.log.seek(0)

@@ -79,8 +79,7 @@ class Bench:
             self.peers[mode] = (
                 PromptLookupPeer(str(target.path), settings.context_tokens, target.is_end_of_generation)
                 if mode == PEER else
-                LlamaServer(llama_server, mode, target.path, draft.path if draft else None, settings.context_tokens,
-                            target.gpu_layers))
+                LlamaServer(llama_server, mode, target, draft, settings.context_tokens))
         except PeerFailed as error:
             self.failed[mode] = str(error)
 
