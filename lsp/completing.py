@@ -37,7 +37,7 @@ def request_at(document: Document | None, uri: str, position: types.Position, en
     return CompletionRequest(uri, to_fs_path(uri) or uri, document.text, cursor, document.language)
 
 
-async def complete(completer: Completer, request: CompletionRequest, debounce_ms: int,
+async def complete(completer: Completer, request: CompletionRequest, debounce_ms: float,
                    in_worker: InWorker) -> Completion | None:
     """The completion, or None when a newer request for the document superseded it while
     it waited out the debounce."""
