@@ -25,7 +25,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from completer.bench import LLAMA_SERVER_PEERS, PEER
+from completer.bench import LLAMA_SERVER_PEERS
 from completer.models.backend import LlamaModel, default_threads
 
 DRAFT = "{draft}"  # in a configuration's arguments: the draft model's path
@@ -80,7 +80,6 @@ class LlamaServer:
     layers, our thread count and context size, and one slot."""
 
     def __init__(self, binary: Path, mode: str, target: LlamaModel, draft: LlamaModel | None, context_tokens: int):
-        self.mode = mode
         drafts = DRAFT in SERVER_ARGS[mode]
         if drafts and draft is None:
             raise PeerFailed("the preset has no draft model")
@@ -166,8 +165,6 @@ class LlamaServer:
 
 class PromptLookupPeer:
     """llama-cpp-python's high-level generator with its prompt-lookup draft."""
-
-    mode = PEER
 
     def __init__(self, path: str, n_ctx: int, is_end: Callable[[int], bool]):
         from llama_cpp import Llama
