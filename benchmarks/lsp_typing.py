@@ -33,6 +33,16 @@ from completer.models.paths import cache_dir
 TYPED = "        width = max(len(line) for line in lines) if lines else 0\n"
 
 
+async def initialize_as_vscode(client, preset: str) -> None:
+    """Initialize the server as VS Code would, with the preset and 16 tokens a completion
+    under no time budget, and wait until its models are ready."""
+    await client.initialize_session(types.InitializeParams(
+        capabilities=client_capabilities("visual-studio-code"),
+        initialization_options={"models": {"preset": preset}, "generation": {"max_tokens": 16, "time_budget_ms": 0}}))
+    while not (await client.protocol.send_request_async(protocol.STATS, None)).ready:
+        await asyncio.sleep(0.2)
+
+
 async def run(args: argparse.Namespace) -> None:
     text = (Path(sysconfig.get_paths()["stdlib"]) / args.file).read_text()[: args.chars]
     server = [str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "completer"), "serve", "--stdio"]
@@ -49,12 +59,7 @@ async def run(args: argparse.Namespace) -> None:
         send, receive = client.protocol._send_data, client.protocol.handle_message
         client.protocol._send_data = lambda data: (record("client ->", data), send(data))[1]
         client.protocol.handle_message = lambda message: (record("server ->", message), receive(message))[1]
-    await client.initialize_session(types.InitializeParams(
-        capabilities=client_capabilities("visual-studio-code"),
-        initialization_options={"models": {"preset": args.preset},
-                                "generation": {"max_tokens": 16, "time_budget_ms": 0}}))
-    while not (await client.protocol.send_request_async(protocol.STATS, None)).ready:
-        await asyncio.sleep(0.2)
+    await initialize_as_vscode(client, args.preset)
     uri = Path(tempfile.gettempdir(), args.file).as_uri()
     recording = True
     cursor = text.index("\n", len(text) // 2) + 1

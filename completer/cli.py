@@ -13,7 +13,7 @@ from rich.console import Console
 from completer import tables
 from completer.bench import DISTILLED_MODES, LLAMA_SERVER_PEERS
 from completer.bench import MODES as BENCH_MODES
-from completer.config import CHOICES, CacheOptions, Config, GenerationOptions, ModelOptions
+from completer.config import CHOICES, CacheOptions, Config, DraftingOptions, GenerationOptions, ModelOptions
 from completer.models.distill_settings import INITS, LOSSES, PRECISIONS, QUANTIZE_TYPES, TEACHERS, DistillSettings
 from completer.models.errors import ModelError
 from completer.models.llama_server import BUILD_COMMAND
@@ -520,11 +520,12 @@ def _show_bench_table(summary: dict, title: str, as_json: bool) -> None:
 @click.option("--exact", is_flag=True, help="The target scores a verify batch one token per decode, as plain steps "
               "do: greedy speculation must then equal target token for token (no near ties), and runs slower.")
 @_config_flags("models")
+@_config_flags("drafting", only=("index_mb",))
 @_reports_model_errors
 def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | None, profile: bool,
           count: int | None, seed: int, max_tokens: int | None, temperature: float, holes_file: Path | None,
           report_path: Path, as_json: bool, plot_path: Path | None, typing: bool, quick: bool, exact: bool,
-          models: ModelOptions) -> None:
+          models: ModelOptions, drafting: DraftingOptions) -> None:
     """Measure what speculation and caching buy on your code: every mode side by side.
 
     PATHS are repositories or folders (default: the current repository). Holes are
@@ -549,24 +550,28 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
         raise click.UsageError(str(error)) from None
     pair = load_pair(models)
     distilled = load_distilled(pair, models)
-    chosen = modes_to_run(asked, distilled is not None)
-    settings = Settings(models.preset, chosen, max_tokens, temperature, models.context_tokens, exact)
+    chosen = modes_to_run(asked, distilled is not None, drafting.index_mb > 0)
+    settings = Settings(models.preset, chosen, max_tokens, temperature, models.context_tokens, exact,
+                        drafting.index_mb)
     target, draft = pair.target, pair.draft
-    runner = Bench(target, draft, settings, distilled, llama_server)
+    with errors.status("indexing the workspace, measuring the verify cost, starting the peers"):
+        runner = Bench(target, draft, settings, distilled, llama_server, sorted({Path(h.root) for h in holes}))
+    notes = errors if as_json else console  # with --json, stdout holds the JSON alone
+    notes.print(report.index_line(runner.index_stats), soft_wrap=True, highlight=False)
     try:
         records = _run_holes(runner, holes, len(chosen))
     finally:  # the peers' servers stop, also on Ctrl-C
         runner.close()
     summary = report.summarize(records, chosen, runner.engine.costs)
     where = ", ".join(sorted({str(Path(h.root)) for h in holes}))
-    notes = errors if as_json else console  # with --json, stdout holds the JSON alone
     _show_bench_table(summary, f"{len(holes)} holes in {where}; {max_tokens} tokens; T={temperature}; "
                                f"preset {models.preset}{'; exact verification' if exact else ''}", as_json)
-    for line in [*report.failures(summary), report.verdict(summary), *(report.profile(summary) if profile else [])]:
+    profiled = [*report.profile(summary), *report.rounds_by_match_lines(records)] if profile else []
+    for line in [*report.failures(summary), report.verdict(summary), *report.by_kind(records), *profiled]:
         if line:
             notes.print(line, soft_wrap=True, highlight=False)
     result = report.document(settings, seed, roots, pair.files, distilled.path if distilled else None,
-                             runner.engine.costs, summary, holes, records)
+                             runner.engine.costs, summary, holes, records, runner.index_stats)
     if typing:
         from completer.bench.typing import replay_files
 

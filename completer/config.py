@@ -117,8 +117,16 @@ class DraftingOptions:
         "matches of 1 to 4 tokens was accepted 19% of the time and ran at 0.68x plain decoding, after 3 to 6 "
         "tokens 44% and 1.11x (smol, T=0)"
     )
-    ngram_max_match: int = option(16, "matches are measured up to this many tokens: past it, more context "
-                                  "predicts no better, and each lookup stays cheap")
+    ngram_max_match: int = option(
+        64, "matches are measured up to this many tokens: the tuner trusts a long copy further (a match of 32+ "
+        "tokens tends to go on), and a default completion is 64 tokens"
+    )
+    index_mb: float = option(
+        256.0, "memory for the workspace index n-gram lookup drafts from (8 bytes a token; the build needs "
+        "about 4 times that for a moment): 256 MB holds 33 million tokens, a repository of about 100 MB of "
+        "source; past it the most recently modified files are kept. 0 = no index: drafts come from open "
+        "documents only", "--index-mb"
+    )
     hybrid_min_match: int = option(
         5, "hybrid: an n-gram match this long is trusted over the draft model; after a shorter one the draft "
         "model drafts"

@@ -15,6 +15,7 @@ import numpy as np
 from completer.config import DraftingOptions
 from completer.kv import KVSequence
 from completer.speculative import Sampling, probabilities, sample
+from completer.workspace_index import NO_MATCH, Match, WorkspaceIndex
 
 # Candidate positions examined per lookup, most recent first: bounds the cost of a
 # lookup on repetitive text.
@@ -95,10 +96,14 @@ class NgramIndex:
         for end in reversed(candidates):
             if end >= before:
                 continue
-            length = self.min_match
-            limit = min(self.max_match, end, len(suffix))
-            while length < limit and self.tokens[end - length - 1] == suffix[-length - 1]:
-                length += 1
+            # The longest length that matches, by bisection over slice comparisons (in C).
+            length, limit = self.min_match, min(self.max_match, end, len(suffix))
+            while length < limit:
+                longer = (length + limit + 1) // 2
+                if self.tokens[end - longer : end] == suffix[-longer:]:
+                    length = longer
+                else:
+                    limit = longer - 1
             if length > best_length:
                 best_length, best_end = length, end
             examined += 1
@@ -109,12 +114,15 @@ class NgramIndex:
 
 class NgramDrafter:
     """Prompt lookup: find the longest earlier occurrence of the text's last tokens, in
-    this document or in other open ones, and propose what followed it."""
+    this document, in other open ones or in the workspace's files, and propose what
+    followed it."""
 
-    def __init__(self, options: DraftingOptions = DraftingOptions()):
+    def __init__(self, options: DraftingOptions = DraftingOptions(), workspace: WorkspaceIndex | None = None):
         self.options = options
         self.document = self._index([])
-        self.others: dict[str, NgramIndex] = {}
+        self.others: dict[str, NgramIndex] = {}  # open documents, by the editor's name
+        self.saved_files: dict[str, NgramIndex] = {}  # workspace files saved since the index was built, by path
+        self.workspace = workspace
 
     def _index(self, tokens: list[int]) -> NgramIndex:
         return NgramIndex(tokens, self.options.ngram_min_match, self.options.ngram_max_match)
@@ -124,6 +132,7 @@ class NgramDrafter:
         self.options = options
         self.document = self._index(self.document.tokens)
         self.others = {key: self._index(index.tokens) for key, index in self.others.items()}
+        self.saved_files = {key: self._index(index.tokens) for key, index in self.saved_files.items()}
 
     def set_document(self, tokens: list[int]) -> None:
         """Index the current text, reusing the index while the text only grew."""
@@ -139,18 +148,26 @@ class NgramDrafter:
     def remove_other_document(self, key: str) -> None:
         self.others.pop(key, None)
 
-    def lookup(self, tokens: list[int], k: int) -> tuple[list[int], int]:
-        """(proposed tokens, match length) for the text `tokens`."""
+    def set_saved_file(self, path: str, tokens: list[int]) -> None:
+        self.saved_files[path] = self._index(tokens)
+
+    def lookup(self, tokens: list[int], k: int) -> Match:
+        """The proposal for the text `tokens`: what followed the longest match, the open
+        documents' on a tie with the workspace's (they are what is being worked on)."""
         if len(tokens) < self.options.ngram_min_match or k <= 0:
-            return [], 0
+            return NO_MATCH
         self.set_document(tokens)
         best_length, best_index, best_end = 0, self.document, -1
         # Only occurrences with a token after them can propose anything.
-        for index in [self.document, *self.others.values()]:
+        for index in [self.document, *self.others.values(), *self.saved_files.values()]:
             before = len(tokens) if index is self.document else len(index.tokens)
             length, end = index.longest_match(tokens, before)
             if length > best_length:
                 best_length, best_index, best_end = length, index, end
+        if self.workspace is not None and best_length < self.options.ngram_max_match:  # else it cannot do better
+            found = self.workspace.lookup(tokens, k)
+            if found.length > best_length:
+                return found
         if best_end < 0:
-            return [], 0
-        return best_index.tokens[best_end : best_end + k], best_length
+            return NO_MATCH
+        return Match(best_index.tokens[best_end : best_end + k], best_length)

@@ -11,10 +11,11 @@ import numpy as np
 
 from completer.config import DRAFT_MODES, DraftingOptions
 from completer.drafts import NO_PROPOSAL, ModelDrafter, NgramDrafter, Proposal
+from completer.workspace_index import NO_MATCH
 from completer.healing import Healing, mask_to
 from completer.kv import KVSequence, common_prefix_length
 from completer.models.backend import LlamaContext, LlamaModel
-from completer.speculative import Sampling, probabilities, verify_greedy, verify_sampled
+from completer.speculative import Sampling, accept_greedy, probabilities, verify_greedy, verify_sampled
 from completer.tuning import MAX_DRAFT, Candidate, CostModel, Plan, Tuner, calibrate, match_bucket
 
 log = logging.getLogger("completer.engine")
@@ -30,12 +31,19 @@ class GenerationStats:
     drafted: int = 0
     accepted: int = 0
     tokens_in_speculative_rounds: int = 0
+    # n-gram rounds rejected where the index's occurrences had gone on otherwise, and of
+    # those, the ones where the target's token was one of the others: what verifying
+    # those branches too (a token tree) would have saved.
+    branch_points: int = 0
+    branch_hits: int = 0
     predicted_tokens: float = 0.0  # sum of E over speculative rounds
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     total_ms: float = 0.0
-    # (provider or None for a plain step, tokens drafted) per target pass, for cost accounting
-    rounds: list[tuple[str | None, int]] = field(default_factory=list)
+    # Per target pass: (provider or None for a plain step, tokens drafted, the n-gram match
+    # length behind them (0 for other providers), the tokens the tuner predicted the pass
+    # would make, the tokens it made), for cost accounting and `completer bench --profile`.
+    rounds: list[tuple[str | None, int, int, float, int]] = field(default_factory=list)
 
     @property
     def acceptance_rate(self) -> float:
@@ -59,6 +67,7 @@ class Generation:
     # With keep_logits: the target's logits that chose each token, plus the row that chose
     # the end-of-generation token where one stopped it. [len(tokens) (+1), V]
     logits: np.ndarray | None = None
+    end_token: int | None = None  # the end-of-generation token that stopped it ("end")
 
 
 class Engine:
@@ -161,6 +170,9 @@ class _Round:
     # An n-gram proposal the tuner passed over: scored against the token the target
     # produces anyway, it teaches the acceptance estimate for free.
     shadow: Proposal | None = None
+    # Where the workspace index's occurrences went on otherwise: step -> those tokens
+    # (workspace_index.Match), to count what a token tree would have saved.
+    alternatives: dict[int, tuple[int, ...]] = field(default_factory=dict)
 
 
 PLAIN_ROUND = _Round(Plan(None, 0, 1.0, 0.0), None, NO_PROPOSAL)
@@ -184,7 +196,8 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
     if not allowed or most <= 0:
         return PLAIN_ROUND
     lookup_started = time.perf_counter()
-    lookup, match = engine.ngram.lookup(tokens, most) if {"ngram", "hybrid"} & set(allowed) else ([], 0)
+    found = engine.ngram.lookup(tokens, most) if {"ngram", "hybrid"} & set(allowed) else NO_MATCH
+    lookup, match = found.tokens, found.length
     lookup_ms = (time.perf_counter() - lookup_started) * 1000
     use_ngram = "ngram" in allowed or ("hybrid" in allowed and match >= engine.drafting.hybrid_min_match)
     use_model = engine.drafter is not None and ("draft" in allowed or ("hybrid" in allowed and not use_ngram))
@@ -198,7 +211,8 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
         shadow = Proposal(lookup[:1], None, lookup_ms, match) if lookup and use_ngram else None
         return _Round(plan, None, NO_PROPOSAL, shadow)
     if plan.provider == "ngram":
-        return _Round(plan, "ngram", Proposal(lookup[: plan.k], None, lookup_ms, match))
+        proposal = Proposal(lookup[: plan.k], None, lookup_ms, match)
+        return _Round(plan, "ngram", proposal, alternatives=found.alternatives)
     try:
         return _Round(plan, "draft", engine.drafter.propose(tokens, plan.k, asked.sampling, rng))
     except (RuntimeError, ValueError) as error:  # llama_decode failed, or the draft's context is full
@@ -207,20 +221,27 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
 
 
 def _verify(engine: Engine, tokens: list[int], chosen: _Round, sampling: Sampling, rng: np.random.Generator,
-            allowed: np.ndarray | None) -> tuple[int, int, np.ndarray, float]:
+            allowed: np.ndarray | None, keep_rows: bool) -> tuple[int, int, np.ndarray | None, float]:
     """The target scores [last, d1..dk] in one batch and accepts a prefix of the draft;
     both caches are cut to what it accepted. `allowed`: the only tokens the first may be
-    (healing). Returns (accepted, the next token, the rows that chose the new tokens
-    [accepted + 1, V], ms)."""
+    (healing). Returns (accepted, the next token, with `keep_rows` the rows that chose
+    the new tokens [accepted + 1, V] (else None), ms)."""
     draft = chosen.proposal.tokens
     started = time.perf_counter()
-    logits = engine.target.extend([tokens[-1], *draft], logits_at=list(range(len(draft) + 1)))  # [k+1, V]
-    if allowed is not None:
-        logits = mask_to(logits[0], allowed)[None, :]
-    if sampling.greedy:
-        accepted, next_token = verify_greedy(logits, draft)
+    scored = [tokens[-1], *draft]
+    positions = list(range(len(scored)))
+    rows = None
+    if sampling.greedy and allowed is None and not keep_rows:  # the argmax of each row is all it takes
+        accepted, next_token = accept_greedy(engine.target.extend(scored, positions, argmax=True), draft)
     else:
-        accepted, next_token = verify_sampled(probabilities(logits, sampling), chosen.proposal.q, draft, rng)
+        logits = engine.target.extend(scored, logits_at=positions)  # [k+1, V]
+        if allowed is not None:
+            logits = mask_to(logits[0], allowed)[None, :]
+        if sampling.greedy:
+            accepted, next_token = verify_greedy(logits, draft)
+        else:
+            accepted, next_token = verify_sampled(probabilities(logits, sampling), chosen.proposal.q, draft, rng)
+        rows = logits[: accepted + 1] if keep_rows else None
     engine.target.truncate(len(tokens) + accepted)
     verify_ms = (time.perf_counter() - started) * 1000
     if chosen.provider == "draft":
@@ -229,17 +250,18 @@ def _verify(engine: Engine, tokens: list[int], chosen: _Round, sampling: Samplin
             engine.drafter.sequence.truncate(len(tokens) + accepted)
         except RuntimeError as error:
             _drop_draft(engine, error)
-    return accepted, next_token, logits[: accepted + 1], verify_ms
+    return accepted, next_token, rows, verify_ms
 
 
 def speculative_round(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, rng: np.random.Generator,
-                      stats: GenerationStats, allowed: np.ndarray | None = None) -> tuple[list[int], np.ndarray]:
+                      stats: GenerationStats, allowed: np.ndarray | None = None,
+                      keep_rows: bool = False) -> tuple[list[int], np.ndarray | None]:
     """One round: draft (the tuner picks the provider and k, at most `room`), verify,
     accept, truncate, and learn from it. A first token constrained by healing
     (`allowed`) is a plain step: drafts know nothing of the constraint. Returns the new
-    tokens and the target's rows that chose them [len(new), V]."""
+    tokens and, with `keep_rows`, the target's rows that chose them [len(new), V]."""
     chosen = PLAIN_ROUND if allowed is not None else _choose(engine, tokens, room, asked, rng)
-    accepted, next_token, rows, verify_ms = _verify(engine, tokens, chosen, asked.sampling, rng, allowed)
+    accepted, next_token, rows, verify_ms = _verify(engine, tokens, chosen, asked.sampling, rng, allowed, keep_rows)
     new = [*chosen.proposal.tokens[:accepted], next_token]
     _record(engine, stats, chosen, accepted, len(new), next_token, verify_ms, asked)
     return new, rows
@@ -273,6 +295,7 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     engine.target.sync(tokens[:-1])
     predict_started = time.perf_counter()  # the time budget is for predicting, as llama.vim's t_max_predict_ms
     stop_reason, text, rows = "max_tokens", "", []  # rows: with keep_logits, [produced, V] per round
+    end_token = None
     while len(tokens) - prompt_length < max_tokens:
         room = min(max_tokens - (len(tokens) - prompt_length), n_ctx - len(tokens)) - 1
         if cancel is not None and cancel.is_set():
@@ -284,10 +307,11 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
         if stop_reason != "max_tokens":
             break
         allowed = healing.allowed if healing is not None and len(tokens) == prompt_length else None
-        new, logits = speculative_round(engine, tokens, room, asked, rng, stats, allowed)
+        new, logits = speculative_round(engine, tokens, room, asked, rng, stats, allowed, keep_logits)
         tokens.extend(new)
         if keep_logits:
             rows.append(logits)
+        end_token = next((t for t in new if engine.model.is_end_of_generation(t)), None)
         stop_reason, text = _stop_after_round(engine, tokens, prompt_length, stop, done, healing)
         if stop_reason != "max_tokens":
             break
@@ -301,7 +325,7 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     if keep_logits:
         kept = np.concatenate([np.empty((0, engine.model.n_vocab), np.float32), *rows])
         kept = kept[: len(generated) + (stop_reason == "end")]
-    return Generation(text, generated, stop_reason, stats, kept)
+    return Generation(text, generated, stop_reason, stats, kept, end_token if stop_reason == "end" else None)
 
 
 def _stop_after_round(engine: Engine, tokens: list[int], prompt_length: int, stop: tuple[str, ...],
@@ -339,12 +363,16 @@ def _record(engine: Engine, stats: GenerationStats, chosen: _Round, accepted: in
     if chosen.shadow is not None:
         engine.tuner.observe_shadow(match_bucket(chosen.shadow.match_length), chosen.shadow.tokens[0] == next_token,
                                     asked.document, asked.language)
-    stats.rounds.append((provider, drafted))
+    stats.rounds.append((provider, drafted, chosen.proposal.match_length if provider == "ngram" else 0,
+                         chosen.plan.predicted_tokens if provider else 1.0, produced))
     stats.target_passes += 1
     stats.verify_ms += verify_ms
     if provider is None:
         return
     stats.speculative_rounds += 1
+    if accepted < drafted and accepted in chosen.alternatives:
+        stats.branch_points += 1
+        stats.branch_hits += next_token in chosen.alternatives[accepted]
     stats.drafted += drafted
     stats.accepted += accepted
     stats.tokens_in_speculative_rounds += produced

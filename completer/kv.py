@@ -50,12 +50,13 @@ class KVSequence:
             self.context.truncate(n)
             del self.tokens[n:]
 
-    def extend(self, tokens: list[int], logits_at: tuple[int, ...] | list[int] = ()):
-        """Evaluate `tokens` after what the cache holds; logits of the chosen indices. A
-        failure (llama.cpp decodes in chunks: earlier ones may have gone in) cuts the KV
-        back to the list before it is raised."""
+    def extend(self, tokens: list[int], logits_at: tuple[int, ...] | list[int] = (), argmax: bool = False):
+        """Evaluate `tokens` after what the cache holds; logits of the chosen indices (with
+        `argmax`, their largest logits' indices only). A failure (llama.cpp decodes in
+        chunks: earlier ones may have gone in) cuts the KV back to the list before it is
+        raised."""
         try:
-            logits = self.context.eval(tokens, len(self.tokens), logits_at)
+            logits = self.context.eval(tokens, len(self.tokens), logits_at, argmax)
         except (RuntimeError, ValueError):
             self.context.truncate(len(self.tokens))
             if not self.consistent:

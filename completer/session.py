@@ -17,6 +17,7 @@ recently used document evaluates only what changed.
 
 import threading
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 
 from completer.config import Config
@@ -26,6 +27,12 @@ from completer.healing import TokenPrefixes, heal
 from completer.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
 from completer.prompt import cursor_sections, render, template_for, tokenize_segments
 from completer.speculative import Sampling
+from completer.workspace_index import WorkspaceIndex, saved_index_path
+
+# Tokens evaluated per turn of warming, between which a completion request takes the
+# engine: at smol's prefill speed here (about 700 tokens/s) a request waits at most about
+# 0.1 s for the turn under way, and a batch of 64 still runs near full prefill speed.
+WARM_PIECE = 64
 
 
 @dataclass
@@ -137,6 +144,10 @@ class CompleterStats:
     tokens_per_second: float = 0.0
     sessions: int = 0
     saved_kv_mb: float = 0.0
+    warmed_tokens: int = 0
+    index_files: int = 0
+    index_tokens: int = 0
+    index_mb: float = 0.0
 
 
 @dataclass
@@ -152,6 +163,7 @@ class Counters:
     generation_ms: float = 0.0
     drafted: int = 0
     accepted: int = 0
+    warmed_tokens: int = 0  # prompt tokens evaluated ahead of a request (Completer.warm)
 
     def add(self, generation: Generation) -> None:
         stats = generation.stats
@@ -195,12 +207,17 @@ class Completer:
         self.prefixes = TokenPrefixes(engine.model, engine.model.n_vocab)
         self.caches = DocumentCaches(engine, 0)
         self.ring = ChunkRing(self.workspace, lambda text: len(engine.model.tokenize(text)))
+        self.index = WorkspaceIndex()
         self.configure(config or Config())
         self.sessions: dict[str, CompletionSession] = {}
         self.counters = Counters()
         self._state = threading.Lock()  # sessions, running requests, counters
         self._engine_lock = threading.Lock()  # one generation at a time
         self._running: dict[str, threading.Event] = {}  # document -> its newest request's cancel flag
+        # Requests waiting for the engine: warming yields to them between its pieces.
+        self._waiting = 0
+        self._no_request_waiting = threading.Condition(self._state)
+        self._warm_generation = 0  # a newer warm() stops an older one
 
     def cancel(self, document: str) -> None:
         """Stop the document's running generation at its next round."""
@@ -209,19 +226,88 @@ class Completer:
                 self._running[document].set()
 
     def close(self, document: str) -> None:
-        """The editor closed the document: its session and saved caches go."""
+        """The editor closed the document: its session, saved caches and text go; n-gram
+        lookup drafts from the file as last saved again."""
         self.cancel(document)
         with self._engine_lock, self._state:
-            self.sessions.pop(document, None)
+            session = self.sessions.pop(document, None)
             self.caches.saved.pop(document, None)
             self.engine.ngram.remove_other_document(document)
+            if session is not None and session.path not in self.engine.ngram.saved_files:
+                self.index.show(session.path)
+
+    def saved(self, path: str, text: str) -> None:
+        """The editor saved a workspace file: n-gram lookup drafts from this text of it
+        from now on, not the index's older copy."""
+        if not self.workspace.contains(path):
+            return
+        tokens = self.engine.model.tokenize(text)
+        with self._engine_lock:
+            self.index.hide(path)
+            self.engine.ngram.set_saved_file(path, tokens)
 
     def configure(self, config: Config) -> None:
-        """New options: they apply from the next request on (the models stay)."""
+        """New options: they apply from the next request on (the models stay); a new
+        index size from the next index_workspace()."""
         self.config = config
         self.engine.configure(config.drafting)
+        self.index.options = config.drafting
+        self.engine.ngram.workspace = self.index if config.drafting.index_mb > 0 else None
         self.caches.budget_bytes = int(config.cache.budget_mb * 2**20)
         self.ring.capacity, self.ring.chunk_lines = config.prompt.chunks, config.prompt.chunk_lines
+
+    def index_workspace(self) -> threading.Thread | None:
+        """Build the workspace index for n-gram lookup in a background thread (requests are
+        served meanwhile, drafting from open documents); None when there is nothing to
+        index or drafting.index_mb is 0."""
+        if not self.workspace.roots or self.config.drafting.index_mb <= 0:
+            return None
+        saved = saved_index_path(self.engine.model.path, self.workspace.roots)
+        thread = threading.Thread(target=self.index.build, args=(self.workspace, self.engine.model.tokenize),
+                                  kwargs={"saved": saved}, name="completer-index", daemon=True)
+        thread.start()
+        return thread
+
+    def warm(self, request: CompletionRequest) -> int:
+        """Evaluate the prompt a request at this cursor would have, before it is asked (a
+        document opened or made active, the user reading before typing), as llama.vim
+        pre-sends its prompt with n_predict 0. It goes WARM_PIECE tokens at a time and
+        yields the engine to any completion request between pieces; after one it goes
+        on only if that request was for this document (the caches are still its), and
+        a newer warm() stops it. Returns the prompt tokens it evaluated."""
+        with self._state:
+            self._warm_generation += 1
+            generation = self._warm_generation
+        if not 0 <= request.cursor <= len(request.text):
+            raise PositionError(f"offset {request.cursor} is outside the document ({len(request.text)} characters)")
+        warmed, first = 0, True
+        while True:
+            with self._state:
+                while self._waiting:
+                    self._no_request_waiting.wait()
+            with self._engine_lock:
+                if generation != self._warm_generation:
+                    break
+                if self._waiting:
+                    continue  # a request came between: it goes first
+                if first:
+                    session = self.sessions.setdefault(request.document, CompletionSession(request.path))
+                    self._switch_to(request.document)
+                    session.text, session.cursor = request.text, request.cursor
+                    prompt = self.prompt(request)[0]  # all but its last token is evaluated, as generate does
+                    first = False
+                elif self.caches.current != request.document:
+                    break  # a request for another document took the caches: the user is there now
+                have = self.engine.cached_length(prompt)
+                if have >= len(prompt) - 1:
+                    break
+                self.engine.prefill(prompt[: have + WARM_PIECE + 1])
+                if self.engine.cached_length(prompt) <= have:
+                    break  # nothing went in (a failed evaluation, logged): leave it to the request
+                warmed += self.engine.cached_length(prompt) - have
+        with self._state:
+            self.counters.warmed_tokens += warmed
+        return warmed
 
     def begin(self, document: str) -> threading.Event:
         """The cancel flag of a new request for `document`; older requests for it are
@@ -254,6 +340,10 @@ class Completer:
                                    if counters.generation_ms else 0.0),
                 sessions=len(self.sessions),
                 saved_kv_mb=self.caches.saved_bytes / 2**20,
+                warmed_tokens=counters.warmed_tokens,
+                index_files=self.index.stats.files,
+                index_tokens=self.index.stats.tokens,
+                index_mb=self.index.stats.mb,
             )
 
     def reset(self) -> None:
@@ -279,7 +369,7 @@ class Completer:
                 if rest is not None:
                     self.counters.forward_cache_hits += 1
                     return Completion(rest, "forward cache")
-            with self._engine_lock:
+            with self._engine_for_request():
                 if cancel.is_set():
                     return self._superseded()
                 completion = self._generate(request, session, text_before, cursor.line_before, cancel)
@@ -290,6 +380,24 @@ class Completer:
             with self._state:
                 if self._running.get(request.document) is cancel:
                     del self._running[request.document]
+
+    @contextmanager
+    def _engine_for_request(self):
+        """The engine, for a request: warming does not take it while a request waits
+        (a plain lock would let warming take it back between its pieces)."""
+        with self._state:
+            self._waiting += 1
+        try:
+            self._engine_lock.acquire()
+        finally:
+            with self._state:
+                self._waiting -= 1
+                if not self._waiting:
+                    self._no_request_waiting.notify_all()
+        try:
+            yield
+        finally:
+            self._engine_lock.release()
 
     def _superseded(self) -> Completion:
         with self._state:
@@ -306,6 +414,9 @@ class Completer:
             if self.workspace.contains(left.path):
                 self.engine.ngram.set_other_document(left_document, self.engine.model.tokenize(left.text))
         self.engine.ngram.remove_other_document(document)  # it is the document now
+        session = self.sessions.get(document)
+        if session is not None and self.workspace.contains(session.path):
+            self.index.hide(session.path)  # the editor's text is newer than the index's copy
         self.caches.activate(document)
 
     def cursor_context(self, request: CompletionRequest) -> CursorContext:

@@ -74,7 +74,12 @@ def sample(p: np.ndarray, rng: np.random.Generator) -> int:
 def verify_greedy(target_logits: np.ndarray, draft: list[int]) -> tuple[int, int]:
     """Temperature 0. target_logits [k+1, V] scored [last, d1..dk].
     Returns (accepted count, the target's next token after them)."""
-    best = target_logits.argmax(axis=1)  # [k+1]
+    return accept_greedy(target_logits.argmax(axis=1), draft)
+
+
+def accept_greedy(best: np.ndarray, draft: list[int]) -> tuple[int, int]:
+    """Temperature 0, from the target's argmax at each of [last, d1..dk] ([k+1]).
+    Returns (accepted count, the target's next token after them)."""
     accepted = 0
     while accepted < len(draft) and draft[accepted] == best[accepted]:
         accepted += 1

@@ -7,20 +7,32 @@ per token than plain steps:
 
 verify_ms(n) is measured per batch size: on a CPU it grows with n and is not even
 monotone (smol's Q4_0 target after 900 tokens: a batch of 8 costs 2.60 steps, one of
-7 costs 3.33), so a k whose batch is cheap for its size can win. a is the
-per-token acceptance rate, estimated online per provider and per document and
-language (and, for n-gram lookup, per match length: long matches are better bets).
+7 costs 3.33, one of 32 6.66), so a k whose batch is cheap for its size can win.
+
+E is not (1 - a^(k+1)) / (1 - a) with one rate a: a drafted token is accepted with a
+chance that depends on its place i in the draft, given that the ones before it were
+(an n-gram copy that held for 20 tokens tends to go on holding). The tuner learns that
+conditional chance c(i) per provider, per document and language, and for n-gram lookup
+per match length, and E(k) = 1 + sum over i <= k of c(1)...c(i). k goes as far as that
+curve and the cost curve make it pay, up to the room left.
 """
 
+import bisect
+import itertools
 import math
+import operator
 import time
 from dataclasses import dataclass, field
 
 from completer.config import DraftingOptions
-from completer.speculative import expected_tokens
 
-MAX_DRAFT = 15  # verify batches up to 16 tokens; past that a CPU pass costs more than it can yield
-# Exponential forgetting of old rounds: roughly the last 1/(1-DECAY) trials count.
+# Verify batches are calibrated up to 64 tokens (past that the cost curve is extrapolated),
+# and a completion asks for 64 tokens by default: a round never needs more.
+MAX_DRAFT = 63
+# The batch sizes calibrate() times: every one up to 16, where the CPU curve has its dips,
+# then a few larger ones for long copies, interpolated between.
+CALIBRATED_BATCHES = (*range(1, 17), 20, 24, 32, 48, 64)
+# Exponential forgetting: roughly the last 1/(1-DECAY) trials of each estimate count.
 DECAY = 0.97
 # Until this many trials are recorded for a document, its language's estimate is used.
 MIN_TRIALS = 8.0
@@ -33,6 +45,7 @@ class CostModel:
     verify_ms: dict[int, float] = field(default_factory=dict)  # batch size -> ms
     draft_token_ms: dict[str, float] = field(default_factory=dict)  # provider -> ms per drafted token
     smoothing: float = 0.2
+    _sizes: list[int] = field(default_factory=list, repr=False, compare=False)  # verify_ms's keys, sorted
 
     def record_verify(self, n: int, ms: float) -> None:
         old = self.verify_ms.get(n)
@@ -50,17 +63,15 @@ class CostModel:
         between the nearest measured ones (extrapolated from the largest two)."""
         if n in self.verify_ms:
             return self.verify_ms[n]
-        sizes = sorted(self.verify_ms)
+        if len(self._sizes) != len(self.verify_ms):  # a size measured for the first time
+            self._sizes = sorted(self.verify_ms)
+        sizes = self._sizes
         if not sizes:
             return float(n)  # no data: assume cost grows with n, which keeps k small
-        below = [s for s in sizes if s < n]
-        above = [s for s in sizes if s > n]
-        if below and above:
-            a, b = below[-1], above[0]
-        elif len(sizes) >= 2:
-            a, b = (sizes[-2], sizes[-1]) if below else (sizes[0], sizes[1])
-        else:
+        if len(sizes) == 1:
             return self.verify_ms[sizes[0]] * n / sizes[0]
+        above = min(max(bisect.bisect(sizes, n), 1), len(sizes) - 1)  # n in [a, b], or beyond the ends
+        a, b = sizes[above - 1], sizes[above]
         slope = (self.verify_ms[b] - self.verify_ms[a]) / (b - a)
         return max(self.verify_ms[a] + slope * (n - a), 1e-3)
 
@@ -69,22 +80,38 @@ class CostModel:
 
 
 @dataclass
-class Acceptance:
-    """A running estimate of the per-token acceptance rate a. Each drafted token up to the
-    first rejection is one trial that succeeds with probability a, so the estimate is
-    accepted / (accepted + rejections), over exponentially decayed counts."""
+class AcceptanceCurve:
+    """Running estimates of c(i): the chance that drafted token i (1-based) is accepted
+    given that the ones before it were. A round that accepted m of k drafted tokens is a
+    success at positions 1..m and, when m < k, a failure at m + 1; positions after that
+    were not tried. Each position's counts decay with its own trials: it is estimated
+    from roughly its last 1/(1-DECAY) trials, however long the rounds."""
 
-    accepted: float = 0.0
-    trials: float = 0.0
+    accepted: list[float] = field(default_factory=lambda: [0.0] * MAX_DRAFT)  # [position - 1]
+    trials: list[float] = field(default_factory=lambda: [0.0] * MAX_DRAFT)
 
     def record(self, accepted: int, drafted: int) -> None:
-        rejected = 1 if accepted < drafted else 0
-        self.accepted = self.accepted * DECAY**drafted + accepted
-        self.trials = self.trials * DECAY**drafted + accepted + rejected
+        for index in range(min(accepted + 1, drafted, MAX_DRAFT)):
+            self.trials[index] = self.trials[index] * DECAY + 1
+            self.accepted[index] = self.accepted[index] * DECAY + (index < accepted)
 
-    def rate(self, prior: float) -> float:
-        # Two pseudo-trials at the prior keep a fresh estimate from swinging to 0 or 1.
-        return (self.accepted + 2 * prior) / (self.trials + 2)
+    def total_trials(self) -> float:
+        return self.trials[0]
+
+    def rates(self, most: int, prior: float) -> list[float]:
+        """[c(1), ..., c(most)]. Each c(i) is pulled toward c(i - 1) (c(1) toward the
+        provider's prior) by two pseudo-trials: a position rarely reached is trusted as
+        far as the one before it, which is what a copy that got that far did, and
+        evidence moves it from there."""
+        rates, before = [], prior
+        for index in range(min(most, MAX_DRAFT)):
+            before = (self.accepted[index] + 2 * before) / (self.trials[index] + 2)
+            rates.append(before)
+        return rates
+
+    def survival(self, most: int, prior: float) -> list[float]:
+        """[c(1), c(1)c(2), ..., c(1)...c(most)]: the chance each drafted token is kept."""
+        return list(itertools.accumulate(self.rates(most, prior), operator.mul))
 
 
 # Acceptance before anything is measured: optimistic enough to try speculating.
@@ -92,29 +119,36 @@ PRIORS = {"draft": 0.6, "ngram": 0.5}
 
 
 def match_bucket(match_length: int) -> int:
-    """n-gram matches grouped by length: 3, 4-5, 6-8, 9+ tokens."""
-    return 0 if match_length < 4 else 1 if match_length < 6 else 2 if match_length < 9 else 3
+    """n-gram matches grouped by length: 3, 4-5, 6-8, 9-15, 16-31, 32+ tokens."""
+    return next((i for i, below in enumerate(MATCH_BUCKET_ENDS) if match_length < below), len(MATCH_BUCKET_ENDS))
+
+
+MATCH_BUCKET_ENDS = (4, 6, 9, 16, 32)
+MATCH_BUCKET_NAMES = ("3", "4-5", "6-8", "9-15", "16-31", "32+")
 
 
 @dataclass
 class AcceptanceTable:
-    """Estimates of a per (provider, bucket), for each document and each language."""
+    """Acceptance curves per (provider, bucket), for each document and each language."""
 
-    by_key: dict[tuple[str, str, int], Acceptance] = field(default_factory=dict)
+    by_key: dict[tuple[str, str, int], AcceptanceCurve] = field(default_factory=dict)
 
-    def _get(self, provider: str, scope: str, bucket: int) -> Acceptance:
-        return self.by_key.setdefault((provider, scope, bucket), Acceptance())
+    def _get(self, provider: str, scope: str, bucket: int) -> AcceptanceCurve:
+        return self.by_key.setdefault((provider, scope, bucket), AcceptanceCurve())
 
     def record(self, provider: str, document: str, language: str, bucket: int, accepted: int, drafted: int) -> None:
         for scope in (f"doc:{document}", f"lang:{language}"):
             self._get(provider, scope, bucket).record(accepted, drafted)
 
-    def rate(self, provider: str, document: str, language: str, bucket: int) -> float:
-        prior = PRIORS.get(provider, 0.5)
-        document_estimate = self._get(provider, f"doc:{document}", bucket)
-        if document_estimate.trials >= MIN_TRIALS:
-            return document_estimate.rate(prior)
-        return self._get(provider, f"lang:{language}", bucket).rate(prior)
+    def curve(self, provider: str, document: str, language: str, bucket: int) -> AcceptanceCurve:
+        """The document's curve once it has MIN_TRIALS, else its language's."""
+        document_curve = self._get(provider, f"doc:{document}", bucket)
+        if document_curve.total_trials() >= MIN_TRIALS:
+            return document_curve
+        return self._get(provider, f"lang:{language}", bucket)
+
+    def survival(self, provider: str, document: str, language: str, bucket: int, most: int) -> list[float]:
+        return self.curve(provider, document, language, bucket).survival(most, PRIORS.get(provider, 0.5))
 
 
 @dataclass(frozen=True)
@@ -125,15 +159,17 @@ class Plan:
     predicted_ms: float
 
 
-def best_plan(costs: CostModel, options: list[tuple[str, float, int]],
+def best_plan(costs: CostModel, options: list[tuple[str, list[float]]],
               margin: float = DraftingOptions().margin) -> Plan:
     """The plan with the most expected tokens per ms, if it beats plain decoding by
-    `margin` (drafting.margin). options: (provider, a, most k)."""
+    `margin` (drafting.margin). options: (provider, the chance each drafted token it can
+    propose is kept: AcceptanceCurve.survival)."""
     plain = Plan(None, 0, 1.0, costs.verify(1))
     best, best_rate = plain, (1.0 + margin) / plain.predicted_ms
-    for provider, acceptance, most in options:
-        for k in range(1, min(most, MAX_DRAFT) + 1):
-            tokens = expected_tokens(acceptance, k)
+    for provider, kept in options:
+        tokens = 1.0
+        for k, chance in enumerate(kept[:MAX_DRAFT], start=1):
+            tokens += chance
             ms = costs.draft(provider, k) + costs.verify(k + 1)
             if tokens / ms > best_rate:
                 best, best_rate = Plan(provider, k, tokens, ms), tokens / ms
@@ -165,7 +201,7 @@ class Tuner:
         """The round's provider and k: the best plan by expected tokens per ms, else a
         one-token probe of a provider left unused for long, else a plain step. `fixed_k`
         takes the first candidate at that k (for tests and measurements)."""
-        options = [(c.provider, self.acceptance.rate(c.provider, document, language, c.bucket), c.most)
+        options = [(c.provider, self.acceptance.survival(c.provider, document, language, c.bucket, c.most))
                    for c in candidates]
         if fixed_k is not None:
             plan = self._fixed(options, fixed_k)
@@ -198,32 +234,34 @@ class Tuner:
         probability p(token), the chance a point-mass draft is accepted. Free evidence."""
         self.acceptance.record("ngram", document, language, bucket, int(hit), 1)
 
-    def _fixed(self, options: list[tuple[str, float, int]], k: int) -> Plan:
+    def _fixed(self, options: list[tuple[str, list[float]]], k: int) -> Plan:
         if not options or k <= 0:
             return Plan(None, 0, 1.0, self.costs.verify(1))
-        name, acceptance, most = options[0]
-        k = min(k, most)
-        return Plan(name, k, expected_tokens(acceptance, k), self.costs.draft(name, k) + self.costs.verify(k + 1))
+        name, kept = options[0]
+        k = min(k, len(kept))
+        return Plan(name, k, 1.0 + sum(kept[:k]), self.costs.draft(name, k) + self.costs.verify(k + 1))
 
-    def _probe(self, options: list[tuple[str, float, int]]) -> Plan | None:
-        for name, acceptance, _ in options:
-            if self.since_used.get(name, 0) >= self.probe_wait.get(name, self.options.probe_every):
-                return Plan(name, 1, expected_tokens(acceptance, 1), self.costs.draft(name, 1) + self.costs.verify(2))
+    def _probe(self, options: list[tuple[str, list[float]]]) -> Plan | None:
+        for name, kept in options:
+            if kept and self.since_used.get(name, 0) >= self.probe_wait.get(name, self.options.probe_every):
+                return Plan(name, 1, 1.0 + kept[0], self.costs.draft(name, 1) + self.costs.verify(2))
         return None
 
 
-def calibrate(context, budget_s: float = 1.0, max_batch: int = MAX_DRAFT + 1) -> CostModel:
-    """Time target passes of every batch size 1..max_batch after a short prompt, within
-    about `budget_s` seconds. The engine keeps refining these from real rounds."""
+def calibrate(context, budget_s: float = 1.0, batches: tuple[int, ...] = CALIBRATED_BATCHES) -> CostModel:
+    """Time target passes of each batch size in `batches` after a short prompt, within
+    about `budget_s` seconds (each size at least once). The engine keeps refining these
+    from real rounds."""
     costs = CostModel()
     prompt = list(range(1000, 1128))  # any 128 token ids: only the time matters
+    batch = list(range(2000, 2000 + max(batches)))
     context.truncate(0)
     context.eval(prompt, 0)
     deadline = time.perf_counter() + budget_s
-    while time.perf_counter() < deadline:
-        for n in range(1, max_batch + 1):
+    while not costs.verify_ms or time.perf_counter() < deadline:
+        for n in batches:
             started = time.perf_counter()
-            context.eval(prompt[:n], len(prompt), logits_at=list(range(n)))
+            context.eval(batch[:n], len(prompt), logits_at=list(range(n)))
             elapsed = (time.perf_counter() - started) * 1000
             context.truncate(len(prompt))
             costs.verify_ms[n] = min(costs.verify_ms.get(n, math.inf), elapsed)

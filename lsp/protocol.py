@@ -10,6 +10,12 @@ STATS = "completer/stats"
 # or null when it is not open. For checking document sync from a client (or a test).
 DOCUMENT = "completer/document"
 
+# Notification, params {"textDocument": {"uri": ...}, "position": {"line", "character"}}:
+# the user is at this position of an open document (it was opened or became active) and
+# may ask soon; the server evaluates that request's prompt ahead of it, giving way to any
+# request. Editors send it when a document is opened or becomes active.
+WARM = "completer/warm"
+
 # Command (workspace/executeCommand) each completion item carries: the editor runs it
 # when the user accepts the item. Arguments: [item id, the document version the
 # completion was computed for].
@@ -33,6 +39,10 @@ STATS_KEYS = (
     "suggestion_acceptance_rate",
     "sessions",  # documents with a completion session (open ones the server has completed in)
     "saved_kv_mb",  # KV caches saved for documents not being completed (cache.budget_mb bounds it)
+    "warmed_tokens",  # prompt tokens evaluated ahead of a request, after completer/warm
+    "index_files",  # workspace files n-gram lookup drafts from; 0 until the index is built
+    "index_tokens",
+    "index_mb",  # the index's memory (drafting.index_mb bounds it)
 )
 
 # Where `settings` of workspace/didChangeConfiguration may nest the options.

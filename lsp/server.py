@@ -3,6 +3,7 @@
     initialize         options -> Config (bad values: defaults and a showMessage)
     initialized        models load in a thread, reported with $/progress
     didOpen/didChange  lsp.documents keeps the text (LSP line breaks, negotiated encoding)
+    completer/warm     the prompt at that position is evaluated ahead, giving way to requests
     inlineCompletion   -> Completer.complete in a worker thread; the newest request for a
                           document cancels the older one, $/cancelRequest cancels its own
     completion         the same, as one completion item marked as AI
@@ -154,6 +155,9 @@ class CompleterServer(LanguageServer):
         self.workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="completer")
         self.loop: asyncio.AbstractEventLoop | None = None  # pygls's, known from `initialize` on
         self.loads = 0  # model loads started: a load finishing after a newer one started is dropped
+        # The last completer/warm that came while the models loaded (the file the editor
+        # opened first, which started the server): it runs once they are ready.
+        self.pending_warm: tuple[str, types.Position] | None = None
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """A body pygls could not parse (not JSON, not UTF-8): answer with a parse error, as
@@ -271,10 +275,15 @@ def finish_loading(ls: CompleterServer, load: int, loaded: Loaded | None, error:
     for fallback in loaded.pair.gpu_fallbacks:  # out of GPU memory: fewer layers there, and the user told why
         ls.tell(types.MessageType.Warning, fallback, True)
     ls.completer, ls.model_names = loaded.completer, loaded.pair.names
+    ls.completer.index_workspace()
     ls.draft_failure_shown = False
     progress.end("ready")
     names = loaded.pair.names
     ls.tell(types.MessageType.Info, f"ready: target {names[0]}" + (f", draft {names[1]}" if names[1] else ""))
+    if ls.pending_warm is not None:
+        uri, position = ls.pending_warm
+        ls.pending_warm = None
+        asyncio.ensure_future(warm_at(ls, uri, position))
 
 
 @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
@@ -302,6 +311,13 @@ def did_change(ls: CompleterServer, params: types.DidChangeTextDocumentParams) -
     for change in params.content_changes:
         document.apply(change, ls.encoding)
     document.version = params.text_document.version
+
+
+@server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+async def did_save(ls: CompleterServer, params: types.DidSaveTextDocumentParams) -> None:
+    document = ls.documents.get(params.text_document.uri)
+    if ls.completer is not None and document is not None:
+        await ls.in_worker(ls.completer.saved, to_fs_path(document.uri) or document.uri, document.text)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
@@ -342,6 +358,32 @@ async def inline_completion(ls: CompleterServer, params: types.InlineCompletionP
 async def completion(ls: CompleterServer, params: types.CompletionParams) -> types.CompletionList | None:
     answer = await answer_at(ls, params.text_document.uri, params.position)
     return completion_items(answer, next(ls.item_ids)) if answer else None
+
+
+@server.feature(protocol.WARM)
+async def warm(ls: CompleterServer, params: Any) -> None:
+    uri = getattr(getattr(params, "textDocument", None), "uri", None)
+    position = getattr(params, "position", None)
+    line, character = getattr(position, "line", None), getattr(position, "character", None)
+    if not isinstance(uri, str) or not all(isinstance(n, int) and n >= 0 for n in (line, character)):
+        log.warning("%s takes {\"textDocument\": {\"uri\"}, \"position\": {\"line\", \"character\"}}, not %r",
+                    protocol.WARM, params)
+        return
+    await warm_at(ls, uri, types.Position(line, character))
+
+
+async def warm_at(ls: CompleterServer, uri: str, position: types.Position) -> None:
+    """Evaluate the prompt at `position` ahead of a request; while the models load, once
+    they are ready."""
+    if ls.completer is None:
+        ls.pending_warm = (uri, position) if ls.load_error is None else None
+        return
+    try:
+        request = request_at(ls.documents.get(uri), uri, position, ls.encoding)
+    except JsonRpcInvalidParams as error:  # a notification has no answer to carry it
+        log.warning("%s: %s", protocol.WARM, error.message)
+        return
+    await ls.in_worker(ls.completer.warm, request)
 
 
 @server.command(protocol.ACCEPT_COMMAND)

@@ -264,18 +264,22 @@ class LlamaContext:
         self.decode_ms = 0.0
         self.logits_ms = 0.0
 
-    def eval(self, tokens: list[int], start: int, logits_at: tuple[int, ...] | list[int] = ()) -> np.ndarray:
+    def eval(self, tokens: list[int], start: int, logits_at: tuple[int, ...] | list[int] = (),
+             argmax: bool = False) -> np.ndarray:
         """Evaluate `tokens` at positions start...
 
         Returns the logits of the tokens at indices `logits_at` (negative counts from
-        the end), as float32 [len(logits_at), n_vocab]. The KV cache must hold exactly
-        `start` tokens: truncate first.
+        the end), as float32 [len(logits_at), n_vocab]; with `argmax`, only the index of
+        each one's largest logit [len(logits_at)], read where llama.cpp left the logits
+        (greedy decoding needs no more, and copying a row out costs as much as reading
+        it). The KV cache must hold exactly `start` tokens: truncate first.
         """
         n = len(tokens)
         wanted = sorted({i % n for i in logits_at}) if n else []
         if start + n > self.n_ctx:
             raise ValueError(f"{start + n} tokens do not fit the context of {self.n_ctx}")
-        rows: dict[int, np.ndarray] = {}
+        rows = np.empty(len(wanted), np.int64) if argmax else np.empty((len(wanted), self.n_vocab), np.float32)
+        done = 0  # rows filled
         step = 1 if self.single_token_eval else self.n_batch
         for chunk_start in range(0, n, step):
             chunk = tokens[chunk_start : chunk_start + step]
@@ -283,15 +287,19 @@ class LlamaContext:
             started = time.perf_counter()
             self._decode(chunk, start + chunk_start, want_here)
             decoded = time.perf_counter()
-            for i in want_here:
-                pointer = llama_cpp.llama_get_logits_ith(self._ctx, i)
-                rows[chunk_start + i] = np.ctypeslib.as_array(pointer, shape=(self.n_vocab,)).copy()
+            if want_here:
+                # llama.cpp keeps the logits of the flagged tokens in batch order.
+                logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx),
+                                               shape=(len(want_here), self.n_vocab))
+                rows[done : done + len(want_here)] = logits.argmax(axis=1) if argmax else logits
+                done += len(want_here)
             self.decode_ms += (decoded - started) * 1000
             self.logits_ms += (time.perf_counter() - decoded) * 1000
         order = [i % n for i in logits_at]
-        if not order:
-            return np.empty((0, self.n_vocab), dtype=np.float32)
-        return np.stack([rows[i] for i in order])  # [len(logits_at), n_vocab]
+        if order == wanted:
+            return rows
+        row_of = {position: row for row, position in enumerate(wanted)}
+        return rows[[row_of[i] for i in order]]  # [len(logits_at), ...]
 
     def _decode(self, tokens: list[int], start: int, logits_at: list[int]) -> None:
         batch = self._batch

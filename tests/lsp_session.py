@@ -62,3 +62,8 @@ async def inline(client: LanguageClient, uri: str, line: int, character: int) ->
     return await client.text_document_inline_completion_async(types.InlineCompletionParams(
         context=types.InlineCompletionContext(types.InlineCompletionTriggerKind.Automatic),
         text_document=types.TextDocumentIdentifier(uri), position=types.Position(line, character)))
+
+
+def warm(client: LanguageClient, uri: str, line: int, character: int) -> None:
+    client.protocol.notify(protocol.WARM, {"textDocument": {"uri": uri}, "position": {"line": line,
+                                                                                      "character": character}})

@@ -7,7 +7,8 @@ import pytest
 
 from completer.bench import report as bench_report
 from completer.bench.holes import Hole, holes_from_json, is_code, pick_holes
-from completer.bench.metrics import compared, edit_similarity, exact_first_line, summarize_mode
+from completer.bench.metrics import (compared, edit_similarity, exact_first_line, figures_by_kind, rounds_by_match,
+                                     summarize_mode)
 from completer.tuning import CostModel
 from conftest import run_completer
 
@@ -106,6 +107,22 @@ def test_the_summary_arithmetic_on_hand_made_records():
     assert summarize_mode(target, target, costs, speculative=False)["decode_ms_per_pass"] is None  # not measured
 
 
+def test_figures_per_hole_kind_and_rounds_per_match_length_on_hand_made_records():
+    records = [
+        record(0, "auto", 10, 50.0, passes=4, drafted=12, accepted=6, kind="block",
+               rounds=[["ngram", 6, 3, 2.0, 3], ["ngram", 6, 20, 5.0, 4], [None, 0, 0, 1.0, 1],
+                       ["draft", 4, 0, 2.0, 2]]),
+        record(1, "auto", 10, 50.0, passes=5, drafted=0, accepted=0, kind="next line", rounds=[[None, 0, 0, 1.0, 1]]),
+        record(2, "auto", 6, 50.0, passes=2, drafted=8, accepted=2, kind="block", rounds=[["ngram", 8, 25, 7.0, 1]]),
+        record(0, "target", 10, 50.0, passes=10, kind="block"),
+    ]
+    by_kind = figures_by_kind(records)
+    assert by_kind["auto"] == {"block": (8 / 20, 16 / 6), "next line": (None, 2.0)}
+    assert by_kind["target"] == {"block": (None, 1.0)}
+    rounds = rounds_by_match(records)
+    assert rounds == {"auto": {0: (1, 2.0, 3.0), 4: (2, 6.0, 2.5)}}  # a match of 3; matches of 20 and 25 (16-31)
+
+
 def test_quality_compares_first_lines_for_line_holes_and_whole_blocks():
     assert exact_first_line("\n  total = a + b\nmore", "\ntotal = a + b")
     assert not exact_first_line("total = a", "total = a + b")
@@ -120,19 +137,23 @@ def test_a_tiny_real_bench_writes_json_a_figure_and_replays_its_holes(repository
     env = {"COMPLETER_CACHE_DIR": str(smol_cache)}
     out, figure = tmp_path / "bench.json", tmp_path / "bench.png"
     result = run_completer("bench", str(repository), "--preset", "smol", "--n", "2", "--max-tokens", "8",
-                           "--report", str(out), "--plot", str(figure), "--typing", env=env, timeout=600)
+                           "--report", str(out), "--plot", str(figure), "--typing", "--profile", env=env, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "peer:llama-cpp-python" in result.stdout and "free verify" in result.stdout
     report = json.loads(out.read_text())
     summary = report["summary"]
-    assert list(summary) == ["target", "ngram", "draft", "hybrid", "auto", "peer:llama-cpp-python"]
+    assert list(summary) == ["target", "ngram", "draft", "hybrid", "auto", "auto:local", "peer:llama-cpp-python"]
+    index = report["workspace_index"]
+    assert index["ready"] and index["files"] == 1 and "workspace index: 1 file," in result.stdout  # shapes.py alone
+    assert "per hole kind (acceptance, tokens per target pass):" in result.stdout
+    assert "where the time goes" in result.stdout
     for entry in summary.values():
         for key in ("speedup_vs_target", "tokens_per_s", "p50_ms", "p95_ms", "acceptance_rate", "tokens_per_pass",
                     "predicted_tokens_per_pass", "identical_rate", "exact_match", "edit_similarity",
                     "projected_free_verify_speedup"):
             assert key in entry
     assert summary["target"]["speedup_vs_target"] == 1.0 and summary["target"]["identical_rate"] == 1.0
-    assert len(report["records"]) == 2 * 6 and report["machine"]["cores"] >= 1
+    assert len(report["records"]) == 2 * 7 and report["machine"]["cores"] >= 1
     # Piped, the table is tab-separated rows: each mode's name and figures whole, as the report's summary has them.
     lines = result.stdout.splitlines()
     assert "\t".join(bench_report.HEADERS) in lines

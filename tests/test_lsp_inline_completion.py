@@ -7,7 +7,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from completer.lsp.documents import units
-from lsp_session import inline, insert, open_document, start, stats, wait_ready
+from lsp_session import inline, insert, open_document, start, stats, wait_ready, warm
 
 STATS_PY = "def mean(values):\n    return sum(values) / len(values)\n\n\ndef variance(values):\n    "
 # A list the model goes on filling: a generation that runs until stopped.
@@ -143,3 +143,34 @@ async def test_a_position_outside_the_document_is_an_invalid_params_error(client
     with pytest.raises(JsonRpcException, match="not open"):
         await inline(client, "file:///project/never-opened.py", 0, 0)
     assert (await stats(client))["ready"]  # still serving
+
+
+async def test_a_warmed_document_completes_from_the_cache_and_the_workspace_is_indexed(smol, smol_cache, tmp_path):
+    """completer/warm at the cursor of a just-opened file: the first completion there finds
+    its whole prompt but the last token in the cache. The workspace folder's file is
+    indexed for drafting meanwhile."""
+    (tmp_path / "helpers.py").write_text("".join(f"def helper_{i}(value):\n    return value * {i}\n"
+                                                 for i in range(40)))
+    client = await start(smol_cache, root=tmp_path)
+    try:
+        await wait_ready(client)
+        uri = (tmp_path / "big.py").as_uri()
+        text = "".join(f"def function_{i}(x):\n    return x + {i}\n\n" for i in range(200))
+        open_document(client, uri, text)
+        line = text.count("\n")
+        warm(client, uri, line, 0)
+        deadline = asyncio.get_running_loop().time() + 120
+        while not (current := await stats(client))["warmed_tokens"] or not current["index_files"]:
+            assert asyncio.get_running_loop().time() < deadline, current
+            await asyncio.sleep(0.1)
+        assert current["index_files"] == 1 and current["index_tokens"] > 500
+        result = await inline(client, uri, line, 0)
+        assert result is not None and "def function_200(x):" in result.items[0].insert_text
+        after = await stats(client)
+        # One prompt, every token of it but the last found in the cache.
+        assert after["cache_hit_rate"] > 0.99
+        warm(client, "file:///not/open.py", 0, 0)  # not open: logged, no answer, the server goes on
+        warm(client, uri, 10_000, 0)  # outside the document: the same
+        assert (await stats(client))["ready"]
+    finally:
+        await client.shutdown_session()

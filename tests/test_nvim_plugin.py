@@ -240,6 +240,10 @@ def test_the_plugin_asks_for_the_servers_statistics_by_their_protocol_name():
     assert re.search(r'^local STATS = "(.*)"$', MODULE.read_text(), re.MULTILINE).group(1) == protocol.STATS
 
 
+def test_the_plugin_warms_by_the_servers_protocol_name():
+    assert re.search(r'^local WARM = "(.*)"$', MODULE.read_text(), re.MULTILINE).group(1) == protocol.WARM
+
+
 def test_setup_names_bad_options_in_one_warning_and_keeps_their_defaults(options):
     warning, missing = options["notifications"]
     assert warning["level"] == WARN and "not executable" not in warning["message"]

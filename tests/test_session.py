@@ -19,7 +19,8 @@ from completer.kv import KVSequence
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.postprocess import CursorContext, postprocess
 from completer.prompt import path_header
-from completer.session import Completer, CompletionRequest, DocumentCaches, ForwardCache, PositionError, cursor_offset
+from completer.session import (WARM_PIECE, Completer, CompletionRequest, DocumentCaches, ForwardCache, PositionError,
+                               cursor_offset)
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -451,3 +452,44 @@ def test_a_fim_family_prompt_re_evaluates_the_new_tokens_and_the_bounded_suffix(
              if c.source == "model"]
     # Each keystroke: the typed characters, then the whole suffix section again (PSM).
     assert costs and all(suffix_tokens <= cost <= suffix_tokens + 4 for cost in costs)
+
+
+def two_thousand_lines() -> str:
+    """2,000 lines of real Python: standard-library modules one after another."""
+    lines: list[str] = []
+    for name in ("textwrap.py", "argparse.py", "configparser.py", "typing.py"):
+        lines += (STDLIB / name).read_text().split("\n")
+    return "\n".join(lines[:2000])
+
+
+def test_warming_evaluates_the_prompt_ahead_so_the_first_completion_evaluates_one_token(engine):
+    completer = Completer(engine, completer_config(max_tokens=8))
+    text = two_thousand_lines()
+    request = CompletionRequest("big", "big.py", text, cursor_offset(text, 1500, 0), "python")
+    prompt = completer.prompt(request)[0]
+    assert completer.warm(request) == len(prompt) - 1  # all but the last token
+    completion = completer.complete(request)
+    assert completion.prompt == prompt and completion.evaluated_tokens == 1
+    assert completer.stats().warmed_tokens == len(prompt) - 1
+    cold = Completer(Engine(engine.model, None, n_ctx=2048, calibrate_s=0), completer_config(max_tokens=8))
+    assert cold.complete(request).evaluated_tokens == len(prompt)
+
+
+def test_a_request_during_warming_goes_first_and_one_for_another_document_ends_it(engine):
+    completer = Completer(engine, completer_config(max_tokens=8))
+    text = two_thousand_lines()
+    big = CompletionRequest("big", "big.py", text, cursor_offset(text, 1500, 0), "python")
+    prompt = completer.prompt(big)[0]
+    warmed = {}
+    warming = threading.Thread(target=lambda: warmed.setdefault("tokens", completer.warm(big)))
+    warming.start()
+    while len(engine.target.tokens) < WARM_PIECE:  # its first piece is in
+        time.sleep(0.001)
+    completion = completer.complete(request_at_end("small", "def mean(values):\n    return "))
+    warming.join()
+    assert completion.source == "model" and completion.text
+    # The request took the engine between two pieces, and the caches: warming stopped there.
+    assert 0 < warmed["tokens"] < len(prompt) - 1
+    assert completer.caches.current == "small"
+    # What it did was kept: the big document's caches were saved with its pieces in them.
+    assert completer.complete(big).evaluated_tokens == len(prompt) - warmed["tokens"]

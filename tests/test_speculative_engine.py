@@ -103,14 +103,25 @@ def test_a_round_cut_by_the_token_limit_keeps_plain_decodings_tokens(target, tem
             assert cut.tokens == plain[:limit] and cut.stop_reason == "max_tokens", (limit, mode, k)
 
 
-def test_the_target_as_its_own_draft_is_accepted_almost_always(smol, target):
+def test_the_target_as_its_own_draft_is_rejected_only_at_near_ties(smol, target):
+    """The draft is the target, so it proposes the target's own greedy tokens; one is
+    rejected only where the draft's one-token pass and the target's batched pass break
+    a near tie apart: there the target's top two logits are within NEAR_TIE_LOGITS.
+    (On an AVX2 CPU 5 of 79 drafted tokens were, on an AVX-512 one under 5%.)"""
     engine = Engine(target, target, n_ctx=2048, calibrate_s=0)
     accepted = drafted = 0
     for hole in stdlib_holes(3):
-        stats = generate(engine, target.tokenize(hole), 32, mode="draft", draft_length=4).stats
-        accepted, drafted = accepted + stats.accepted, drafted + stats.drafted
+        result = generate(engine, target.tokenize(hole), 32, mode="draft", draft_length=4, keep_logits=True)
+        made_before = 0
+        for provider, k, _, _, made in result.stats.rounds:
+            rejected_at = made_before + made - 1  # the target's own token, where it parted from the draft
+            if provider is not None and made - 1 < k and rejected_at < len(result.logits):
+                second, first = np.sort(result.logits[rejected_at])[-2:]
+                assert first - second < NEAR_TIE_LOGITS
+            made_before += made
+        accepted, drafted = accepted + result.stats.accepted, drafted + result.stats.drafted
     assert drafted >= 40
-    assert accepted / drafted >= 0.95
+    assert accepted / drafted >= 0.85
 
 
 def assert_cache_holds(sequence, text: list[int]) -> None:

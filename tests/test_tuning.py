@@ -7,17 +7,24 @@ from hypothesis import strategies as st
 from completer.config import DraftingOptions
 from completer.drafts import NgramDrafter, NgramIndex
 from completer.kv import common_prefix_length
-from completer.tuning import Acceptance, CostModel, best_plan
+from completer.tuning import AcceptanceCurve, Candidate, CostModel, Tuner, best_plan, match_bucket
 
 MIN_MATCH, MAX_MATCH = DraftingOptions().ngram_min_match, DraftingOptions().ngram_max_match
 # A CPU-like cost curve in ms, as smol's Q4_0 target measured on a 2-core CPU: batches of
 # 4 and 8 are cheaper than their neighbours.
 CPU_CURVE = {1: 10.0, 2: 15.9, 3: 19.5, 4: 19.7, 5: 25.2, 6: 29.2, 7: 33.3, 8: 26.0, 9: 34.0, 10: 35.7}
+# Larger batches, as measured: 16 tokens cost 3.79 steps, 24 5.43, 32 6.66.
+LONG_CPU_CURVE = {**CPU_CURVE, 12: 33.7, 16: 37.9, 24: 54.3, 32: 66.6, 48: 99.0, 64: 131.0}
+
+
+def geometric(a: float, most: int) -> list[float]:
+    """The survival of a constant per-token acceptance a: a, a^2, ..."""
+    return [a**i for i in range(1, most + 1)]
 
 
 def test_the_plan_prefers_batch_sizes_cheaper_than_their_neighbours():
     costs = CostModel(verify_ms=dict(CPU_CURVE))
-    plan = best_plan(costs, [("ngram", 0.9, 9)])
+    plan = best_plan(costs, [("ngram", geometric(0.9, 9))])
     assert plan.provider == "ngram"
     assert plan.k + 1 == 8  # batch 8 costs less than batch 7
     assert plan.predicted_tokens == pytest.approx((1 - 0.9**8) / 0.1)
@@ -25,9 +32,9 @@ def test_the_plan_prefers_batch_sizes_cheaper_than_their_neighbours():
 
 def test_speculation_is_refused_when_it_does_not_pay():
     costs = CostModel(verify_ms=dict(CPU_CURVE), draft_token_ms={"draft": 2.2})
-    assert best_plan(costs, [("draft", 0.3, 8)]).provider is None
+    assert best_plan(costs, [("draft", geometric(0.3, 8))]).provider is None
     assert best_plan(costs, []).provider is None
-    assert best_plan(costs, [("draft", 0.85, 8)]).provider == "draft"
+    assert best_plan(costs, [("draft", geometric(0.85, 8))]).provider == "draft"
 
 
 def test_unmeasured_batch_sizes_are_interpolated():
@@ -37,15 +44,48 @@ def test_unmeasured_batch_sizes_are_interpolated():
     assert CostModel().verify(3) == 3.0
 
 
-def test_the_acceptance_estimate_converges_and_forgets():
-    estimate = Acceptance()
-    for _ in range(200):
-        estimate.record(accepted=3, drafted=4)  # 3 successes, then a rejection: a = 0.75
-    # About 35 decayed trials remain in the window; the prior's 2 pseudo-trials pull 0.035 down.
-    assert estimate.rate(prior=0.1) == pytest.approx(0.75, abs=0.04)
-    for _ in range(200):
-        estimate.record(accepted=0, drafted=4)
-    assert estimate.rate(prior=0.1) < 0.05
+def test_the_acceptance_curve_learns_each_position_given_the_ones_before():
+    curve = AcceptanceCurve()
+    for round_ in range(300):
+        curve.record(accepted=3 if round_ % 2 else 8, drafted=8)  # every round held 3; half of them all 8
+    rates = curve.rates(10, prior=0.1)
+    assert min(rates[:3]) > 0.9
+    assert rates[3] == pytest.approx(0.5, abs=0.05)  # the 4th held in half the rounds that reached it
+    assert min(rates[4:8]) > 0.9  # and then the rest held
+    # Position 9 was never tried: it is trusted as far as the 8th.
+    assert rates[8] == rates[7]
+    kept = curve.survival(10, prior=0.1)
+    assert kept[7] == pytest.approx(rates[0] * rates[1] * rates[2] * rates[3] * rates[4] * rates[5] * rates[6]
+                                    * rates[7])
+    for _ in range(300):
+        curve.record(accepted=0, drafted=4)
+    assert curve.rates(1, prior=0.1)[0] < 0.05  # it forgets
+
+
+def test_a_long_copy_that_keeps_holding_is_drafted_past_16_tokens():
+    """Rounds of n-gram copies after a 32-token match that hold for 30 tokens: the curve
+    says the 17th to 30th tokens hold too, and a batch of 31 costs 6.5 steps for 31
+    tokens, so the plan goes past the 16 a constant-rate model and the old cap allowed."""
+    tuner = Tuner(CostModel(verify_ms=dict(LONG_CPU_CURVE)), DraftingOptions())
+    bucket = match_bucket(32)
+    for _ in range(40):
+        tuner.acceptance.record("ngram", "doc", "py", bucket, accepted=30, drafted=40)
+    kept = tuner.acceptance.survival("ngram", "doc", "py", bucket, 48)
+    assert kept[29] > 0.8 and kept[30] < 0.1  # the 31st is where the copies stopped
+    plan = best_plan(tuner.costs, [("ngram", kept)])
+    assert plan.provider == "ngram" and plan.k == 30
+    assert plan.predicted_tokens > 25
+    # The same copies counted as one rate per token (accepted / (accepted + rejections),
+    # 30/31 here) would predict the stop nowhere: with a rate of 0.6 the plan stays short.
+    assert best_plan(tuner.costs, [("ngram", geometric(0.6, 48))]).k < 10
+
+
+def test_a_short_match_that_fails_early_is_not_planned_long():
+    tuner = Tuner(CostModel(verify_ms=dict(LONG_CPU_CURVE)), DraftingOptions())
+    for _ in range(40):
+        tuner.acceptance.record("ngram", "doc", "py", match_bucket(3), accepted=1, drafted=8)
+    plan = tuner.plan([Candidate("ngram", match_bucket(3), 48)], "doc", "py")
+    assert plan.k <= 3
 
 
 def brute_force_longest(tokens: list[int], before: int) -> int:
@@ -76,11 +116,11 @@ def test_the_index_finds_the_longest_earlier_match(tokens):
 def test_lookup_proposes_what_followed_the_match_here_or_in_another_document():
     drafter = NgramDrafter()
     text = [1, 2, 3, 4, 5, 6, 7, 8, 9, 1, 2, 3, 4]
-    assert drafter.lookup(text, 3) == ([5, 6, 7], 4)
+    assert drafter.lookup(text, 3)[:2] == ([5, 6, 7], 4)
     drafter.set_other_document("other.py", [20, 21, 22, 23, 24, 25])
-    assert drafter.lookup([9, 9, 21, 22, 23], 2) == ([24, 25], 3)
+    assert drafter.lookup([9, 9, 21, 22, 23], 2)[:2] == ([24, 25], 3)
     drafter.remove_other_document("other.py")
-    assert drafter.lookup([9, 9, 21, 22, 23], 2) == ([], 0)
+    assert drafter.lookup([9, 9, 21, 22, 23], 2)[:2] == ([], 0)
 
 
 @given(st.lists(st.integers(0, 2), max_size=12), st.lists(st.integers(0, 2), max_size=12))
@@ -94,8 +134,8 @@ def test_the_minimum_match_is_an_option_that_applies_to_every_index():
     repeated = [7, 8, 9, 10, 11]
     tokens = [1, 2, *repeated, 50, 3, 4, *repeated]  # the last 5 tokens occurred before, followed by 50
     drafter = NgramDrafter(DraftingOptions(ngram_min_match=6))
-    assert drafter.lookup(tokens, 4) == ([], 0)
+    assert drafter.lookup(tokens, 4)[:2] == ([], 0)
     drafter.set_other_document("other", [1, *repeated, 60])
     drafter.configure(DraftingOptions(ngram_min_match=5))
-    proposed, length = drafter.lookup(tokens, 1)
+    proposed, length, _ = drafter.lookup(tokens, 1)
     assert length == 5 and proposed in ([50], [60])

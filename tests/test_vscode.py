@@ -43,7 +43,7 @@ def test_every_server_option_is_a_setting_with_the_servers_default_and_descripti
 def test_the_protocol_module_matches_the_servers():
     source = (EXTENSION / "src" / "protocol.ts").read_text()
     constants = dict(re.findall(r'export const (\w+) = "([^"]*)";', source))
-    assert constants == {"SERVER_NAME": protocol.SERVER_NAME, "STATS": protocol.STATS,
+    assert constants == {"SERVER_NAME": protocol.SERVER_NAME, "STATS": protocol.STATS, "WARM": protocol.WARM,
                          "ACCEPT_COMMAND": protocol.ACCEPT_COMMAND, "SETTINGS_SECTION": protocol.SETTINGS_SECTION}
     stats_interface = source[source.index("interface Stats"):]
     assert tuple(re.findall(r"^  (\w+): ", stats_interface, re.MULTILINE)) == protocol.STATS_KEYS

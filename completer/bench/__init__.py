@@ -4,7 +4,10 @@ The mode names live here, apart from the engine, so the CLI can list them withou
 loading llama.cpp."""
 
 PEER = "peer:llama-cpp-python"
-MODES = ("target", "ngram", "draft", "hybrid", "auto", PEER)
+# `auto` without the workspace index (drafting from the document alone), beside `auto`:
+# what the index buys, in the same run.
+LOCAL = "auto:local"
+MODES = ("target", "ngram", "draft", "hybrid", "auto", LOCAL, PEER)
 # llama-server's configurations (completer.bench.peers says which is which): they run
 # when a llama-server is found (`completer peers build` makes one).
 LLAMA_SERVER = "peer:llama-server"
@@ -16,9 +19,10 @@ PEERS = (PEER, *LLAMA_SERVER_PEERS)
 DISTILLED_MODES = ("draft:distilled", "hybrid:distilled")
 
 
-def modes_to_run(asked: tuple[str, ...], distilled: bool) -> tuple[str, ...]:
+def modes_to_run(asked: tuple[str, ...], distilled: bool, indexed: bool = True) -> tuple[str, ...]:
     """The distilled draft's modes run beside the preset draft's they match; without a
-    distilled draft, none of them."""
+    distilled draft, none of them. Without the workspace index, auto:local is auto."""
+    chosen = asked if indexed else tuple(m for m in asked if m != LOCAL)
     if not distilled:
-        return tuple(m for m in asked if m not in DISTILLED_MODES)
-    return tuple(dict.fromkeys(asked + tuple(m for m in DISTILLED_MODES if m.partition(":")[0] in asked)))
+        return tuple(m for m in chosen if m not in DISTILLED_MODES)
+    return tuple(dict.fromkeys(chosen + tuple(m for m in DISTILLED_MODES if m.partition(":")[0] in chosen)))

@@ -4,7 +4,8 @@ A record is one mode on one hole:
     {"hole": index, "kind": str, "mode": str, "tokens": [ids], "ms": generation time,
      "passes": target forward passes, "drafted": n, "accepted": n, "spec_rounds": n,
      "spec_tokens": tokens those rounds made, "predicted": sum of predicted E,
-     "rounds": [[provider or null, k], ...], "identical": bool, "near_tie": bool,
+     "rounds": [[provider or null, k, match length, predicted tokens, tokens made], ...],
+     "identical": bool, "near_tie": bool,
      "parting_gap": where greedy output parted from target's, target's logit of its
      token less its logit of this mode's, "shown": post-processed text}
 """
@@ -14,7 +15,7 @@ import statistics
 
 import numpy as np
 
-from completer.tuning import CostModel
+from completer.tuning import CostModel, match_bucket
 
 
 def percentile(values: list[float], q: float) -> float:
@@ -57,7 +58,7 @@ def rounds_ms(rounds: list[list], costs: CostModel, free_verify: bool = False) -
     priced as one decode step (a memory-bound target, as on a GPU)."""
     step = costs.verify(1)
     return sum((costs.draft(provider, k) + (step if free_verify else costs.verify(k + 1))) if provider else step
-               for provider, k in rounds)
+               for provider, k, *_ in rounds)
 
 
 def summarize_mode(target: list[dict], mode: list[dict], costs: CostModel | None, speculative: bool) -> dict:
@@ -112,3 +113,32 @@ def acceptance_by_kind(records: list[dict]) -> dict[str, dict[str, float]]:
             counts[0] += r["accepted"]
             counts[1] += r["drafted"]
     return {mode: {kind: a / d for kind, (a, d) in kinds.items()} for mode, kinds in table.items()}
+
+
+def figures_by_kind(records: list[dict]) -> dict[str, dict[str, tuple[float | None, float]]]:
+    """mode -> hole kind -> (acceptance of drafted tokens, None when nothing was drafted;
+    tokens per target pass), for our modes (those that count their passes)."""
+    table: dict[str, dict[str, list[int]]] = {}
+    for r in records:
+        if r.get("passes"):
+            counts = table.setdefault(r["mode"], {}).setdefault(r["kind"], [0, 0, 0, 0])
+            for i, value in enumerate((r.get("accepted", 0), r.get("drafted", 0), len(r["tokens"]), r["passes"])):
+                counts[i] += value
+    return {mode: {kind: (accepted / drafted if drafted else None, tokens / passes)
+                   for kind, (accepted, drafted, tokens, passes) in kinds.items()}
+            for mode, kinds in table.items()}
+
+
+def rounds_by_match(records: list[dict]) -> dict[str, dict[int, tuple[int, float, float]]]:
+    """mode -> n-gram match bucket (tuning.match_bucket) -> (rounds, tokens the tuner
+    predicted per round, tokens made per round), over n-gram rounds."""
+    table: dict[str, dict[int, list[float]]] = {}
+    for r in records:
+        for provider, _, match, predicted, made in (round_ for round_ in r.get("rounds", ()) if len(round_) == 5):
+            if provider == "ngram":
+                sums = table.setdefault(r["mode"], {}).setdefault(match_bucket(match), [0, 0.0, 0.0])
+                sums[0] += 1
+                sums[1] += predicted
+                sums[2] += made
+    return {mode: {bucket: (n, predicted / n, made / n) for bucket, (n, predicted, made) in sorted(buckets.items())}
+            for mode, buckets in table.items()}

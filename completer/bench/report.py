@@ -2,6 +2,7 @@
 
 import os
 import platform
+from dataclasses import asdict
 from importlib.metadata import version
 from pathlib import Path
 
@@ -10,10 +11,11 @@ from rich.table import Table
 
 from completer.bench import LLAMA_SERVER, LLAMA_SERVER_PEERS, PEERS
 from completer.bench.holes import Hole
-from completer.bench.metrics import acceptance_by_kind, summarize_mode
+from completer.bench.metrics import acceptance_by_kind, figures_by_kind, rounds_by_match, summarize_mode
 from completer.bench.run import Settings
 from completer.models.resolve import ModelFiles
-from completer.tuning import CostModel
+from completer.tuning import MATCH_BUCKET_NAMES, CostModel
+from completer.workspace_index import IndexStats
 
 
 def machine() -> dict:
@@ -30,7 +32,8 @@ def machine() -> dict:
 
 
 def document(settings: Settings, seed: int, roots: list[Path], files: ModelFiles, distilled: Path | None,
-             costs: CostModel, summary: dict, holes: list[Hole], records: list[dict]) -> dict:
+             costs: CostModel, summary: dict, holes: list[Hole], records: list[dict],
+             index: IndexStats = IndexStats()) -> dict:
     """The report file: the machine, models and settings, the cost curve the modelled
     columns used, the summary, and every hole and per-hole record."""
     return {"machine": machine(), "preset": settings.preset,
@@ -39,7 +42,8 @@ def document(settings: Settings, seed: int, roots: list[Path], files: ModelFiles
             "settings": {"modes": list(settings.modes), "n": len(holes), "seed": seed,
                          "max_tokens": settings.max_tokens, "temperature": settings.temperature,
                          "context_tokens": settings.context_tokens, "exact": settings.exact,
-                         "roots": [str(r) for r in roots]},
+                         "roots": [str(r) for r in roots], "index_mb": settings.index_mb},
+            "workspace_index": asdict(index),
             "cost_curve_ms": {str(k): v for k, v in sorted(costs.verify_ms.items())},
             "summary": summary, "holes": [h.to_json() for h in holes], "records": records}
 
@@ -71,6 +75,40 @@ def profile(summary: dict) -> list[str]:
         elif mode in LLAMA_SERVER_PEERS and not entry["failed"] and entry["tokens_per_s"]:
             lines.append(f"  {mode}: {1000 / entry['tokens_per_s']:.2f} ms per token, as llama-server timed it")
     return lines
+
+
+def index_line(index: IndexStats) -> str:
+    if not index.ready:
+        return "workspace index: off (auto drafts from the document alone)"
+    files = f"{index.files} file" + ("" if index.files == 1 else "s")
+    return (f"workspace index: {files}, {index.tokens:,} tokens, {index.mb:.0f} MB, built in "
+            f"{index.build_s:.1f} s; auto drafts from it, auto:local from the document alone")
+
+
+def by_kind(records: list[dict]) -> list[str]:
+    """Per mode that drafts, acceptance and tokens per target pass for each kind of hole."""
+    lines = ["per hole kind (acceptance, tokens per target pass):"]
+    for mode, kinds in figures_by_kind(records).items():
+        if any(acceptance is not None for acceptance, _ in kinds.values()):
+            cells = [f"{kind} {_number(acceptance, '2')}, {per_pass:.2f}"
+                     for kind, (acceptance, per_pass) in sorted(kinds.items())]
+            lines.append(f"  {mode}: " + "; ".join(cells))
+    return lines if len(lines) > 1 else []
+
+
+def rounds_by_match_lines(records: list[dict]) -> list[str]:
+    """Per mode, n-gram rounds by match length: how many, and the tokens per round the
+    tuner predicted against those it got."""
+    lines = ["n-gram rounds by match length (rounds: tokens per round predicted / measured):"]
+    for mode, buckets in rounds_by_match(records).items():
+        lines.append(f"  {mode}: " + "; ".join(f"{MATCH_BUCKET_NAMES[bucket]} tokens {n}: {predicted:.2f} / "
+                                               f"{made:.2f}" for bucket, (n, predicted, made) in buckets.items()))
+        points = sum(r.get("branch_points", 0) for r in records if r["mode"] == mode)
+        hits = sum(r.get("branch_hits", 0) for r in records if r["mode"] == mode)
+        if points:
+            lines.append(f"    rejected where the index's occurrences went on otherwise: {points}; the target's "
+                         f"token was one of theirs in {hits} (a token tree's most)")
+    return lines if len(lines) > 1 else []
 
 
 def verdict(summary: dict) -> str | None:

@@ -20,17 +20,18 @@ its reason, and the run goes on without it.
 from dataclasses import dataclass
 from pathlib import Path
 
-import numpy as np
 
-from completer.bench import MODES, PEER, PEERS
+from completer.bench import LOCAL, MODES, PEER, PEERS
 from completer.bench.holes import Hole
 from completer.bench.peers import LlamaServer, PeerFailed, PromptLookupPeer
-from completer.config import Config, GenerationOptions, PromptOptions
+from completer.config import Config, DraftingOptions, GenerationOptions, PromptOptions
+from completer.context import Workspace
 from completer.engine import Engine, generate
 from completer.models.backend import LlamaModel
 from completer.postprocess import CursorContext, postprocess
 from completer.session import Completer, CompletionRequest, cursor_offset
 from completer.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap
+from completer.workspace_index import IndexStats, saved_index_path
 
 # 128 lines before the cursor: prompts of about 1,000-1,500 tokens, so that each hole's
 # prefill (done once per mode family, and again by the peer) stays a few seconds here.
@@ -47,23 +48,37 @@ class Settings:
     # The target decodes a verify batch one token per llama_decode, as plain steps do:
     # greedy output must then equal target's exactly, and no difference is a near tie.
     exact: bool = False
+    index_mb: float = DraftingOptions().index_mb  # the workspace index over the roots; 0 = none
 
 
 class Bench:
     """The models, loaded once, and what a run needs to price rounds and check ties."""
 
     def __init__(self, target: LlamaModel, draft: LlamaModel | None, settings: Settings,
-                 distilled: LlamaModel | None = None, llama_server: Path | None = None):
+                 distilled: LlamaModel | None = None, llama_server: Path | None = None, roots: list[Path] = ()):
+        """`roots`: the repositories the holes are in, indexed for n-gram lookup as an
+        editor's workspace folders would be (each hole's own file hidden: the editor
+        has its text, the hole)."""
         self.settings = settings
         self.model = target
         self.engine = Engine(target, draft, n_ctx=settings.context_tokens, exact=settings.exact)
-        # Mode suffix (":distilled") -> the engine whose draft it runs with.
+        config = Config(generation=GenerationOptions(max_tokens=settings.max_tokens),
+                        prompt=PromptOptions(prefix_lines=PREFIX_LINES),
+                        drafting=DraftingOptions(index_mb=settings.index_mb))
+        self.completer = Completer(self.engine, config)  # its prompts, as the editor gets them
+        self.index = self.completer.index  # n-gram lookup drafts from it (engine.ngram.workspace)
+        self.index_stats = IndexStats()
+        if settings.index_mb > 0 and roots:
+            saved = saved_index_path(target.path, list(roots))
+            self.index_stats = self.index.build(Workspace(list(roots)), target.tokenize, saved=saved)
+        # Mode suffix (":distilled", ":local") -> the engine it runs on.
         self.engines = {"": self.engine}
         if distilled is not None:
             self.engines["distilled"] = Engine(target, distilled, n_ctx=settings.context_tokens, exact=settings.exact)
-        config = Config(generation=GenerationOptions(max_tokens=settings.max_tokens),
-                        prompt=PromptOptions(prefix_lines=PREFIX_LINES))
-        self.completer = Completer(self.engine, config)  # its prompts, as the editor gets them
+            self.engines["distilled"].ngram.workspace = self.engine.ngram.workspace
+        if LOCAL in settings.modes:  # its own tuner: what it learns is without the index
+            self.engines["local"] = Engine(target, draft, n_ctx=settings.context_tokens, exact=settings.exact,
+                                           costs=self.engine.costs)
         self.peers: dict[str, LlamaServer | PromptLookupPeer] = {}  # mode -> its running peer
         self.failed: dict[str, str] = {}  # mode -> why its peer failed
         try:
@@ -102,27 +117,39 @@ class Bench:
 
     def run_hole(self, index: int, hole: Hole) -> list[dict]:
         """Every mode on one hole: one record per mode."""
+        self.index.hide(str(hole.path))
+        try:
+            return self._run_modes(index, hole)
+        finally:
+            self.index.show(str(hole.path))
+
+    def _run_modes(self, index: int, hole: Hole) -> list[dict]:
         prompt, cursor = self.prompt(hole)
         modes = list(self.settings.modes)
         order = modes[index % len(modes):] + modes[: index % len(modes)]
-        records, logits = {}, {}  # per mode, the target's logits behind its tokens and end token [n, V]
+        records, chosen = {}, {}  # per mode; chosen: its tokens and the end token that stopped it
         for mode in order:
-            records[mode], logits[mode] = self._run_mode(mode, index, hole, prompt)
+            records[mode], chosen[mode] = self._run_mode(mode, index, hole, prompt)
             records[mode]["shown"] = postprocess(self.model.detokenize(records[mode]["tokens"]), cursor)
         greedy = self.settings.temperature <= 0
+        target_logits = None  # behind target's tokens and end token [n, V], once a mode parted from them
         for mode, record in records.items():
             if "failed" in record:
                 continue
             record["identical"] = "target" in records and record["tokens"] == records["target"]["tokens"]
             if greedy and "target" in records and not record["identical"]:
-                # The peer's tokens come without their logits or the end token that stopped them.
-                chosen = record["tokens"] if logits[mode] is None else logits[mode].argmax(axis=1)
-                record["parting_gap"] = gap = parting_gap(logits["target"], chosen)
+                if target_logits is None:  # plain decoding again, untimed: the same tokens, with their rows
+                    self.engine.prefill(prompt)
+                    target_logits = generate(self.engine, prompt, self.settings.max_tokens, mode="target",
+                                             keep_logits=True).logits
+                record["parting_gap"] = gap = parting_gap(target_logits, chosen[mode])
                 record["near_tie"] = not self.settings.exact and gap is not None and gap < NEAR_TIE_LOGITS
         return [records[mode] for mode in modes]
 
-    def _run_mode(self, mode: str, index: int, hole: Hole, prompt: list[int]) -> tuple[dict, np.ndarray | None]:
-        """The mode's record, and the target's logits behind each of its tokens (None for a peer)."""
+    def _run_mode(self, mode: str, index: int, hole: Hole, prompt: list[int]) -> tuple[dict, list[int]]:
+        """The mode's record, and its tokens with the end token that stopped it (a peer's
+        come without it). No mode keeps logits rows while timed: the editor's path copies
+        none at temperature 0."""
         base = {"hole": index, "kind": hole.kind, "language": hole.language, "mode": mode, "truth": hole.truth,
                 "prompt_tokens": len(prompt)}
         settings = self.settings
@@ -135,19 +162,21 @@ class Bench:
                 self.failed[mode] = str(error)
                 if mode in self.peers:
                     self.peers.pop(mode).close()
-                return {**base, "tokens": [], "failed": str(error)}, None
+                return {**base, "tokens": [], "failed": str(error)}, []
             return {**base, "tokens": result.tokens, "ms": result.ms, "wall_ms": result.wall_ms,
-                    "drafted": result.drafted, "accepted": result.accepted}, None
+                    "drafted": result.drafted, "accepted": result.accepted}, result.tokens
         provider, _, draft = mode.partition(":")
         engine = self.engines[draft]
         engine.prefill(prompt)  # outside the timing
         decode_before, logits_before = engine.llama_ms()
         result = generate(engine, prompt, settings.max_tokens, sampling=Sampling(settings.temperature, seed=index),
-                          mode=provider, document=hole.file, language=hole.language, keep_logits=True)
+                          mode=provider, document=hole.file, language=hole.language)
         decode_after, logits_after = engine.llama_ms()
         s = result.stats
         return {**base, "tokens": result.tokens, "ms": s.total_ms, "decode_ms": decode_after - decode_before,
                 "logits_ms": logits_after - logits_before, "passes": s.target_passes, "drafted": s.drafted,
                 "accepted": s.accepted, "spec_rounds": s.speculative_rounds,
                 "spec_tokens": s.tokens_in_speculative_rounds, "predicted": s.predicted_tokens,
-                "rounds": [list(r) for r in s.rounds]}, result.logits
+                "branch_points": s.branch_points, "branch_hits": s.branch_hits,
+                "rounds": [list(r) for r in s.rounds]}, \
+            result.tokens + ([result.end_token] if result.end_token is not None else [])

@@ -3,7 +3,7 @@
 // Inline completions themselves are vscode-languageclient's (registered by default).
 import * as vscode from "vscode";
 import { DidChangeConfigurationNotification, LanguageClient, State } from "vscode-languageclient/node";
-import { SERVER_NAME, SETTINGS_SECTION, STATS, type Stats } from "./protocol";
+import { SERVER_NAME, SETTINGS_SECTION, STATS, type Stats, WARM } from "./protocol";
 import { launch, pullArgs, RESTART_SETTINGS, serveArgs, serverOptions, type ServerOptions } from "./settings";
 import { type ServerState, statsLines, statusView } from "./status";
 
@@ -40,6 +40,7 @@ class Extension {
       vscode.commands.registerCommand("completer.pullModels", () => this.pullModels()),
       vscode.workspace.onDidOpenTextDocument(() => void this.update()),
       vscode.workspace.onDidChangeConfiguration((event) => void this.configurationChanged(event)),
+      vscode.window.onDidChangeActiveTextEditor((editor) => void this.warm(editor)),
     );
     this.status.command = "completer.showStats";
     this.status.show();
@@ -98,6 +99,20 @@ class Extension {
     const seconds = settings().get<number>("statusIntervalSeconds", 2);
     this.poll = setInterval(() => void this.refresh(), Math.max(0.5, seconds) * 1000);
     void this.refresh();
+    void this.warm(vscode.window.activeTextEditor);
+  }
+
+  // The user is at the cursor of a document just opened or made active: the server
+  // evaluates the prompt there ahead of the first suggestion.
+  private async warm(editor: vscode.TextEditor | undefined): Promise<void> {
+    const client = this.client;
+    const languages = settings().get<string[]>("languages", []);
+    if (!editor || !client?.isRunning() || !languages.includes(editor.document.languageId)) return;
+    const position = editor.selection.active;
+    await client.sendNotification(WARM, {
+      textDocument: { uri: editor.document.uri.toString() },
+      position: { line: position.line, character: position.character },
+    });
   }
 
   async stop(): Promise<void> {

@@ -5,6 +5,11 @@ export const SERVER_NAME = "completer";
 // Request, no params: the statistics below.
 export const STATS = "completer/stats";
 
+// Notification, params { textDocument: { uri }, position }: the user is at this position
+// of an open document (opened or made active); the server evaluates the prompt there
+// ahead of the first request.
+export const WARM = "completer/warm";
+
 // Command each completion item carries; VS Code runs it when the user accepts the item.
 export const ACCEPT_COMMAND = "completer.accept";
 
@@ -29,4 +34,8 @@ export interface Stats {
   suggestion_acceptance_rate: number;
   sessions: number;
   saved_kv_mb: number;
+  warmed_tokens: number;
+  index_files: number;
+  index_tokens: number;
+  index_mb: number;
 }

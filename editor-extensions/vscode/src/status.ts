@@ -26,7 +26,10 @@ export function statsLines(stats: Stats): string[] {
     `requests: ${stats.requests} (${stats.forward_cache_hits} from the suggestion shown, ${stats.superseded} superseded)`,
     `draft acceptance: ${percent(stats.draft_acceptance_rate)}`,
     `speed: ${stats.tokens_per_second.toFixed(1)} tokens/s`,
-    `KV cache hits: ${percent(stats.cache_hit_rate)} of prompt tokens`,
+    `KV cache hits: ${percent(stats.cache_hit_rate)} of prompt tokens (${stats.warmed_tokens} evaluated ahead)`,
+    stats.index_files
+      ? `workspace index: ${stats.index_files} files, ${stats.index_tokens} tokens, ${stats.index_mb.toFixed(0)} MB`
+      : "workspace index: none yet",
     `suggestions: ${stats.suggestions_shown} shown, ${stats.suggestions_accepted} accepted ` +
       `(${percent(stats.suggestion_acceptance_rate)})`,
   ];

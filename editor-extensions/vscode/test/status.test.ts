@@ -19,6 +19,10 @@ const stats: Stats = {
   suggestion_acceptance_rate: 3 / 7,
   sessions: 2,
   saved_kv_mb: 12.5,
+  warmed_tokens: 900,
+  index_files: 1790,
+  index_tokens: 8_400_000,
+  index_mb: 64.2,
 };
 
 describe("statusView", () => {
@@ -27,6 +31,8 @@ describe("statusView", () => {
     expect(view.text).toBe("$(sparkle) 72% · 41 tok/s");
     expect(view.error).toBe(false);
     expect(view.tooltip).toContain("suggestions: 7 shown, 3 accepted (43%)");
+    expect(view.tooltip).toContain("workspace index: 1790 files, 8400000 tokens, 64 MB");
+    expect(statsLines({ ...stats, index_files: 0 })).toContain("workspace index: none yet");
   });
 
   it("says ready without figures before the first request", () => {

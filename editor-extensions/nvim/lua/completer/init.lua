@@ -53,6 +53,7 @@ local M = {}
 
 local NAME = "completer" -- the LSP config name, and the server's
 local STATS = "completer/stats"
+local WARM = "completer/warm"
 
 local defaults = {
   enabled = true,
@@ -410,6 +411,15 @@ end
 ------------------------------------------------------------------------------
 -- Setup.
 
+-- The user is at the cursor of the current buffer, just opened or entered: the server
+-- evaluates the prompt there ahead of the first suggestion (completer/warm).
+local function warm(buf)
+  local client = our_client()
+  if client and buf == vim.api.nvim_get_current_buf() then
+    client:notify(WARM, vim.lsp.util.make_position_params(0, client.offset_encoding))
+  end
+end
+
 local function on_attach(buf, client)
   if builtin then
     vim.lsp.inline_completion.enable(M.enabled, { client_id = client.id })
@@ -417,11 +427,20 @@ local function on_attach(buf, client)
     ghost.attach(buf)
   end
   map_keys(buf)
+  vim.api.nvim_create_autocmd("BufEnter", {
+    group = vim.api.nvim_create_augroup("completer_warm_" .. buf, { clear = true }),
+    buffer = buf,
+    callback = function()
+      warm(buf)
+    end,
+  })
+  warm(buf)
 end
 
 local function on_detach(buf)
   ghost.detach(buf)
   unmap_keys(buf)
+  pcall(vim.api.nvim_del_augroup_by_name, "completer_warm_" .. buf)
 end
 
 function M.setup(opts)

@@ -1,0 +1,364 @@
+"""The workspace index: every source file in the workspace folders, as tokens, for
+n-gram lookup to draft from. Code repeats across files (imports, call signatures,
+the same idioms), so the text after a cursor has often been written elsewhere.
+
+    build (a background thread, at start-up)
+        files    = the workspace folders' source files (git's list, less generated,
+                   vendored, binary, tiny and huge ones; symlinks and ".." resolved, never
+                   outside a folder), most recently modified first, until the token
+                   budget (drafting.index_mb) is spent
+        tokens   = all of them, one array, a separator between files
+        order    = every position, sorted by the tokens before it read backwards (the
+                   first 8 of them): a suffix array of the reversed text, cut at that depth
+    lookup(text)
+        binary search for the text's end read backwards -> the longest match (extended
+        past the sort's depth over the candidates that got that far) ->
+        the continuation most of those candidates share, token by token
+    hide(path)  the editor has a newer text of the file (open, or saved since): the
+                table's copy is skipped, and the newer text is drafted from on its own
+                (completer.drafts)
+
+The tokens are kept between runs (saved_index_path): a file unchanged since is not
+tokenized again, which is most of a build's time (the standard library: 29 s of 37 s).
+
+Memory: 8 bytes a token (the token and its place in `order`); the build briefly needs
+about 5 times that for its sort keys.
+"""
+
+import hashlib
+import logging
+import os
+import threading
+import time
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import NamedTuple
+
+import numpy as np
+
+from completer.config import DraftingOptions
+from completer.context import Workspace
+from completer.models.atomic import write_atomically
+from completer.models.paths import cache_dir
+from completer.models.sources import source_files
+from completer.prompt import LINE_COMMENT
+
+log = logging.getLogger("completer.index")
+
+SEPARATOR = -1  # between files: no match crosses it, and it sorts before every token
+# The sort orders positions by the tokens before them packed into this many 64-bit words:
+# 8 tokens of a vocabulary under 65,536 (smol's 49,152), 6 of one under 2^21 (Qwen's
+# 151,646). Eight tokens of code before a position rarely occur more than a few hundred
+# times, so a match that long is extended over its candidates one by one; and two keys
+# sort the standard library's 8.8 million positions in about 8 s here.
+SORT_WORDS = 2
+PADDING = 16  # separators before the first file: every position has its sort depth of tokens before it
+# Candidates extended past the sort's depth, and voted on for the continuation: enough to
+# tell a common idiom from a one-off, few enough that a lookup stays under a millisecond.
+MAX_CANDIDATES = 256
+BYTES_PER_TOKEN = 8  # int32 token + int32 place in the sorted order
+SAVED_FORMAT = 1  # of the saved index (its layout: PADDING, SORT_WORDS): another one is not read
+
+
+class Match(NamedTuple):
+    tokens: list[int]  # the continuation proposed
+    length: int  # tokens of the text's end matched
+    # Where the occurrences still agreeing with the proposal went on differently: step ->
+    # the other tokens they had there, the most frequent first (the branches a token tree
+    # could verify beside the proposal).
+    alternatives: dict[int, tuple[int, ...]] = {}
+
+
+NO_MATCH = Match([], 0)
+
+
+class TokenTable:
+    """Files' tokens, concatenated, and their positions sorted by reversed context.
+    Immutable once built: lookups need no lock."""
+
+    def __init__(self, files: list[tuple[str, np.ndarray]], order: np.ndarray | None = None):
+        """`order`: the sorted positions of an earlier table of exactly these files."""
+        pieces = [np.full(PADDING, SEPARATOR, np.int32)]
+        self.paths: list[str] = []
+        self.file_numbers: dict[str, int] = {}  # path -> its index in paths
+        starts = []
+        offset = PADDING
+        for path, tokens in files:
+            self.file_numbers[path] = len(self.paths)
+            self.paths.append(path)
+            starts.append(offset)
+            pieces += [tokens.astype(np.int32), np.array([SEPARATOR], np.int32)]
+            offset += len(tokens) + 1
+        self.tokens = np.concatenate(pieces)  # [n]
+        self.starts = np.array(starts, np.int64)  # [files]
+        self.bits = int(self.tokens.max(initial=0) + 2).bit_length()  # a token + 1 in a sort key
+        self.depth = min(SORT_WORDS * (64 // self.bits), PADDING)  # the tokens before a position it is sorted by
+        self.order = self._sorted_positions() if order is None else order  # [positions]
+        # Where each token's block of `order` starts (the positions it comes just before):
+        # a lookup's binary search begins inside its last token's block.
+        before = self.tokens[self.order.astype(np.int64) - 1]
+        self.blocks = np.searchsorted(before, np.arange(int(self.tokens.max(initial=0)) + 2))  # [max token + 2]
+
+    def _sorted_positions(self) -> np.ndarray:
+        """Positions p with a token at p, sorted by tokens[p-1], tokens[p-2], ... (the first
+        `depth` of them), packed a few tokens to a 64-bit word (token + 1; the separator 0)."""
+        tokens = self.tokens
+        index_type = np.int32 if len(tokens) < 2**31 else np.int64
+        positions = np.flatnonzero(tokens != SEPARATOR).astype(index_type)
+        if not len(positions):
+            return positions
+        per_word = 64 // self.bits
+        words = []
+        for first in range(1, self.depth + 1, per_word):
+            word = np.zeros(len(positions), np.uint64)
+            for back in range(first, min(first + per_word, self.depth + 1)):
+                word <<= np.uint64(self.bits)
+                word |= (tokens[positions - back] + 1).astype(np.uint64)
+            words.append(word)
+        return positions[np.lexsort(words[::-1])]  # lexsort's last key is its primary one
+
+    @property
+    def token_count(self) -> int:
+        return len(self.tokens) - PADDING - len(self.paths)
+
+    @property
+    def nbytes(self) -> int:
+        return self.tokens.nbytes + self.order.nbytes + self.starts.nbytes + self.blocks.nbytes
+
+    def _context(self, index: int, depth: int) -> list[int]:
+        """The `depth` tokens before order[index], nearest first."""
+        position = int(self.order[index])
+        return self.tokens[position - depth : position][::-1].tolist()
+
+    def _bound(self, query: list[int], upper: bool, low: int, high: int) -> int:
+        """The first index in [low, high) whose context (cut to len(query)) is >= query,
+        or > it if `upper`."""
+        depth = len(query)
+        while low < high:
+            middle = (low + high) // 2
+            context = self._context(middle, depth)
+            if context < query or (upper and context == query):
+                low = middle + 1
+            else:
+                high = middle
+        return low
+
+    def candidates(self, suffix: list[int], min_match: int, max_match: int) -> tuple[int, np.ndarray]:
+        """(the longest match of `suffix`'s end, at least `min_match` and at most
+        `max_match` tokens; the positions just after its occurrences, at most
+        MAX_CANDIDATES of them). (0, empty) when no occurrence matches `min_match`."""
+        query = suffix[: -self.depth - 1 : -1]  # the end, nearest first
+        if len(query) < min_match or not len(self.order) or query[0] + 1 >= len(self.blocks):
+            return 0, np.empty(0, np.int64)
+        low, high = int(self.blocks[query[0]]), int(self.blocks[query[0] + 1])
+        at = self._bound(query, False, low, high)
+        # The longest common prefix with the query is at one of the two neighbours.
+        length = 0
+        for index in (at - 1, at):
+            if low <= index < high:
+                context = self._context(index, len(query))
+                length = max(length, next((i for i, (a, b) in enumerate(zip(context, query)) if a != b), len(query)))
+        length = min(length, max_match)
+        if length < min_match:
+            return 0, np.empty(0, np.int64)
+        prefix = query[:length]
+        low, high = self._bound(prefix, False, low, at), self._bound(prefix, True, at, high)
+        positions = self.order[low : min(high, low + MAX_CANDIDATES)].astype(np.int64)
+        reach = min(max_match, len(suffix))
+        if length == self.depth and reach > length:  # past the sort's depth, over the candidates at once
+            back = np.arange(length + 1, reach + 1)  # [more]
+            before = self.tokens[np.maximum(positions[:, None] - back, 0)]  # [n, more]; 0 is a separator
+            held = before == np.asarray(suffix[-reach:][::-1][length:])
+            extra = np.where(held.all(axis=1), len(back), held.argmin(axis=1))  # [n] tokens more each matched
+            positions, length = positions[extra == extra.max()], length + int(extra.max())
+        return length, positions
+
+    def file_of(self, positions: np.ndarray) -> np.ndarray:
+        """The index in `paths` of the file each position is in."""
+        return np.searchsorted(self.starts, positions, side="right") - 1
+
+    def continuation(self, positions: np.ndarray, k: int) -> tuple[list[int], dict[int, tuple[int, ...]]]:
+        """Up to k tokens after `positions`, each the one most of the candidates still
+        agreeing have next; and at each step where they disagreed, the other tokens."""
+        proposed: list[int] = []
+        alternatives: dict[int, tuple[int, ...]] = {}
+        for step in range(k):
+            if len(positions) == 1:  # one candidate left: the rest of its file
+                rest = self.tokens[positions[0] + step : positions[0] + k].tolist()
+                proposed += rest[: rest.index(SEPARATOR)] if SEPARATOR in rest else rest
+                break
+            following = self.tokens[positions + step]
+            if following[0] != SEPARATOR and (following == following[0]).all():
+                best = int(following[0])  # all agree: no vote to count
+            else:
+                values, counts = np.unique(following[following != SEPARATOR], return_counts=True)
+                if not len(values):
+                    break
+                ranked = values[np.argsort(-counts, kind="stable")].tolist()
+                best, alternatives[step] = ranked[0], tuple(ranked[1:])
+                positions = positions[following == best]
+            proposed.append(best)
+        return proposed, {step: others for step, others in alternatives.items() if others}
+
+
+def workspace_files(workspace: Workspace) -> list[Path]:
+    """The workspace folders' source files, inside them once symlinks and ".." are
+    resolved, most recently modified first."""
+    languages = set(LINE_COMMENT)
+    found = {path.resolve() for root in workspace.roots
+             for paths in source_files(root, languages).values() for path in paths}
+    inside = [path for path in found if workspace.contains(path)]
+    return sorted(inside, key=lambda path: (-path.stat().st_mtime, str(path)))
+
+
+@dataclass
+class SavedIndex:
+    """An earlier build's files, their (size, modification time in ns) and tokens, and
+    its sorted positions."""
+
+    paths: list[str] = field(default_factory=list)
+    stamps: list[tuple[int, int]] = field(default_factory=list)
+    tokens: list[np.ndarray] = field(default_factory=list)
+    order: np.ndarray | None = None
+    numbers: dict[str, int] = field(init=False, repr=False)  # path -> its index in paths
+
+    def __post_init__(self):
+        self.numbers = {path: i for i, path in enumerate(self.paths)}
+
+    def tokens_of(self, path: str, stamp: tuple[int, int]) -> np.ndarray | None:
+        """The file's tokens if it is unchanged since; None otherwise."""
+        index = self.numbers.get(path)
+        return self.tokens[index] if index is not None and self.stamps[index] == stamp else None
+
+
+def saved_index_path(model: Path, roots: list[Path]) -> Path:
+    """Where the index of these workspace folders, tokenized for this model's vocabulary,
+    is kept between runs."""
+    parts = [f"format {SAVED_FORMAT}", str(model.resolve()), *sorted(map(str, roots))]
+    key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
+    return cache_dir() / "index" / f"{key}.npz"
+
+
+def _save(path: Path, table: TokenTable, stamps: list[tuple[int, int]]) -> None:
+    """The table's files, stamps, tokens and order, readable by this user only: it is
+    their source code."""
+    lengths = np.diff(np.append(table.starts, len(table.tokens))) - 1  # each file's tokens, less its separator
+
+    def write(temporary: Path) -> None:
+        with temporary.open("wb") as handle:
+            np.savez(handle, paths=np.array(table.paths, dtype=str), stamps=np.array(stamps, np.int64).reshape(-1, 2),
+                     lengths=lengths, tokens=table.tokens, starts=table.starts, order=table.order)
+
+    try:
+        write_atomically(path, write, mode=0o600)
+    except OSError as error:
+        log.warning("could not keep the workspace index in %s: %s", path, error)
+
+
+def _load(path: Path) -> SavedIndex:
+    """What _save wrote; an empty SavedIndex when there is none or it does not read back."""
+    if not path.is_file():
+        return SavedIndex()
+    try:
+        with np.load(path, allow_pickle=False) as data:
+            tokens, starts, lengths = data["tokens"], data["starts"], data["lengths"]
+            files = [tokens[start : start + length] for start, length in zip(starts, lengths)]
+            stamps = [tuple(map(int, stamp)) for stamp in data["stamps"]]
+            saved = SavedIndex(data["paths"].tolist(), stamps, files, data["order"])
+        if not len(saved.paths) == len(stamps) == len(files):
+            raise ValueError("its arrays disagree")
+        return saved
+    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
+        log.warning("the saved workspace index %s does not read back (%s): indexing from the files", path, error)
+        return SavedIndex()
+
+
+@dataclass(frozen=True)
+class IndexStats:
+    files: int = 0
+    tokens: int = 0
+    mb: float = 0.0
+    build_s: float = 0.0
+    ready: bool = False
+
+
+class WorkspaceIndex:
+    """The table of the workspace's files on disk, which files' copies in it are stale
+    (hidden), and the newer text of those that changed since, each on its own small
+    index. Lookups may run while a build is under way: they see the last table."""
+
+    def __init__(self, options: DraftingOptions = DraftingOptions()):
+        self.options = options
+        self.table: TokenTable | None = None
+        self.hidden: set[str] = set()  # paths whose copy in the table is stale
+        self.stats = IndexStats()
+        self._lock = threading.Lock()  # hidden, and swapping the table in
+
+    def build(self, workspace: Workspace, tokenize: Callable[[str], list[int]],
+              cancel: threading.Event | None = None, saved: Path | None = None) -> IndexStats:
+        """Index the workspace's files within drafting.index_mb; `cancel` stops it (the
+        table stays as it was). `saved`: a file holding the tokens of an earlier build
+        (the same tokenizer's): files unchanged since (size and modification time) are
+        not tokenized again, and the build is written back there."""
+        started = time.perf_counter()
+        budget = int(self.options.index_mb * 2**20 / BYTES_PER_TOKEN)
+        earlier = _load(saved) if saved is not None else SavedIndex()
+        files: list[tuple[str, np.ndarray]] = []
+        stamps: list[tuple[int, int]] = []
+        used = 0
+        for path in workspace_files(workspace):
+            if cancel is not None and cancel.is_set():
+                return self.stats
+            try:
+                stat = path.stat()
+                stamp = (stat.st_size, stat.st_mtime_ns)
+                tokens = earlier.tokens_of(str(path), stamp)
+                if tokens is None:
+                    tokens = np.asarray(tokenize(path.read_text(encoding="utf-8")), np.int32)
+            except (OSError, UnicodeDecodeError):
+                continue  # gone, unreadable or not text: nothing to draft from
+            if used + len(tokens) > budget:
+                break
+            files.append((str(path), tokens))
+            stamps.append(stamp)
+            used += len(tokens)
+        unchanged = [path for path, _ in files] == earlier.paths and stamps == earlier.stamps
+        table = TokenTable(files, earlier.order if unchanged else None)
+        if saved is not None and not unchanged:
+            _save(saved, table, stamps)
+        stats = IndexStats(len(files), table.token_count, table.nbytes / 2**20, time.perf_counter() - started, True)
+        with self._lock:
+            self.table, self.stats = table, stats
+        log.info("workspace index: %d files, %d tokens, %.0f MB, in %.1f s", stats.files, stats.tokens, stats.mb,
+                 stats.build_s)
+        return stats
+
+    def hide(self, path: str) -> None:
+        """The file's copy in the table is stale (the editor has it open, or saved it)."""
+        with self._lock:
+            self.hidden.add(os.path.realpath(path))
+
+    def show(self, path: str) -> None:
+        with self._lock:
+            self.hidden.discard(os.path.realpath(path))
+
+    def lookup(self, tokens: list[int], k: int) -> Match:
+        """The longest match of the text's end in the table's visible files, and the
+        continuation most of its occurrences share."""
+        table = self.table
+        if table is None or k <= 0:
+            return NO_MATCH
+        length, positions = table.candidates(tokens, self.options.ngram_min_match, self.options.ngram_max_match)
+        if not length:
+            return NO_MATCH
+        if self.hidden:
+            with self._lock:
+                hidden = [table.file_numbers[path] for path in self.hidden if path in table.file_numbers]
+            if hidden:
+                positions = positions[~np.isin(table.file_of(positions), hidden)]
+        if not len(positions):
+            return NO_MATCH
+        proposed, alternatives = table.continuation(positions, k)
+        return Match(proposed, length, alternatives) if proposed else NO_MATCH
