@@ -114,8 +114,8 @@ class NgramIndex:
 
 class NgramDrafter:
     """Prompt lookup: find the longest earlier occurrence of the text's last tokens, in
-    this document, in other open ones or in the workspace's files, and propose what
-    followed it."""
+    this document, in other open ones (lookup) or in the workspace's files
+    (lookup_workspace), and propose what followed it."""
 
     def __init__(self, options: DraftingOptions = DraftingOptions(), workspace: WorkspaceIndex | None = None):
         self.options = options
@@ -133,6 +133,14 @@ class NgramDrafter:
         self.document = self._index(self.document.tokens)
         self.others = {key: self._index(index.tokens) for key, index in self.others.items()}
         self.saved_files = {key: self._index(index.tokens) for key, index in self.saved_files.items()}
+
+    def lookup_workspace(self, tokens: list[int], k: int, longer_than: int = 0) -> Match:
+        """The workspace index's proposal, for a match longer than `longer_than` tokens
+        (the open documents' own: they win a tie, being what is worked on)."""
+        if self.workspace is None or longer_than >= self.options.ngram_max_match:
+            return NO_MATCH
+        found = self.workspace.lookup(tokens, k)
+        return found if found.length > longer_than else NO_MATCH
 
     def set_document(self, tokens: list[int]) -> None:
         """Index the current text, reusing the index while the text only grew."""
@@ -152,8 +160,8 @@ class NgramDrafter:
         self.saved_files[path] = self._index(tokens)
 
     def lookup(self, tokens: list[int], k: int) -> Match:
-        """The proposal for the text `tokens`: what followed the longest match, the open
-        documents' on a tie with the workspace's (they are what is being worked on)."""
+        """The proposal for the text `tokens`: what followed its longest match in this
+        document, another open one, or a file saved since the index was built."""
         if len(tokens) < self.options.ngram_min_match or k <= 0:
             return NO_MATCH
         self.set_document(tokens)
@@ -164,10 +172,6 @@ class NgramDrafter:
             length, end = index.longest_match(tokens, before)
             if length > best_length:
                 best_length, best_index, best_end = length, index, end
-        if self.workspace is not None and best_length < self.options.ngram_max_match:  # else it cannot do better
-            found = self.workspace.lookup(tokens, k)
-            if found.length > best_length:
-                return found
         if best_end < 0:
             return NO_MATCH
         return Match(best_index.tokens[best_end : best_end + k], best_length)

@@ -20,6 +20,9 @@ from completer.tuning import MAX_DRAFT, Candidate, CostModel, Plan, Tuner, calib
 
 log = logging.getLogger("completer.engine")
 
+LOOKUPS = ("ngram", "index")  # the providers that propose what followed a match: n-gram lookup's two sources
+INDEX_AFTER_MATCH = 9  # the workspace index is looked in after shorter local matches only
+
 
 
 @dataclass
@@ -196,23 +199,32 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
     if not allowed or most <= 0:
         return PLAIN_ROUND
     lookup_started = time.perf_counter()
-    found = engine.ngram.lookup(tokens, most) if {"ngram", "hybrid"} & set(allowed) else NO_MATCH
-    lookup, match = found.tokens, found.length
+    looks_up = bool({"ngram", "hybrid"} & set(allowed))
+    found = engine.ngram.lookup(tokens, most) if looks_up else NO_MATCH
+    # The workspace index is its own provider: its matches are worse bets than the open
+    # documents' at the same length (on the standard library, acceptance 0.45 with it
+    # against 0.51 without, when one estimate served both), so the tuner learns it apart.
+    # After a local match of 9+ tokens, the best bet there is, it is not looked in.
+    indexed = (engine.ngram.lookup_workspace(tokens, most, found.length)
+               if looks_up and found.length < INDEX_AFTER_MATCH else NO_MATCH)
     lookup_ms = (time.perf_counter() - lookup_started) * 1000
-    use_ngram = "ngram" in allowed or ("hybrid" in allowed and match >= engine.drafting.hybrid_min_match)
+    hybrid_ngram = max(found.length, indexed.length) >= engine.drafting.hybrid_min_match
+    use_ngram = "ngram" in allowed or ("hybrid" in allowed and hybrid_ngram)
     use_model = engine.drafter is not None and ("draft" in allowed or ("hybrid" in allowed and not use_ngram))
     candidates = []  # preferred first
-    if use_ngram and lookup:
-        candidates.append(Candidate("ngram", match_bucket(match), len(lookup)))
+    for provider, match in (("ngram", found), ("index", indexed)):
+        if use_ngram and match.tokens:
+            candidates.append(Candidate(provider, match_bucket(match.length), len(match.tokens)))
     if use_model:
         candidates.append(Candidate("draft", 0, most))
     plan = engine.tuner.plan(candidates, asked.document, asked.language, asked.draft_length)
     if plan.provider is None:
-        shadow = Proposal(lookup[:1], None, lookup_ms, match) if lookup and use_ngram else None
+        shadow = Proposal(found.tokens[:1], None, lookup_ms, found.length) if found.tokens and use_ngram else None
         return _Round(plan, None, NO_PROPOSAL, shadow)
-    if plan.provider == "ngram":
-        proposal = Proposal(lookup[: plan.k], None, lookup_ms, match)
-        return _Round(plan, "ngram", proposal, alternatives=found.alternatives)
+    if plan.provider in ("ngram", "index"):
+        match = found if plan.provider == "ngram" else indexed
+        proposal = Proposal(match.tokens[: plan.k], None, lookup_ms, match.length)
+        return _Round(plan, plan.provider, proposal, alternatives=match.alternatives)
     try:
         return _Round(plan, "draft", engine.drafter.propose(tokens, plan.k, asked.sampling, rng))
     except (RuntimeError, ValueError) as error:  # llama_decode failed, or the draft's context is full
@@ -357,13 +369,13 @@ def _record(engine: Engine, stats: GenerationStats, chosen: _Round, accepted: in
     """The round into the generation's statistics and the tuner."""
     drafted = len(chosen.proposal.tokens)
     provider = chosen.provider if drafted else None
-    bucket = match_bucket(chosen.proposal.match_length) if provider == "ngram" else 0
+    bucket = match_bucket(chosen.proposal.match_length) if provider in LOOKUPS else 0
     engine.tuner.observe(provider, bucket, drafted, accepted, produced, verify_ms, chosen.proposal.draft_ms,
                          asked.document, asked.language)
     if chosen.shadow is not None:
         engine.tuner.observe_shadow(match_bucket(chosen.shadow.match_length), chosen.shadow.tokens[0] == next_token,
                                     asked.document, asked.language)
-    stats.rounds.append((provider, drafted, chosen.proposal.match_length if provider == "ngram" else 0,
+    stats.rounds.append((provider, drafted, chosen.proposal.match_length if provider in LOOKUPS else 0,
                          chosen.plan.predicted_tokens if provider else 1.0, produced))
     stats.target_passes += 1
     stats.verify_ms += verify_ms

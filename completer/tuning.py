@@ -115,7 +115,7 @@ class AcceptanceCurve:
 
 
 # Acceptance before anything is measured: optimistic enough to try speculating.
-PRIORS = {"draft": 0.6, "ngram": 0.5}
+PRIORS = {"draft": 0.6, "ngram": 0.5, "index": 0.4}
 
 
 def match_bucket(match_length: int) -> int:
@@ -180,7 +180,7 @@ def best_plan(costs: CostModel, options: list[tuple[str, list[float]]],
 class Candidate:
     """A provider a round may draft with."""
 
-    provider: str  # "ngram" or "draft"
+    provider: str  # "ngram" (open documents), "index" (the workspace index) or "draft"
     bucket: int  # its acceptance bucket: match_bucket(match length) for n-gram lookup, 0 for the draft model
     most: int  # tokens it can propose
 

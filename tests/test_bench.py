@@ -113,14 +113,16 @@ def test_figures_per_hole_kind_and_rounds_per_match_length_on_hand_made_records(
                rounds=[["ngram", 6, 3, 2.0, 3], ["ngram", 6, 20, 5.0, 4], [None, 0, 0, 1.0, 1],
                        ["draft", 4, 0, 2.0, 2]]),
         record(1, "auto", 10, 50.0, passes=5, drafted=0, accepted=0, kind="next line", rounds=[[None, 0, 0, 1.0, 1]]),
-        record(2, "auto", 6, 50.0, passes=2, drafted=8, accepted=2, kind="block", rounds=[["ngram", 8, 25, 7.0, 1]]),
+        record(2, "auto", 6, 50.0, passes=2, drafted=8, accepted=2, kind="block", rounds=[["ngram", 8, 25, 7.0, 1],
+                                                                                         ["index", 4, 5, 2.0, 3]]),
         record(0, "target", 10, 50.0, passes=10, kind="block"),
     ]
     by_kind = figures_by_kind(records)
     assert by_kind["auto"] == {"block": (8 / 20, 16 / 6), "next line": (None, 2.0)}
     assert by_kind["target"] == {"block": (None, 1.0)}
     rounds = rounds_by_match(records)
-    assert rounds == {"auto": {0: (1, 2.0, 3.0), 4: (2, 6.0, 2.5)}}  # a match of 3; matches of 20 and 25 (16-31)
+    # A match of 3; matches of 20 and 25 (16-31); the index's of 5 apart.
+    assert rounds == {"auto": {("ngram", 0): (1, 2.0, 3.0), ("ngram", 4): (2, 6.0, 2.5), ("index", 1): (1, 2.0, 3.0)}}
 
 
 def test_quality_compares_first_lines_for_line_holes_and_whole_blocks():

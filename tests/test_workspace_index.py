@@ -113,15 +113,17 @@ def test_a_hidden_file_is_not_drafted_from_and_the_open_documents_win_a_tie(tmp_
     index.build(Workspace([root]), tokenize)
     drafter = NgramDrafter(workspace=index)
     text = tokenize("x = 1\ndef function_7(value):\n    return va")
-    proposed, length, _ = drafter.lookup(text, 10)
+    assert drafter.lookup(text, 10)[:2] == ([], 0)  # no open document has it
+    proposed, length, _ = drafter.lookup_workspace(text, 10)
     assert "".join(map(chr, proposed)) == "lue * 7 + "
     assert length == len("\ndef function_7(value):\n    return va")
     index.hide(str(root / "a.py"))  # the editor has its newer text
-    assert drafter.lookup(text, 10)[:2] == ([], 0)
+    assert drafter.lookup_workspace(text, 10)[:2] == ([], 0)
     index.show(str(root / "a.py"))
     drafter.set_other_document("open.py", tokenize("\ndef function_7(value):\n    return value + 1"))
-    proposed, *_ = drafter.lookup(text, 10)
-    assert "".join(map(chr, proposed)) == "lue + 1"
+    local = drafter.lookup(text, 10)
+    assert "".join(map(chr, local.tokens)) == "lue + 1" and local.length == length
+    assert drafter.lookup_workspace(text, 10, local.length)[:2] == ([], 0)  # a tie: the open document's
 
 
 def test_a_second_build_reads_unchanged_files_from_the_saved_index(tmp_path):

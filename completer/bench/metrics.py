@@ -129,14 +129,15 @@ def figures_by_kind(records: list[dict]) -> dict[str, dict[str, tuple[float | No
             for mode, kinds in table.items()}
 
 
-def rounds_by_match(records: list[dict]) -> dict[str, dict[int, tuple[int, float, float]]]:
-    """mode -> n-gram match bucket (tuning.match_bucket) -> (rounds, tokens the tuner
-    predicted per round, tokens made per round), over n-gram rounds."""
-    table: dict[str, dict[int, list[float]]] = {}
+def rounds_by_match(records: list[dict]) -> dict[str, dict[tuple[str, int], tuple[int, float, float]]]:
+    """mode -> (n-gram lookup's source, "ngram" or "index"; its match bucket,
+    tuning.match_bucket) -> (rounds, tokens the tuner predicted per round, tokens made
+    per round)."""
+    table: dict[str, dict[tuple[str, int], list[float]]] = {}
     for r in records:
         for provider, _, match, predicted, made in (round_ for round_ in r.get("rounds", ()) if len(round_) == 5):
-            if provider == "ngram":
-                sums = table.setdefault(r["mode"], {}).setdefault(match_bucket(match), [0, 0.0, 0.0])
+            if provider in ("ngram", "index"):
+                sums = table.setdefault(r["mode"], {}).setdefault((provider, match_bucket(match)), [0, 0.0, 0.0])
                 sums[0] += 1
                 sums[1] += predicted
                 sums[2] += made

@@ -99,10 +99,11 @@ def by_kind(records: list[dict]) -> list[str]:
 def rounds_by_match_lines(records: list[dict]) -> list[str]:
     """Per mode, n-gram rounds by match length: how many, and the tokens per round the
     tuner predicted against those it got."""
-    lines = ["n-gram rounds by match length (rounds: tokens per round predicted / measured):"]
+    lines = ["n-gram rounds by source and match length (rounds: tokens per round predicted / measured):"]
     for mode, buckets in rounds_by_match(records).items():
-        lines.append(f"  {mode}: " + "; ".join(f"{MATCH_BUCKET_NAMES[bucket]} tokens {n}: {predicted:.2f} / "
-                                               f"{made:.2f}" for bucket, (n, predicted, made) in buckets.items()))
+        lines.append(f"  {mode}: " + "; ".join(f"{source} {MATCH_BUCKET_NAMES[bucket]} tokens {n}: {predicted:.2f} / "
+                                               f"{made:.2f}" for (source, bucket), (n, predicted, made)
+                                               in buckets.items()))
         points = sum(r.get("branch_points", 0) for r in records if r["mode"] == mode)
         hits = sum(r.get("branch_hits", 0) for r in records if r["mode"] == mode)
         if points:
