@@ -221,7 +221,7 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
     if plan.provider is None:
         shadow = Proposal(found.tokens[:1], None, lookup_ms, found.length) if found.tokens and use_ngram else None
         return _Round(plan, None, NO_PROPOSAL, shadow)
-    if plan.provider in ("ngram", "index"):
+    if plan.provider in LOOKUPS:
         match = found if plan.provider == "ngram" else indexed
         proposal = Proposal(match.tokens[: plan.k], None, lookup_ms, match.length)
         return _Round(plan, plan.provider, proposal, alternatives=match.alternatives)
