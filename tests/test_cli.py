@@ -6,7 +6,7 @@ from dataclasses import fields
 import pytest
 
 from completer.models.presets import PRESETS
-from completer.cli import complete
+from completer.cli import bench, complete
 from completer.config import Config
 from completer.tables import plain_rows
 from conftest import REPO, run_completer
@@ -131,11 +131,12 @@ def test_a_missing_model_file_is_one_clear_line(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_every_flag_the_config_tree_names_is_a_flag_of_complete_with_its_default():
-    """The flags are made from the Config tree; this holds them to it."""
-    flags = {parameter.opts[0]: parameter for parameter in complete.params}
+def test_every_flag_the_config_tree_names_is_a_flag_of_complete_or_bench_with_its_default():
+    """The flags are made from the Config tree; this holds them to it. `complete` takes
+    the model and generation options; bench also the workspace index's size."""
+    flags = {parameter.opts[0]: parameter for command in (bench, complete) for parameter in command.params}
     named = [item for group in fields(Config) for item in fields(group.default_factory) if item.metadata["flag"]]
-    assert len(named) == 11
+    assert len(named) == 12
     for item in named:
         assert flags[item.metadata["flag"]].default == item.default, item.name
         assert flags[item.metadata["flag"]].help.lower().startswith(item.metadata["doc"][:20].lower())
