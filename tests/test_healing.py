@@ -99,12 +99,14 @@ def test_the_heal_option_turns_healing_off_for_the_targets_own_distribution(targ
     """`prompt.heal` off: the first token comes from the target at the cursor itself."""
     from dataclasses import replace
 
-    from completer.config import Config, PromptOptions
+    from completer.config import Config, GenerationOptions, PromptOptions
     from completer.session import Completer, CompletionRequest, cursor_offset
 
     line = TEXTWRAP.splitlines()[222]
     cut = line.index("cu") + 2
-    config = replace(Config(), prompt=PromptOptions(heal=heal_option))
+    # No time budget: on a loaded 2-core machine a second ran out after two tokens ("r_").
+    config = replace(Config(), prompt=PromptOptions(heal=heal_option),
+                     generation=GenerationOptions(max_tokens=8, time_budget_ms=0))
     completer = Completer(Engine(target, None, n_ctx=2048, calibrate_s=0), config)
     completion = completer.complete(CompletionRequest("textwrap.py", "textwrap.py", TEXTWRAP,
                                                    cursor_offset(TEXTWRAP, 222, cut), "python"))
@@ -112,4 +114,5 @@ def test_the_heal_option_turns_healing_off_for_the_targets_own_distribution(targ
     # Healed, the first token re-types the prompt's last one (" cu"), backed up over;
     # unhealed, it follows it.
     assert first.startswith(target.token_bytes(completion.prompt[-1])) == heal_option
-    assert completion.text.startswith("r_line") == heal_option
+    # Healed, the word goes on (`cur_line` on an AVX-512 CPU, `cur_len` on an AVX2 one).
+    assert completion.text.startswith("r_") == heal_option
