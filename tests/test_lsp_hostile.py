@@ -39,7 +39,9 @@ def server(smol, smol_cache):
     raw = RawServer({"COMPLETER_CACHE_DIR": str(smol_cache)})
     raw.request(1, "initialize", {"processId": None, "rootUri": None, "capabilities": {},
                                   "initializationOptions": {"models": {"preset": "smol"},
-                                                            "generation": {"max_tokens": 8}}})
+                                                            # 8 tokens bound the time; a 1 s budget on a
+                                                            # loaded 2-core machine left no whole line
+                                                            "generation": {"max_tokens": 8, "time_budget_ms": 0}}})
     raw.send({"method": "initialized", "params": {}})
     deadline = time.monotonic() + 300
     while not raw.request("ready", "completer/stats")["result"]["ready"]:
