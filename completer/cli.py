@@ -553,9 +553,9 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
     chosen = modes_to_run(asked, distilled is not None, drafting.index_mb > 0)
     settings = Settings(models.preset, chosen, max_tokens, temperature, models.context_tokens, exact,
                         drafting.index_mb)
-    target, draft = pair.target, pair.draft
+    hole_roots = sorted({Path(h.root) for h in holes})
     with errors.status("indexing the workspace, measuring the verify cost, starting the peers"):
-        runner = Bench(target, draft, settings, distilled, llama_server, sorted({Path(h.root) for h in holes}))
+        runner = Bench(pair.target, pair.draft, settings, distilled, llama_server, hole_roots)
     notes = errors if as_json else console  # with --json, stdout holds the JSON alone
     notes.print(report.index_line(runner.index_stats), soft_wrap=True, highlight=False)
     try:
@@ -563,13 +563,11 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
     finally:  # the peers' servers stop, also on Ctrl-C
         runner.close()
     summary = report.summarize(records, chosen, runner.engine.costs)
-    where = ", ".join(sorted({str(Path(h.root)) for h in holes}))
-    _show_bench_table(summary, f"{len(holes)} holes in {where}; {max_tokens} tokens; T={temperature}; "
-                               f"preset {models.preset}{'; exact verification' if exact else ''}", as_json)
-    profiled = [*report.profile(summary), *report.rounds_by_match_lines(records)] if profile else []
-    for line in [*report.failures(summary), report.verdict(summary), *report.by_kind(records), *profiled]:
-        if line:
-            notes.print(line, soft_wrap=True, highlight=False)
+    _show_bench_table(summary, f"{len(holes)} holes in {', '.join(map(str, hole_roots))}; {max_tokens} tokens; "
+                               f"T={temperature}; preset {models.preset}{'; exact verification' if exact else ''}",
+                      as_json)
+    for line in report.notes(summary, records, profile):
+        notes.print(line, soft_wrap=True, highlight=False)
     result = report.document(settings, seed, roots, pair.files, distilled.path if distilled else None,
                              runner.engine.costs, summary, holes, records, runner.index_stats)
     if typing:
@@ -577,7 +575,7 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
 
         typed_files = list(dict.fromkeys(h.path for h in holes))[:2]
         with errors.status("replaying typing"):
-            result["typing"] = replay_files(target, draft, typed_files, models.context_tokens)
+            result["typing"] = replay_files(pair.target, pair.draft, typed_files, models.context_tokens)
         notes.print(report.typing_line(result["typing"], len(typed_files)), soft_wrap=True)
     report_path.write_text(json.dumps(result, indent=1))
     notes.print(f"every record: {report_path}", soft_wrap=True)

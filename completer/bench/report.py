@@ -112,6 +112,14 @@ def rounds_by_match_lines(records: list[dict]) -> list[str]:
     return lines if len(lines) > 1 else []
 
 
+def notes(summary: dict, records: list[dict], profiled: bool) -> list[str]:
+    """The lines under the table: failed peers, the verdict against llama-server, the
+    figures per hole kind, and when `profiled`, where the time goes and the rounds by
+    match length."""
+    more = [*profile(summary), *rounds_by_match_lines(records)] if profiled else []
+    return [line for line in [*failures(summary), verdict(summary), *by_kind(records), *more] if line]
+
+
 def verdict(summary: dict) -> str | None:
     """`auto` against the fastest llama-server configuration, and our plain decoding
     against llama-server's (our per-token overhead); None without both."""
