@@ -520,7 +520,7 @@ def _show_bench_table(summary: dict, title: str, as_json: bool) -> None:
 @click.option("--exact", is_flag=True, help="The target scores a verify batch one token per decode, as plain steps "
               "do: greedy speculation must then equal target token for token (no near ties), and runs slower.")
 @_config_flags("models")
-@_config_flags("drafting", only=("index_mb",))
+@_config_flags("drafting", only=("index_mb", "tree_branches"))
 @_reports_model_errors
 def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | None, profile: bool,
           count: int | None, seed: int, max_tokens: int | None, temperature: float, holes_file: Path | None,
@@ -552,7 +552,7 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
     distilled = load_distilled(pair, models)
     chosen = modes_to_run(asked, distilled is not None, drafting.index_mb > 0)
     settings = Settings(models.preset, chosen, max_tokens, temperature, models.context_tokens, exact,
-                        drafting.index_mb)
+                        drafting.index_mb, drafting.tree_branches)
     hole_roots = sorted({Path(h.root) for h in holes})
     with errors.status("indexing the workspace, measuring the verify cost, starting the peers"):
         runner = Bench(pair.target, pair.draft, settings, distilled, llama_server, hole_roots)

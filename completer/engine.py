@@ -15,14 +15,17 @@ from completer.workspace_index import NO_MATCH
 from completer.healing import Healing, mask_to
 from completer.kv import KVSequence, common_prefix_length
 from completer.models.backend import LlamaContext, LlamaModel
-from completer.speculative import Sampling, accept_greedy, probabilities, verify_greedy, verify_sampled
+from completer.speculative import (Sampling, TreeVerdict, accept_greedy, accept_tree, probabilities, verify_greedy,
+                                   verify_sampled)
 from completer.tuning import MAX_DRAFT, Candidate, CostModel, Plan, Tuner, calibrate, match_bucket
 
 log = logging.getLogger("completer.engine")
 
 LOOKUPS = ("ngram", "index")  # the providers that propose what followed a match: n-gram lookup's two sources
 INDEX_AFTER_MATCH = 9  # the workspace index is looked in after shorter local matches only
-
+# Token-tree branches the target's context has llama.cpp sequences for (drafting.tree_branches
+# uses up to this many).
+MAX_TREE_BRANCHES = 4
 
 
 @dataclass
@@ -34,11 +37,15 @@ class GenerationStats:
     drafted: int = 0
     accepted: int = 0
     tokens_in_speculative_rounds: int = 0
-    # n-gram rounds rejected where the index's occurrences had gone on otherwise, and of
-    # those, the ones where the target's token was one of the others: what verifying
-    # those branches too (a token tree) would have saved.
+    # Index rounds rejected where the index's occurrences had gone on otherwise, and of
+    # those, the ones where the runner-up there had the target's token: what a token
+    # tree can save, verified or not. Rounds that verified branches, their extra rows,
+    # and the rounds a branch carried on.
     branch_points: int = 0
     branch_hits: int = 0
+    tree_rounds: int = 0
+    branch_rows: int = 0
+    branches_taken: int = 0
     predicted_tokens: float = 0.0  # sum of E over speculative rounds
     draft_ms: float = 0.0
     verify_ms: float = 0.0
@@ -85,7 +92,7 @@ class Engine:
         # scores as plain steps do and greedy speculation equals plain decoding bit for bit.
         # The draft's numerics only move acceptance, never the output: it stays batched.
         self.target = KVSequence(LlamaContext(target, n_ctx=n_ctx, n_threads=threads or None,
-                                              single_token_eval=exact))
+                                              single_token_eval=exact, branches=MAX_TREE_BRANCHES))
         measure = costs is None and calibrate_s > 0
         if costs is None:
             costs = calibrate(self.target.context, calibrate_s) if measure else CostModel()
@@ -173,9 +180,11 @@ class _Round:
     # An n-gram proposal the tuner passed over: scored against the token the target
     # produces anyway, it teaches the acceptance estimate for free.
     shadow: Proposal | None = None
-    # Where the workspace index's occurrences went on otherwise: step -> those tokens
-    # (workspace_index.Match), to count what a token tree would have saved.
-    alternatives: dict[int, tuple[int, ...]] = field(default_factory=dict)
+    # Where the workspace index's occurrences went on otherwise: draft step -> what the
+    # runner-up went on with (workspace_index.Match.branches).
+    forks: dict[int, list[int]] = field(default_factory=dict)
+    # The branches verified beside the draft (the plan's): (draft step, tokens).
+    branches: list[tuple[int, list[int]]] = field(default_factory=list)
 
 
 PLAIN_ROUND = _Round(Plan(None, 0, 1.0, 0.0), None, NO_PROPOSAL)
@@ -192,8 +201,10 @@ class RoundSettings:
     draft_length: int | None  # fixes k, bypassing the tuner
 
 
-def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, rng: np.random.Generator) -> _Round:
-    """Pick this round's provider and k (the tuner), and get its proposal."""
+def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, rng: np.random.Generator,
+            tree: bool) -> _Round:
+    """Pick this round's provider and k (the tuner), and get its proposal; with `tree`,
+    also the token-tree branches beside it that the tuner expects to pay."""
     allowed = DRAFT_MODES[asked.mode]
     most = min(MAX_DRAFT, room)
     if not allowed or most <= 0:
@@ -223,8 +234,14 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
         return _Round(plan, None, NO_PROPOSAL, shadow)
     if plan.provider in LOOKUPS:
         match = found if plan.provider == "ngram" else indexed
+        if tree and match.branches and asked.draft_length is None:
+            forks = {step: len(branch) for step, branch in list(match.branches.items())[:MAX_TREE_BRANCHES]}
+            rows = engine.context_tokens - len(tokens) - plan.k  # the context's cells the tree may still take
+            plan = engine.tuner.branched(plan, forks, asked.document, asked.language, match_bucket(match.length),
+                                         most, rows)
         proposal = Proposal(match.tokens[: plan.k], None, lookup_ms, match.length)
-        return _Round(plan, plan.provider, proposal, alternatives=match.alternatives)
+        branches = [(step, match.branches[step][:length]) for step, length in plan.branches]
+        return _Round(plan, plan.provider, proposal, forks=match.branches, branches=branches)
     try:
         return _Round(plan, "draft", engine.drafter.propose(tokens, plan.k, asked.sampling, rng))
     except (RuntimeError, ValueError) as error:  # llama_decode failed, or the draft's context is full
@@ -233,18 +250,28 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
 
 
 def _verify(engine: Engine, tokens: list[int], chosen: _Round, sampling: Sampling, rng: np.random.Generator,
-            allowed: np.ndarray | None, keep_rows: bool) -> tuple[int, int, np.ndarray | None, float]:
-    """The target scores [last, d1..dk] in one batch and accepts a prefix of the draft;
-    both caches are cut to what it accepted. `allowed`: the only tokens the first may be
-    (healing). Returns (accepted, the next token, with `keep_rows` the rows that chose
-    the new tokens [accepted + 1, V] (else None), ms)."""
+            allowed: np.ndarray | None, keep_rows: bool) -> tuple[TreeVerdict, np.ndarray | None, float]:
+    """The target scores [last, d1..dk] (and a token tree's branches) in one batch and
+    accepts a prefix of the draft (and maybe of a branch after it); both caches are cut
+    to what it accepted. `allowed`: the only tokens the first may be (healing). Returns
+    (what it accepted, with `keep_rows` the rows that chose the new tokens
+    [accepted + 1, V] (else None), ms)."""
     draft = chosen.proposal.tokens
     started = time.perf_counter()
     scored = [tokens[-1], *draft]
     positions = list(range(len(scored)))
     rows = None
-    if sampling.greedy and allowed is None and not keep_rows:  # the argmax of each row is all it takes
+    if chosen.branches:  # greedy, as _choose only offers branches then
+        # A branch replacing the draft from step s replaces scored[s + 1:].
+        best, branch_best = engine.target.extend_tree(scored, [(step + 1, branch) for step, branch in chosen.branches])
+        verdict = accept_tree(best, draft, chosen.branches, branch_best)
+        if verdict.branch is None:
+            engine.target.drop_branches()
+        else:
+            engine.target.take_branch(verdict.branch + 1, len(tokens) + verdict.accepted, verdict.branch_tokens)
+    elif sampling.greedy and allowed is None and not keep_rows:  # the argmax of each row is all it takes
         accepted, next_token = accept_greedy(engine.target.extend(scored, positions, argmax=True), draft)
+        verdict = TreeVerdict(accepted, None, [], next_token)
     else:
         logits = engine.target.extend(scored, logits_at=positions)  # [k+1, V]
         if allowed is not None:
@@ -254,15 +281,16 @@ def _verify(engine: Engine, tokens: list[int], chosen: _Round, sampling: Samplin
         else:
             accepted, next_token = verify_sampled(probabilities(logits, sampling), chosen.proposal.q, draft, rng)
         rows = logits[: accepted + 1] if keep_rows else None
-    engine.target.truncate(len(tokens) + accepted)
+        verdict = TreeVerdict(accepted, None, [], next_token)
+    engine.target.truncate(len(tokens) + verdict.accepted + len(verdict.branch_tokens))
     verify_ms = (time.perf_counter() - started) * 1000
     if chosen.provider == "draft":
         # The draft evaluated last, d1..d(k-1): keep what the target accepted.
         try:
-            engine.drafter.sequence.truncate(len(tokens) + accepted)
+            engine.drafter.sequence.truncate(len(tokens) + verdict.accepted)
         except RuntimeError as error:
             _drop_draft(engine, error)
-    return accepted, next_token, rows, verify_ms
+    return verdict, rows, verify_ms
 
 
 def speculative_round(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, rng: np.random.Generator,
@@ -272,10 +300,17 @@ def speculative_round(engine: Engine, tokens: list[int], room: int, asked: Round
     accept, truncate, and learn from it. A first token constrained by healing
     (`allowed`) is a plain step: drafts know nothing of the constraint. Returns the new
     tokens and, with `keep_rows`, the target's rows that chose them [len(new), V]."""
-    chosen = PLAIN_ROUND if allowed is not None else _choose(engine, tokens, room, asked, rng)
-    accepted, next_token, rows, verify_ms = _verify(engine, tokens, chosen, asked.sampling, rng, allowed, keep_rows)
-    new = [*chosen.proposal.tokens[:accepted], next_token]
-    _record(engine, stats, chosen, accepted, len(new), next_token, verify_ms, asked)
+    # Branches only at temperature 0: their rule is greedy, and without kept rows (accept_tree
+    # reads argmaxes). Not with single-token verification: a kept branch's cells sit after
+    # the draft's freed ones in llama.cpp's pool, attention sums over cells in pool order,
+    # and later logits then differ from plain steps' in the last bits (up to 0.55 measured
+    # on smol), so output would no longer be plain decoding's exactly.
+    tree = (asked.sampling.greedy and not keep_rows and engine.drafting.tree_branches > 0
+            and not engine.target.context.single_token_eval)
+    chosen = PLAIN_ROUND if allowed is not None else _choose(engine, tokens, room, asked, rng, tree)
+    verdict, rows, verify_ms = _verify(engine, tokens, chosen, asked.sampling, rng, allowed, keep_rows)
+    new = [*chosen.proposal.tokens[:verdict.accepted], *verdict.branch_tokens, verdict.next_token]
+    _record(engine, stats, chosen, verdict, len(new), verify_ms, asked)
     return new, rows
 
 
@@ -364,17 +399,18 @@ def _text(engine: Engine, generated: list[int], healing: Healing | None) -> str:
     return text[len(healing.text):] if healing is not None else text
 
 
-def _record(engine: Engine, stats: GenerationStats, chosen: _Round, accepted: int, produced: int,
-            next_token: int, verify_ms: float, asked: RoundSettings) -> None:
+def _record(engine: Engine, stats: GenerationStats, chosen: _Round, verdict: TreeVerdict, produced: int,
+            verify_ms: float, asked: RoundSettings) -> None:
     """The round into the generation's statistics and the tuner."""
-    drafted = len(chosen.proposal.tokens)
+    drafted, accepted = len(chosen.proposal.tokens), verdict.accepted
     provider = chosen.provider if drafted else None
     bucket = match_bucket(chosen.proposal.match_length) if provider in LOOKUPS else 0
+    branch_rows = sum(len(branch) for _, branch in chosen.branches)
     engine.tuner.observe(provider, bucket, drafted, accepted, produced, verify_ms, chosen.proposal.draft_ms,
-                         asked.document, asked.language)
+                         asked.document, asked.language, branch_rows)
     if chosen.shadow is not None:
-        engine.tuner.observe_shadow(match_bucket(chosen.shadow.match_length), chosen.shadow.tokens[0] == next_token,
-                                    asked.document, asked.language)
+        engine.tuner.observe_shadow(match_bucket(chosen.shadow.match_length),
+                                    chosen.shadow.tokens[0] == verdict.next_token, asked.document, asked.language)
     stats.rounds.append((provider, drafted, chosen.proposal.match_length if provider in LOOKUPS else 0,
                          chosen.plan.predicted_tokens if provider else 1.0, produced))
     stats.target_passes += 1
@@ -382,9 +418,16 @@ def _record(engine: Engine, stats: GenerationStats, chosen: _Round, accepted: in
     if provider is None:
         return
     stats.speculative_rounds += 1
-    if accepted < drafted and accepted in chosen.alternatives:
+    if accepted < drafted and accepted in chosen.forks:
+        # The target's token where the draft parted: a branch's first, if one was taken.
+        parted = verdict.branch_tokens[0] if verdict.branch is not None else verdict.next_token
+        hit = parted == chosen.forks[accepted][0]
+        engine.tuner.observe_branch(hit)
         stats.branch_points += 1
-        stats.branch_hits += next_token in chosen.alternatives[accepted]
+        stats.branch_hits += hit
+    stats.tree_rounds += bool(chosen.branches)
+    stats.branch_rows += branch_rows
+    stats.branches_taken += verdict.branch is not None
     stats.drafted += drafted
     stats.accepted += accepted
     stats.tokens_in_speculative_rounds += produced

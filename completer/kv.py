@@ -66,6 +66,31 @@ class KVSequence:
         self.evaluated += len(tokens)
         return logits
 
+    def extend_tree(self, tokens: list[int], branches: list[tuple[int, list[int]]]):
+        """Evaluate `tokens` after what the cache holds, and beside them the branches (at,
+        tokens) that replace tokens[at:] (LlamaContext.eval_tree): the argmax of every
+        row, of tokens and of each branch. Settle with take_branch or drop_branches."""
+        try:
+            best = self.context.eval_tree(tokens, len(self.tokens), branches)
+        except (RuntimeError, ValueError):
+            self.context.drop_branches()
+            self.context.truncate(len(self.tokens))
+            if not self.consistent:
+                self.reset("a failed evaluation left its KV unlike its token list")
+            raise
+        self.tokens.extend(tokens)
+        self.evaluated += len(tokens) + sum(len(branch) for _, branch in branches)
+        return best
+
+    def take_branch(self, number: int, at: int, kept: list[int]) -> None:
+        """The tokens from `at` on become `kept`, the first tokens of branch `number` of
+        the last extend_tree (1-based), whose cells hold them already."""
+        self.context.keep_branch(number, at, len(kept))
+        self.tokens[at:] = kept
+
+    def drop_branches(self) -> None:
+        self.context.drop_branches()
+
     def save(self) -> tuple[list[int], bytes]:
         """The tokens and their KV state, to put back later with restore(). A sequence
         whose KV disagrees with its list is saved empty: its state is not what the list says."""

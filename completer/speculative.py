@@ -13,6 +13,7 @@ accepted with probability p(di), and the residual is p without di.
 """
 
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 
@@ -84,6 +85,29 @@ def accept_greedy(best: np.ndarray, draft: list[int]) -> tuple[int, int]:
     while accepted < len(draft) and draft[accepted] == best[accepted]:
         accepted += 1
     return accepted, int(best[accepted])
+
+
+class TreeVerdict(NamedTuple):
+    accepted: int  # draft tokens accepted
+    branch: int | None  # the index of the branch taken after them, if one was
+    branch_tokens: list[int]  # that branch's tokens accepted: its first is the target's token at the parting
+    next_token: int  # the target's token after all of those
+
+
+def accept_tree(best: np.ndarray, draft: list[int], branches: list[tuple[int, list[int]]],
+                branch_best: list[np.ndarray]) -> TreeVerdict:
+    """Temperature 0, a token tree: the draft d1..dk, and branches (step, b1..bm) that
+    replace the draft from d(step+1) on. best [k+1] is the target's argmax at each of
+    [last, d1..dk], branch_best[j] [m] at each of branch j's tokens. Where the draft
+    parts from the target at a step with a branch whose first token is the target's,
+    that branch goes on as a draft of its own; the result is the target's greedy text
+    either way."""
+    accepted, next_token = accept_greedy(best, draft)
+    for index, ((step, tokens), rows) in enumerate(zip(branches, branch_best)):
+        if step == accepted < len(draft) and tokens[0] == next_token:
+            more, next_token = accept_greedy(rows, tokens[1:])
+            return TreeVerdict(accepted, index, tokens[: more + 1], next_token)
+    return TreeVerdict(accepted, None, [], next_token)
 
 
 def first_parting(plain: np.ndarray, other: np.ndarray) -> int | None:

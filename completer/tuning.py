@@ -116,6 +116,10 @@ class AcceptanceCurve:
 
 # Acceptance before anything is measured: optimistic enough to try speculating.
 PRIORS = {"draft": 0.6, "ngram": 0.5, "index": 0.4}
+# Where an index draft was rejected at a step whose occurrences had gone on otherwise,
+# the target's token was one of theirs 17 times in 49 (40 standard-library holes, smol,
+# T=0): the chance a branch's first token is right, before any is measured.
+BRANCH_HIT_PRIOR = 0.35
 
 
 def match_bucket(match_length: int) -> int:
@@ -157,6 +161,39 @@ class Plan:
     k: int
     predicted_tokens: float  # E for the plan (1 for a plain step)
     predicted_ms: float
+    # A token tree's branches verified beside the k drafted tokens: (the draft step they
+    # replace from, tokens of theirs).
+    branches: tuple[tuple[int, int], ...] = ()
+
+
+def with_branches(costs: CostModel, plan: Plan, rates: list[float], forks: dict[int, int], hit: float,
+                  room: int, rows: int) -> Plan:
+    """`plan` with the branches that raise its expected tokens per ms. forks: draft step
+    -> tokens a branch from there can propose; rates: c(1).. of the plan's provider; hit:
+    the chance that where the draft parts from the target at a fork, the branch's first
+    token is the target's; room: the most tokens a round may draft (a branch from step s
+    is worth at most room - s); rows: the most the branches may add (the context's). A branch from step s
+    pays only when the draft is rejected at s + 1 and the branch is right there, then
+    each further token of it is kept with the chance at its draft position; every row
+    costs what the cost curve says a wider batch costs."""
+    width, tokens, ms = plan.k + 1, plan.predicted_tokens, plan.predicted_ms
+    chosen = []
+    for step, available in sorted(forks.items()):
+        if step >= plan.k or rows <= 0:
+            break
+        kept = math.prod(rates[:step]) * (1.0 - rates[step]) * hit  # the branch's first token is the target's
+        gain, best_length, best_gain, best_ms = 0.0, 0, 0.0, ms
+        for length in range(1, min(available, room - step, rows) + 1):
+            if length > 1:
+                kept *= rates[min(step + length - 1, len(rates) - 1)]
+            gain += kept
+            branched_ms = ms - costs.verify(width) + costs.verify(width + length)
+            if (tokens + gain) / branched_ms > (tokens + best_gain) / best_ms:
+                best_length, best_gain, best_ms = length, gain, branched_ms
+        if best_length:
+            chosen.append((step, best_length))
+            width, tokens, ms, rows = width + best_length, tokens + best_gain, best_ms, rows - best_length
+    return Plan(plan.provider, plan.k, tokens, ms, tuple(chosen)) if chosen else plan
 
 
 def best_plan(costs: CostModel, options: list[tuple[str, list[float]]],
@@ -196,6 +233,7 @@ class Tuner:
         self.acceptance = AcceptanceTable()
         self.since_used: dict[str, int] = {}  # provider -> tokens generated since its last round
         self.probe_wait: dict[str, int] = {}  # provider -> tokens to wait before probing it
+        self.branch_hits = AcceptanceCurve()  # its first position: how often a branch's first token is the target's
 
     def plan(self, candidates: list[Candidate], document: str, language: str, fixed_k: int | None = None) -> Plan:
         """The round's provider and k: the best plan by expected tokens per ms, else a
@@ -213,11 +251,28 @@ class Tuner:
             self.since_used[plan.provider] = 0
         return plan
 
+    def branched(self, plan: Plan, forks: dict[int, int], document: str, language: str, bucket: int,
+                 room: int, rows: int) -> Plan:
+        """`plan` with the token-tree branches that pay (with_branches), from the forks
+        its proposal offers (draft step -> tokens a branch there can propose)."""
+        if not forks or plan.provider is None:
+            return plan
+        most = plan.k + max(forks.values())
+        rates = self.acceptance.curve(plan.provider, document, language, bucket).rates(
+            most, PRIORS.get(plan.provider, 0.5))
+        hit = self.branch_hits.rates(1, BRANCH_HIT_PRIOR)[0]
+        return with_branches(self.costs, plan, rates, forks, hit, room, rows)
+
+    def observe_branch(self, hit: bool) -> None:
+        """A draft rejected at a fork: whether the branch there started with the target's token."""
+        self.branch_hits.record(int(hit), 1)
+
     def observe(self, provider: str | None, bucket: int, drafted: int, accepted: int, produced: int,
-                verify_ms: float, draft_ms: float, document: str, language: str) -> None:
-        """What a round did: its verify pass's cost, and for a speculative round its
-        provider's drafting cost and acceptance."""
-        self.costs.record_verify(drafted + 1, verify_ms)
+                verify_ms: float, draft_ms: float, document: str, language: str, branch_rows: int = 0) -> None:
+        """What a round did: its verify pass's cost (`branch_rows` more rows where a token
+        tree's branches were verified too), and for a speculative round its provider's
+        drafting cost and acceptance."""
+        self.costs.record_verify(drafted + 1 + branch_rows, verify_ms)
         for name in PRIORS:  # every provider
             self.since_used[name] = self.since_used.get(name, 0) + produced
         if provider is None or drafted == 0:

@@ -13,7 +13,8 @@ the same idioms), so the text after a cursor has often been written elsewhere.
     lookup(text)
         binary search for the text's end read backwards -> the longest match (extended
         past the sort's depth over the candidates that got that far) ->
-        the continuation most of those candidates share, token by token
+        the continuation most of those candidates share, token by token, and where they
+        split, the runner-up's continuation (a branch for a token tree)
     hide(path)  the editor has a newer text of the file (open, or saved since): the
                 table's copy is skipped, and the newer text is drafted from on its own
                 (completer.drafts)
@@ -59,6 +60,7 @@ PADDING = 16  # separators before the first file: every position has its sort de
 # Candidates extended past the sort's depth, and voted on for the continuation: enough to
 # tell a common idiom from a one-off, few enough that a lookup stays under a millisecond.
 MAX_CANDIDATES = 256
+BRANCH_MOST = 16  # tokens of a token-tree branch proposed: the tuner takes as many of them as pay
 BYTES_PER_TOKEN = 8  # int32 token + int32 place in the sorted order
 SAVED_FORMAT = 1  # of the saved index (its layout: PADDING, SORT_WORDS): another one is not read
 
@@ -67,9 +69,9 @@ class Match(NamedTuple):
     tokens: list[int]  # the continuation proposed
     length: int  # tokens of the text's end matched
     # Where the occurrences still agreeing with the proposal went on differently: step ->
-    # the other tokens they had there, the most frequent first (the branches a token tree
-    # could verify beside the proposal).
-    alternatives: dict[int, tuple[int, ...]] = {}
+    # what the runner-up there went on with, from its token at that step (a branch a
+    # token tree can verify beside the proposal).
+    branches: dict[int, list[int]] = {}
 
 
 NO_MATCH = Match([], 0)
@@ -180,11 +182,13 @@ class TokenTable:
         """The index in `paths` of the file each position is in."""
         return np.searchsorted(self.starts, positions, side="right") - 1
 
-    def continuation(self, positions: np.ndarray, k: int) -> tuple[list[int], dict[int, tuple[int, ...]]]:
+    def continuation(self, positions: np.ndarray, k: int,
+                     branches: int = 0) -> tuple[list[int], dict[int, list[int]]]:
         """Up to k tokens after `positions`, each the one most of the candidates still
-        agreeing have next; and at each step where they disagreed, the other tokens."""
+        agreeing have next; and at the first `branches` steps where they disagreed, what
+        the runner-up's candidates went on with (up to BRANCH_MOST tokens)."""
         proposed: list[int] = []
-        alternatives: dict[int, tuple[int, ...]] = {}
+        forks: dict[int, list[int]] = {}
         for step in range(k):
             if len(positions) == 1:  # one candidate left: the rest of its file
                 rest = self.tokens[positions[0] + step : positions[0] + k].tolist()
@@ -198,10 +202,13 @@ class TokenTable:
                 if not len(values):
                     break
                 ranked = values[np.argsort(-counts, kind="stable")].tolist()
-                best, alternatives[step] = ranked[0], tuple(ranked[1:])
+                best = ranked[0]
+                if len(ranked) > 1 and len(forks) < branches:
+                    runner_up = positions[following == ranked[1]] + step + 1
+                    forks[step] = [ranked[1], *self.continuation(runner_up, BRANCH_MOST - 1)[0]]
                 positions = positions[following == best]
             proposed.append(best)
-        return proposed, {step: others for step, others in alternatives.items() if others}
+        return proposed, forks
 
 
 def workspace_files(workspace: Workspace) -> list[Path]:
@@ -361,5 +368,5 @@ class WorkspaceIndex:
                 positions = positions[~np.isin(table.file_of(positions), hidden)]
         if not len(positions):
             return NO_MATCH
-        proposed, alternatives = table.continuation(positions, k)
-        return Match(proposed, length, alternatives) if proposed else NO_MATCH
+        proposed, branches = table.continuation(positions, k, self.options.tree_branches)
+        return Match(proposed, length, branches) if proposed else NO_MATCH

@@ -1,13 +1,15 @@
 """The llama.cpp backend, on llama-cpp-python's low-level ctypes API.
 
 Two small objects: `LlamaModel` (weights and vocabulary, loaded once) and
-`LlamaContext` (a KV cache for one sequence, made from a model). The engine asks
-for exactly what speculative decoding needs: evaluate a batch of tokens at given
-positions, get the logits of chosen positions only, and cut the KV cache back to n
-tokens.
+`LlamaContext` (a KV cache for one sequence of text, made from a model, with room
+for token-tree branches beside it). The engine asks for exactly what speculative
+decoding needs: evaluate a batch of tokens at given positions, get the logits of
+chosen positions only (or their argmax), score a tree's branches in the same batch
+and keep one, and cut the KV cache back to n tokens.
 """
 
 import ctypes
+import itertools
 import logging
 import os
 import threading
@@ -208,7 +210,8 @@ class LlamaModel:
         self.close()
 
 
-SEQUENCE = 0  # llama.cpp's sequence id: a context here holds one
+SEQUENCE = 0  # llama.cpp's sequence id of the text a context holds (branches of a token tree get 1, 2, ...)
+_TEXT_ONLY = (SEQUENCE,)
 
 
 class LlamaContext:
@@ -224,9 +227,12 @@ class LlamaContext:
         n_batch: int = 512,
         flash_attention: bool | None = None,
         single_token_eval: bool = False,
+        branches: int = 0,
     ):
+        """`branches`: how many token-tree branches eval_tree may verify beside the text."""
         self._ctx = None  # set first: __del__ runs even when creation fails
         self.model = model
+        self.branches = branches
         # One token per llama_decode: a batch then gets the logits (and leaves the KV) of
         # plain one-token steps bit for bit, so a verify batch cannot flip a near tie.
         # The KV is then a function of the tokens alone, whatever batches filled it.
@@ -243,6 +249,11 @@ class LlamaContext:
             llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
         )
         params.n_ctx = n_ctx
+        # A branch is a llama.cpp sequence of its own (1, 2, ...) that shares the text's
+        # cells up to where it forks. One unified pool of cells: separate streams would
+        # split n_ctx between the sequences and copy the shared prefix on every fork.
+        params.n_seq_max = 1 + branches
+        params.kv_unified = True
         params.n_batch = n_batch
         params.n_ubatch = n_batch
         params.n_threads = params.n_threads_batch = n_threads or default_threads()
@@ -257,7 +268,7 @@ class LlamaContext:
         self.n_batch = llama_cpp.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
         self.n_vocab = model.n_vocab
         self._memory = llama_cpp.llama_get_memory(self._ctx)
-        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1)
+        self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1 + branches)
         # Time spent in llama_decode and in copying logits out, since creation: what
         # `completer bench --profile` sets against a pass's whole time (two clock reads
         # per call, under a microsecond against milliseconds).
@@ -285,7 +296,8 @@ class LlamaContext:
             chunk = tokens[chunk_start : chunk_start + step]
             want_here = [i - chunk_start for i in wanted if chunk_start <= i < chunk_start + len(chunk)]
             started = time.perf_counter()
-            self._decode(chunk, start + chunk_start, want_here)
+            self._decode(chunk, range(start + chunk_start, start + chunk_start + len(chunk)),
+                         itertools.repeat(_TEXT_ONLY), want_here)
             decoded = time.perf_counter()
             if want_here:
                 # llama.cpp keeps the logits of the flagged tokens in batch order.
@@ -301,19 +313,69 @@ class LlamaContext:
         row_of = {position: row for row, position in enumerate(wanted)}
         return rows[[row_of[i] for i in order]]  # [len(logits_at), ...]
 
-    def _decode(self, tokens: list[int], start: int, logits_at: list[int]) -> None:
+    def eval_tree(self, tokens: list[int], start: int,
+                  branches: list[tuple[int, list[int]]]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Evaluate `tokens` at positions start..., and beside them each branch (at, its
+        tokens): tokens that replace tokens[at:], in a llama.cpp sequence of its own
+        that shares the cells before `at` with the text's. One batch scores a token tree.
+
+        Returns the argmax of every row of `tokens` [len(tokens)] and of every branch's
+        [len(branch tokens)] (greedy verification needs no more). The KV cache must hold
+        exactly `start` tokens. The branches' cells stay until keep_branch or
+        drop_branches, which the caller must call next.
+        """
+        if len(branches) > self.branches:
+            raise ValueError(f"{len(branches)} branches, and the context was made for {self.branches}")
+        width = len(tokens) + sum(len(branch) for _, branch in branches)
+        if start + width > self.n_ctx:
+            raise ValueError(f"{start + width} tokens do not fit the context of {self.n_ctx}")
+        for number in range(1, len(branches) + 1):  # each branch sees the text's cells
+            llama_cpp.llama_memory_seq_cp(self._memory, SEQUENCE, number, -1, -1)
+        entries = [(token, start + i, (SEQUENCE, *(n for n, (at, _) in enumerate(branches, 1) if i < at)))
+                   for i, token in enumerate(tokens)]
+        for number, (at, branch) in enumerate(branches, 1):
+            entries += [(token, start + at + j, (number,)) for j, token in enumerate(branch)]
+        best = np.empty(width, np.int64)
+        step = 1 if self.single_token_eval else self.n_batch
+        for chunk_start in range(0, width, step):
+            chunk = entries[chunk_start : chunk_start + step]
+            started = time.perf_counter()
+            self._decode([e[0] for e in chunk], [e[1] for e in chunk], [e[2] for e in chunk], range(len(chunk)))
+            decoded = time.perf_counter()
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(len(chunk), self.n_vocab))
+            best[chunk_start : chunk_start + len(chunk)] = logits.argmax(axis=1)
+            self.decode_ms += (decoded - started) * 1000
+            self.logits_ms += (time.perf_counter() - decoded) * 1000
+        ends = np.cumsum([len(tokens), *(len(branch) for _, branch in branches)])
+        return best[: len(tokens)], [best[a:b] for a, b in zip(ends[:-1], ends[1:])]
+
+    def keep_branch(self, number: int, at: int, count: int) -> None:
+        """Put the first `count` tokens of branch `number` (1-based, of the last
+        eval_tree) in place of the text's tokens from position `at` on, and free every branch."""
+        self.truncate(at)
+        llama_cpp.llama_memory_seq_cp(self._memory, number, SEQUENCE, at, at + count)
+        self.drop_branches()
+
+    def drop_branches(self) -> None:
+        """Free the cells only branches hold."""
+        for number in range(1, self.branches + 1):
+            llama_cpp.llama_memory_seq_rm(self._memory, number, -1, -1)
+
+    def _decode(self, tokens: list[int], positions, sequences, logits_at) -> None:
+        """One llama_decode: token i at positions[i], in the sequences sequences[i]."""
         batch = self._batch
         batch.n_tokens = len(tokens)
         wanted = set(logits_at)
-        for i, token in enumerate(tokens):
+        for i, (token, position, owners) in enumerate(zip(tokens, positions, sequences)):
             batch.token[i] = token
-            batch.pos[i] = start + i
-            batch.n_seq_id[i] = 1
-            batch.seq_id[i][0] = SEQUENCE
+            batch.pos[i] = position
+            batch.n_seq_id[i] = len(owners)
+            for j, owner in enumerate(owners):
+                batch.seq_id[i][j] = owner
             batch.logits[i] = i in wanted
         status = llama_cpp.llama_decode(self._ctx, batch)
         if status != 0:
-            raise RuntimeError(f"llama_decode failed with status {status} at position {start}")
+            raise RuntimeError(f"llama_decode failed with status {status} at position {positions[0]}")
 
     def truncate(self, n: int) -> None:
         """Drop the KV of positions n.., keeping the first n tokens."""

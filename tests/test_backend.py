@@ -120,6 +120,36 @@ def test_single_token_evaluation_scores_a_batch_bit_for_bit_as_plain_steps(targe
     assert np.array_equal(batch, steps)
 
 
+def test_a_token_trees_branch_scores_as_its_own_text_and_is_kept_as_if_it_had_been(target):
+    """A branch in its own sequence, sharing the text's cells before its fork: its rows
+    are those of its text evaluated alone (one token per decode: to the last bit). Once
+    kept, the cache holds that text, the draft's tokens after the fork gone: it is as
+    long, and what follows scores as after a fresh evaluation. Not to the last bit: the
+    kept cells sit after the draft's freed ones in llama.cpp's pool, and attention sums
+    over cells in pool order (measured up to 0.55 apart here, every argmax the same)."""
+    tokens = target.tokenize(CODE)
+    prompt, draft, branch = tokens[:40], tokens[40:48], tokens[44:47][::-1] + tokens[50:53]
+    fork = 3  # the branch replaces draft[fork - 1:]: the draft's tokens it shares are [last, d1, d2]
+    tree = LlamaContext(target, n_ctx=512, single_token_eval=True, branches=2)
+    plain = LlamaContext(target, n_ctx=512, single_token_eval=True)
+    tree.eval(prompt[:-1], 0)
+    best, (branch_best, _) = tree.eval_tree([prompt[-1], *draft], len(prompt) - 1, [(fork, branch), (1, draft[::-1])])
+    plain.eval(prompt[:-1], 0)
+    assert list(best) == list(plain.eval([prompt[-1], *draft], len(prompt) - 1, range(len(draft) + 1), argmax=True))
+    plain.truncate(len(prompt) - 1 + fork)
+    assert list(branch_best) == list(plain.eval(branch, len(prompt) - 1 + fork, range(len(branch)), argmax=True))
+    kept = 4
+    tree.keep_branch(1, len(prompt) - 1 + fork, kept)
+    text = prompt + draft[: fork - 1] + branch[:kept]
+    assert tree.length() == len(text)
+    following = tokens[10:40]
+    got = tree.eval(following, len(text), range(len(following)))
+    fresh = LlamaContext(target, n_ctx=512, single_token_eval=True).eval(text + following, 0,
+                                                                       range(len(text), len(text) + len(following)))
+    assert (got.argmax(axis=1) == fresh.argmax(axis=1)).all()
+    assert np.abs(got - fresh).max() < 1.0
+
+
 def test_a_stale_cache_is_caught_by_that_tolerance(target):
     """The other side of the test above: skipping the truncation leaves the old
     continuation in the cache, and the logits then differ by far more than the tolerance."""

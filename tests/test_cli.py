@@ -133,10 +133,11 @@ def test_a_missing_model_file_is_one_clear_line(tmp_path):
 
 def test_every_flag_the_config_tree_names_is_a_flag_of_complete_or_bench_with_its_default():
     """The flags are made from the Config tree; this holds them to it. `complete` takes
-    the model and generation options; bench also the workspace index's size."""
+    the model and generation options; bench also the workspace index's size and the
+    token trees' branches."""
     flags = {parameter.opts[0]: parameter for command in (bench, complete) for parameter in command.params}
     named = [item for group in fields(Config) for item in fields(group.default_factory) if item.metadata["flag"]]
-    assert len(named) == 12
+    assert len(named) == 13
     for item in named:
         assert flags[item.metadata["flag"]].default == item.default, item.name
         assert flags[item.metadata["flag"]].help.lower().startswith(item.metadata["doc"][:20].lower())

@@ -12,6 +12,7 @@ from scipy.stats import chisquare
 
 from completer.speculative import (
     Sampling,
+    accept_tree,
     acceptance_probability,
     expected_tokens,
     probabilities,
@@ -125,6 +126,37 @@ def test_greedy_accepts_while_the_draft_is_the_argmax():
     assert verify_greedy(logits, [1, 2, 2]) == (1, 0)
     assert verify_greedy(logits, [0, 0, 2]) == (0, 1)
     assert verify_greedy(logits[:1], []) == (0, 1)
+
+
+def greedy_rows(greedy: list[int], path: list[int], noise: int) -> np.ndarray:
+    """A target whose greedy text is `greedy`: its argmax after each token of `path`
+    (scored after the text before it, [last, path...]), where the path is still the
+    greedy text; off it, any token (`noise`): the rule must not read those rows."""
+    return np.array([greedy[i] if path[:i] == greedy[:i] and i < len(greedy) else noise
+                     for i in range(len(path) + 1)])
+
+
+@settings(max_examples=500, deadline=None)
+@given(st.lists(st.integers(0, 3), min_size=12, max_size=12), st.lists(st.integers(0, 3), max_size=8),
+       st.lists(st.tuples(st.integers(0, 7), st.lists(st.integers(0, 3), min_size=1, max_size=6)), max_size=3),
+       st.integers(0, 3))
+def test_a_token_tree_yields_the_targets_greedy_text_as_far_as_any_branch_verifies(greedy, draft, forks, noise):
+    """A target that writes `greedy`; a draft and branches (step, tokens) replacing it
+    from d(step+1): the tokens produced are the greedy text, and as many as the best
+    verified path gives (the draft's, or a branch's that starts where the draft parted)."""
+    branches = [(step, tokens) for step, tokens in forks if step < len(draft)]
+    best = greedy_rows(greedy, draft, noise)
+    branch_best = [greedy_rows(greedy, draft[:step] + tokens, noise)[step + 1:] for step, tokens in branches]
+    verdict = accept_tree(best, draft, branches, branch_best)
+    produced = draft[: verdict.accepted] + verdict.branch_tokens + [verdict.next_token]
+    assert produced == greedy[: len(produced)]
+    accepted = next((i for i, token in enumerate(draft) if token != greedy[i]), len(draft))
+    longest = accepted  # the draft's verified tokens, or a branch's after them
+    for step, tokens in branches:
+        if step == accepted < len(draft):
+            path = draft[:step] + tokens
+            longest = max(longest, next((i for i, token in enumerate(path) if token != greedy[i]), len(path)))
+    assert len(produced) == longest + 1
 
 
 def test_temperature_top_k_and_top_p_warp_the_distribution():

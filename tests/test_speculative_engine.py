@@ -16,6 +16,8 @@ from completer.engine import Engine, generate
 from completer.kv import KVSequence
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap, probabilities
+from completer.tuning import CostModel
+from completer.workspace_index import TokenTable, WorkspaceIndex
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # A KV cache filled by single-token steps gives logits up to 0.94 away from one filled
@@ -89,6 +91,51 @@ def test_greedy_speculation_equals_plain_decoding_up_to_near_ties(engine, target
             continue
         gap = parting_gap(plain.logits, fast.logits.argmax(axis=1))
         assert gap is not None and gap < NEAR_TIE_LOGITS, f"{mode}: parted where plain preferred its token by {gap}"
+
+
+def forked_index(prompt: list[int], plain: list[int], fork: int) -> WorkspaceIndex:
+    """A workspace index whose files go on from the prompt's end mostly (3 copies) with
+    plain decoding's text but one token changed at `fork`, and less often (2) with
+    plain's own: its proposal is wrong there, and the runner-up's branch is right."""
+    wrong = [*plain[:fork], plain[fork] + 1, *plain[fork + 1:]]
+    files = [prompt[-12:] + wrong] * 3 + [prompt[-12:] + plain] * 2
+    index = WorkspaceIndex()
+    index.table = TokenTable([(f"file{i}", np.array(tokens, np.int32)) for i, tokens in enumerate(files)])
+    return index
+
+
+def test_a_token_tree_takes_the_runner_up_where_the_target_goes_and_stays_lossless(target):
+    """On a flat cost curve (a batch costs what a token does, as on a GPU) the tuner
+    verifies the index's branch beside its proposal; where the proposal is wrong the
+    branch carries on, the cache holds exactly the text, and the output is plain
+    decoding's up to near ties. With single-token verification no tree is verified
+    (kept branch cells would sum in another order than plain steps' cells: no longer exact)."""
+    flat = CostModel(verify_ms={n: 10.0 for n in range(1, 65)})
+    engine = Engine(target, None, n_ctx=2048, costs=flat)
+    exact = Engine(target, None, n_ctx=2048, costs=replace(flat), exact=True)
+    taken = 0
+    for hole in stdlib_holes(4, prompt_chars=600):
+        prompt = target.tokenize(hole)
+        plain = generate(engine, prompt, 32, mode="target", keep_logits=True)
+        engine.ngram.workspace = exact.ngram.workspace = forked_index(prompt, plain.tokens, fork=5)
+        fast = generate(engine, prompt, 32, mode="ngram")
+        if fast.tokens != plain.tokens:
+            gap = parting_gap(plain.logits, np.array(fast.tokens))
+            assert gap is not None and gap < NEAR_TIE_LOGITS, f"parted where plain preferred its token by {gap}"
+        text = prompt + fast.tokens
+        held = engine.target
+        assert held.tokens[: len(text)] == text[: len(held.tokens)]  # it may run past the cut, never off the text
+        held.truncate(len(text) - 1)
+        assert_cache_holds(held, text[: len(held.tokens)])
+        taken += fast.stats.branches_taken
+        # On a flat curve every fork inside the draft is verified: where the target took the
+        # runner-up's token, its branch carried the round.
+        assert fast.stats.branches_taken == fast.stats.branch_hits
+        assert fast.stats.tree_rounds >= 1 and fast.stats.branch_rows >= 1
+        assert generate(exact, prompt, 32, mode="ngram").stats.tree_rounds == 0
+    # The branch carried the round where the proposal parted (in a hole where the batched
+    # pass did not part from plain decoding at a near tie before the fork).
+    assert taken >= 2
 
 
 def test_a_round_cut_by_the_token_limit_keeps_plain_decodings_tokens(target, tempered):

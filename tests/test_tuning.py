@@ -1,5 +1,8 @@
 """The tuner's pieces and the n-gram index, on synthetic data."""
 
+import itertools
+import operator
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -7,7 +10,8 @@ from hypothesis import strategies as st
 from completer.config import DraftingOptions
 from completer.drafts import NgramDrafter, NgramIndex
 from completer.kv import common_prefix_length
-from completer.tuning import AcceptanceCurve, Candidate, CostModel, Tuner, best_plan, match_bucket
+from completer.tuning import (AcceptanceCurve, Candidate, CostModel, Plan, Tuner, best_plan, match_bucket,
+                              with_branches)
 
 MIN_MATCH, MAX_MATCH = DraftingOptions().ngram_min_match, DraftingOptions().ngram_max_match
 # A CPU-like cost curve in ms, as smol's Q4_0 target measured on a 2-core CPU: batches of
@@ -86,6 +90,31 @@ def test_a_short_match_that_fails_early_is_not_planned_long():
         tuner.acceptance.record("ngram", "doc", "py", match_bucket(3), accepted=1, drafted=8)
     plan = tuner.plan([Candidate("ngram", match_bucket(3), 48)], "doc", "py")
     assert plan.k <= 3
+
+
+def test_a_branch_is_verified_only_where_its_rows_cost_less_than_it_is_expected_to_make():
+    """A draft whose 4th token is a coin toss, with a fork there. On a flat cost curve (a
+    GPU's) the branch's 6 rows are free and it is taken whole; nor does a branch that
+    never starts right (hit 0) go in. On the CPU's curve a draft of 7 is a batch of 8,
+    cheaper than its neighbours: no branch pays for leaving that, even a sure one; a
+    draft of 8 is a batch of 9, dearer than 12, and there rows pay for themselves."""
+    rates = [0.9, 0.9, 0.9, 0.5, 0.9, 0.9, 0.9, 0.9, 0.9, 0.9]
+    flat = CostModel(verify_ms={n: 10.0 for n in range(1, 65)})
+
+    def chain(costs: CostModel, k: int) -> Plan:
+        return Plan("index", k, 1 + sum(itertools.accumulate(rates[:k], operator.mul)), costs.verify(k + 1))
+
+    tree = with_branches(flat, chain(flat, 8), rates, {3: 6}, hit=0.5, room=20, rows=20)
+    assert tree.branches == ((3, 6),) and tree.predicted_tokens > chain(flat, 8).predicted_tokens
+    # The context's cells, and the tokens the round may still make, bound the branch.
+    assert with_branches(flat, chain(flat, 8), rates, {3: 6}, hit=0.5, room=20, rows=2).branches == ((3, 2),)
+    assert with_branches(flat, chain(flat, 8), rates, {3: 6}, hit=0.5, room=5, rows=20).branches == ((3, 2),)
+    assert with_branches(flat, chain(flat, 8), rates, {3: 6}, hit=0.0, room=20, rows=20) == chain(flat, 8)
+    # A fork past the draft has nothing to replace.
+    assert with_branches(flat, chain(flat, 8), rates, {9: 6}, hit=0.5, room=20, rows=20) == chain(flat, 8)
+    cpu = CostModel(verify_ms=dict(LONG_CPU_CURVE))
+    assert with_branches(cpu, chain(cpu, 7), rates, {3: 6}, hit=1.0, room=20, rows=20) == chain(cpu, 7)
+    assert with_branches(cpu, chain(cpu, 8), rates, {3: 6}, hit=1.0, room=20, rows=20).branches
 
 
 def brute_force_longest(tokens: list[int], before: int) -> int:

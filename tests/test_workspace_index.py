@@ -46,9 +46,13 @@ def test_the_longest_match_and_the_most_frequent_continuation(files, suffix, max
     expected, following = brute_force(files, suffix, max_match)
     assert length == expected
     if length:
-        proposed, alternatives = table.continuation(positions, 1)
-        assert following[proposed[0]] == max(following.values())
-        assert set(alternatives.get(0, ())) == set(following) - {proposed[0]}
+        proposed, branches = table.continuation(positions, 1, branches=1)
+        counts = sorted(following.values(), reverse=True)
+        assert following[proposed[0]] == counts[0]
+        if len(counts) > 1:  # the runner-up's continuation is the branch
+            assert branches[0][0] != proposed[0] and following[branches[0][0]] == counts[1]
+        else:
+            assert branches == {}
 
 
 def test_a_continuation_follows_the_candidates_that_agree_and_stops_at_the_file_end():
@@ -57,7 +61,12 @@ def test_a_continuation_follows_the_candidates_that_agree_and_stops_at_the_file_
     table = table_of(files)
     length, positions = table.candidates([0, 1, 2, 3], MIN_MATCH, MAX_MATCH)
     assert length == 3
-    assert table.continuation(positions, 8) == ([4, 5, 6, 9], {1: (7,)})
+    assert table.continuation(positions, 8) == ([4, 5, 6, 9], {})
+    assert table.continuation(positions, 8, branches=1) == ([4, 5, 6, 9], {1: [7]})
+    # A branch goes on as far as its own candidates agree.
+    forked = table_of([[1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 5, 6], [1, 2, 3, 4, 7, 8, 9]])
+    _, starts = forked.candidates([1, 2, 3], MIN_MATCH, MAX_MATCH)
+    assert forked.continuation(starts, 8, branches=1) == ([4, 5, 6], {1: [7, 8, 9]})
     length, positions = table.candidates([8, 1, 2, 3], MIN_MATCH, MAX_MATCH)  # only the third file has 8 1 2 3
     assert length == 4 and table.continuation(positions, 8)[0] == [4, 5, 6]
 

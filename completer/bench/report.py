@@ -42,7 +42,8 @@ def document(settings: Settings, seed: int, roots: list[Path], files: ModelFiles
             "settings": {"modes": list(settings.modes), "n": len(holes), "seed": seed,
                          "max_tokens": settings.max_tokens, "temperature": settings.temperature,
                          "context_tokens": settings.context_tokens, "exact": settings.exact,
-                         "roots": [str(r) for r in roots], "index_mb": settings.index_mb},
+                         "roots": [str(r) for r in roots], "index_mb": settings.index_mb,
+                         "tree_branches": settings.tree_branches},
             "workspace_index": asdict(index),
             "cost_curve_ms": {str(k): v for k, v in sorted(costs.verify_ms.items())},
             "summary": summary, "holes": [h.to_json() for h in holes], "records": records}
@@ -107,9 +108,24 @@ def rounds_by_match_lines(records: list[dict]) -> list[str]:
         points = sum(r.get("branch_points", 0) for r in records if r["mode"] == mode)
         hits = sum(r.get("branch_hits", 0) for r in records if r["mode"] == mode)
         if points:
-            lines.append(f"    rejected where the index's occurrences went on otherwise: {points}; the target's "
-                         f"token was one of theirs in {hits} (a token tree's most)")
+            lines.append(f"    rejected where the index's occurrences went on otherwise: {points}; the runner-up "
+                         f"there had the target's token in {hits} (a token tree's most)")
     return lines if len(lines) > 1 else []
+
+
+def trees(records: list[dict]) -> list[str]:
+    """Per mode that verified token trees: how many passes did, their extra rows, and
+    how often a branch carried the round."""
+    lines = []
+    for mode in dict.fromkeys(r["mode"] for r in records):
+        mine = [r for r in records if r["mode"] == mode]
+        rounds = sum(r.get("tree_rounds", 0) for r in mine)
+        if rounds:
+            passes = sum(r.get("passes", 0) for r in mine)
+            lines.append(f"  {mode}: {rounds} of {passes} passes verified branches, "
+                         f"{sum(r['branch_rows'] for r in mine)} rows more; a branch carried "
+                         f"{sum(r['branches_taken'] for r in mine)}")
+    return ["token trees (drafting.tree_branches):", *lines] if lines else []
 
 
 def notes(summary: dict, records: list[dict], profiled: bool) -> list[str]:
@@ -117,7 +133,8 @@ def notes(summary: dict, records: list[dict], profiled: bool) -> list[str]:
     figures per hole kind, and when `profiled`, where the time goes and the rounds by
     match length."""
     more = [*profile(summary), *rounds_by_match_lines(records)] if profiled else []
-    return [line for line in [*failures(summary), verdict(summary), *by_kind(records), *more] if line]
+    return [line for line in [*failures(summary), verdict(summary), *by_kind(records), *trees(records), *more]
+            if line]
 
 
 def verdict(summary: dict) -> str | None:

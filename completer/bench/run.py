@@ -49,6 +49,7 @@ class Settings:
     # greedy output must then equal target's exactly, and no difference is a near tie.
     exact: bool = False
     index_mb: float = DraftingOptions().index_mb  # the workspace index over the roots; 0 = none
+    tree_branches: int = DraftingOptions().tree_branches  # token-tree branches beside an index draft; 0 = none
 
 
 class Bench:
@@ -64,7 +65,7 @@ class Bench:
         self.engine = Engine(target, draft, n_ctx=settings.context_tokens, exact=settings.exact)
         config = Config(generation=GenerationOptions(max_tokens=settings.max_tokens),
                         prompt=PromptOptions(prefix_lines=PREFIX_LINES),
-                        drafting=DraftingOptions(index_mb=settings.index_mb))
+                        drafting=DraftingOptions(index_mb=settings.index_mb, tree_branches=settings.tree_branches))
         self.completer = Completer(self.engine, config)  # its prompts, as the editor gets them
         self.index = self.completer.index  # n-gram lookup drafts from it (engine.ngram.workspace)
         self.index_stats = IndexStats()
@@ -75,6 +76,7 @@ class Bench:
         self.engines = {"": self.engine}
         if distilled is not None:
             self.engines["distilled"] = Engine(target, distilled, n_ctx=settings.context_tokens, exact=settings.exact)
+            self.engines["distilled"].configure(config.drafting)
             self.engines["distilled"].ngram.workspace = self.engine.ngram.workspace
         if LOCAL in settings.modes:  # its own tuner: what it learns is without the index
             self.engines["local"] = Engine(target, draft, n_ctx=settings.context_tokens, exact=settings.exact,
@@ -177,6 +179,7 @@ class Bench:
                 "logits_ms": logits_after - logits_before, "passes": s.target_passes, "drafted": s.drafted,
                 "accepted": s.accepted, "spec_rounds": s.speculative_rounds,
                 "spec_tokens": s.tokens_in_speculative_rounds, "predicted": s.predicted_tokens,
-                "branch_points": s.branch_points, "branch_hits": s.branch_hits,
+                "branch_points": s.branch_points, "branch_hits": s.branch_hits, "tree_rounds": s.tree_rounds,
+                "branch_rows": s.branch_rows, "branches_taken": s.branches_taken,
                 "rounds": [list(r) for r in s.rounds]}, \
             result.tokens + ([result.end_token] if result.end_token is not None else [])
