@@ -18,10 +18,11 @@ test: $(INSTALLED)
 	editor-extensions/vscode/scripts/build.sh
 	$(BIN)/python -m pytest
 
-# llama-cpp-python compiles llama.cpp for this CPU, without AMX (see models/cpu_flags.py).
+# llama-cpp-python compiles llama.cpp for the accelerator this machine has (COMPLETER_GPU
+# overrides; see models/accelerator.py) and this CPU, without AMX (models/cpu_flags.py).
 # --no-cache-dir: pip's wheel cache would hand back a build made with other flags.
-$(INSTALLED): pyproject.toml models/cpu_flags.py
+$(INSTALLED): pyproject.toml models/accelerator.py models/cpu_flags.py
 	$(PYTHON) -m venv $(VENV)
-	CMAKE_ARGS="$$($(PYTHON) models/cpu_flags.py)" $(BIN)/pip install --quiet --disable-pip-version-check \
-		--no-cache-dir -e '.[test]'
+	flags="$$($(PYTHON) models/accelerator.py)" && CMAKE_ARGS="$$flags" $(BIN)/pip install --quiet \
+		--disable-pip-version-check --no-cache-dir -e '.[test]'
 	touch $@
