@@ -331,7 +331,14 @@ def _llama_server_state() -> str:
     return str(found) if found else f"none (`{BUILD_COMMAND}` builds one for bench's peers)"
 
 
+# Rebuilds llama-cpp-python for this machine's accelerator and CPU (models/accelerator.py).
+REBUILD_COMMAND = ("CMAKE_ARGS=\"$(python -m completer.models.accelerator)\" pip install --no-cache-dir "
+                   "--force-reinstall llama-cpp-python")
+
+
 def _doctor_rows() -> list[tuple[str, str]]:
+    from completer.models.accelerator import BuildChoiceError
+    from completer.models.accelerator import choose as choose_accelerator
     from completer.models.backend import default_threads, gpu_offload_supported, system_info
 
     build = system_info()
@@ -339,11 +346,20 @@ def _doctor_rows() -> list[tuple[str, str]]:
             ("llama.cpp build", build)]
     if "AMX_INT8 = 1" in build:
         rows.append(("warning", "this llama.cpp build uses AMX, which some virtual machines advertise but fault "
-                     "on (SIGILL at the first completion). If that happens, rebuild llama-cpp-python without "
-                     "it: CMAKE_ARGS=\"$(python -m completer.models.cpu_flags)\" pip install --no-cache-dir "
-                     "--force-reinstall llama-cpp-python"))
-    rows += [("GPU offload", "yes" if gpu_offload_supported() else "no (CPU build: all layers on the CPU)"),
-             ("threads", f"{default_threads()} (cores this process may use)"),
+                     "on (SIGILL at the first completion). If that happens, rebuild llama-cpp-python without it: "
+                     f"{REBUILD_COMMAND}"))
+    offloads = gpu_offload_supported()
+    rows.append(("GPU offload", "yes" if offloads else "no (CPU build: all layers on the CPU)"))
+    try:
+        machine = choose_accelerator()
+    except BuildChoiceError as error:
+        rows.append(("accelerator", str(error)))
+    else:
+        rows.append(("accelerator", f"{machine.accelerator}: {machine.reason}"))
+        if not offloads and machine.accelerator != "cpu":
+            rows.append(("rebuild for the GPU", f"this build cannot use the {machine.accelerator} device: "
+                         f"COMPLETER_GPU={machine.accelerator} make demo (in a checkout), or {REBUILD_COMMAND}"))
+    rows += [("threads", f"{default_threads()} (cores this process may use)"),
              ("cache directory", str(cache_dir())),
              ("KV cache budget", f"{CacheOptions().budget_mb:.0f} MB for documents not being completed "
               "(cache.budget_mb)"),

@@ -1,6 +1,7 @@
 """The real `completer` command, run as a subprocess."""
 
 import json
+import os
 from dataclasses import fields
 
 import pytest
@@ -78,6 +79,25 @@ def test_doctor_reports_the_build_offload_threads_cache_and_presets(tmp_path, sm
         assert any(line.startswith(f"{label}\t") for line in lines)
     assert f"cache directory\t{smol_cache}" in lines
     assert "preset smol\ttarget cached, draft cached" in lines
+
+
+def test_doctor_on_a_cpu_build_with_an_nvidia_card_says_how_to_rebuild_for_it(tmp_path, smol_cache):
+    """Stand-ins for nvcc and nvidia-smi on PATH: the machine has CUDA and a card, and
+    this CPU build cannot use them. Without the card, the build is what the machine has."""
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    for name, output in [("nvcc", ""), ("nvidia-smi", "GPU 0: NVIDIA H200 (UUID: GPU-0)")]:
+        (tools / name).write_text(f"#!/bin/sh\necho '{output}'\n")
+        (tools / name).chmod(0o755)
+    env = {"COMPLETER_CACHE_DIR": str(smol_cache), "PATH": f"{tools}:{os.environ['PATH']}"}
+    fields = json.loads(run_completer("doctor", "--json", env=env).stdout)
+    assert fields["GPU offload"].startswith("no")
+    assert fields["accelerator"].startswith("cuda: nvcc at") and "NVIDIA H200" in fields["accelerator"]
+    assert "COMPLETER_GPU=cuda make demo" in fields["rebuild for the GPU"]
+    assert 'CMAKE_ARGS="$(python -m completer.models.accelerator)" pip install' in fields["rebuild for the GPU"]
+    (tools / "nvidia-smi").unlink()
+    fields = json.loads(run_completer("doctor", "--json", env=env).stdout)
+    assert fields["accelerator"].startswith("cpu: no accelerator") and "rebuild for the GPU" not in fields
 
 
 def test_doctor_json_has_the_same_rows(smol_cache):
