@@ -89,6 +89,7 @@ class KVSequence:
         self.tokens[at:] = kept
 
     def drop_branches(self) -> None:
+        """Free the last extend_tree's branches: the tokens stay as extend_tree left them."""
         self.context.drop_branches()
 
     def save(self) -> tuple[list[int], bytes]:

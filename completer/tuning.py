@@ -172,10 +172,11 @@ def with_branches(costs: CostModel, plan: Plan, rates: list[float], forks: dict[
     -> tokens a branch from there can propose; rates: c(1).. of the plan's provider; hit:
     the chance that where the draft parts from the target at a fork, the branch's first
     token is the target's; room: the most tokens a round may draft (a branch from step s
-    is worth at most room - s); rows: the most the branches may add (the context's). A branch from step s
-    pays only when the draft is rejected at s + 1 and the branch is right there, then
-    each further token of it is kept with the chance at its draft position; every row
-    costs what the cost curve says a wider batch costs."""
+    is worth at most room - s); rows: the most the branches may add (the context's).
+
+    A branch from step s pays only when the draft is rejected at s + 1 and the branch is
+    right there; then each further token of it is kept with the chance at its draft
+    position. Every row costs what the cost curve says a wider batch costs."""
     width, tokens, ms = plan.k + 1, plan.predicted_tokens, plan.predicted_ms
     chosen = []
     for step, available in sorted(forks.items()):

@@ -48,36 +48,29 @@ class Choice:
     cmake_args: list[str]
 
 
-def _first_line(command: list[str]) -> str:
-    """The first non-empty line a tool prints, or "" when it fails or is missing."""
+def _output(command: list[str]) -> str:
+    """What a tool prints, or "" when it fails or is missing."""
     if shutil.which(command[0]) is None:
         return ""
     try:
-        output = subprocess.run(command, capture_output=True, text=True, timeout=20).stdout
+        return subprocess.run(command, capture_output=True, text=True, timeout=20).stdout
     except (OSError, subprocess.SubprocessError):
         return ""
-    return next((line.strip() for line in output.splitlines() if line.strip()), "")
 
 
 def nvidia_device(root: Path) -> str:
     """The first NVIDIA device's description, or "" when none is present."""
-    listed = _first_line(["nvidia-smi", "-L"])
+    listed = next((line.strip() for line in _output(["nvidia-smi", "-L"]).splitlines() if line.strip()), "")
     if listed.startswith("GPU "):
         return listed
     gpus = root / "proc/driver/nvidia/gpus"
     found = sorted(gpus.iterdir()) if gpus.is_dir() else []
-    return f"{gpus / found[0].name}" if found else ""
+    return str(found[0]) if found else ""
 
 
 def amd_targets() -> list[str]:
     """The gfx targets `rocminfo` names (gfx000 is its CPU agent), or []."""
-    if shutil.which("rocminfo") is None:
-        return []
-    try:
-        output = subprocess.run(["rocminfo"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError):
-        return []
-    return sorted(set(re.findall(r"\bgfx[0-9a-f]+\b", output)) - {"gfx000"})
+    return sorted(set(re.findall(r"\bgfx[0-9a-f]+\b", _output(["rocminfo"]))) - {"gfx000"})
 
 
 def vulkan_header_version(root: Path, environ: dict[str, str]) -> int | None:
@@ -141,7 +134,7 @@ def _vulkan(root: Path, environ: dict[str, str], forced: bool) -> Choice | str:
     return Choice("vulkan", f"Vulkan headers 1.x.{version} and glslc", ["-DGGML_VULKAN=ON"])
 
 
-def _metal(system: str, machine: str, forced: bool) -> Choice | str:
+def _metal(system: str, machine: str) -> Choice | str:
     if system == "Darwin" and machine == "arm64":
         return Choice("metal", "macOS on Apple silicon: llama.cpp builds Metal by default", [])
     return "Metal is for macOS on Apple silicon"
@@ -158,7 +151,7 @@ def choose(environ: dict[str, str] | None = None, root: Path = Path("/"), system
     attempts = {
         "cuda": lambda forced: _cuda(root, forced),
         "hip": _hip,
-        "metal": lambda forced: _metal(system, machine, forced),
+        "metal": lambda forced: _metal(system, machine),
         "vulkan": lambda forced: _vulkan(root, environ, forced),
     }
     cpu = cmake_cpu_args(cpuinfo)
