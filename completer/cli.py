@@ -306,10 +306,11 @@ def peers() -> None:
 @click.option("--jobs", type=click.IntRange(min=1), help="Compiler processes.  [default: every core]")
 @_reports_model_errors
 def peers_build(jobs: int | None) -> None:
-    """Build llama-server from the llama.cpp source the installed llama-cpp-python ships
-    (the same kernels as completer's own), with this CPU's flags, into the cache: a
-    few minutes the first time, then `completer bench` runs llama-server's
-    configurations beside its modes. Needs cmake, a C++ compiler and PyPI."""
+    """Build llama-server and ggml-rpc-server from the llama.cpp source the installed
+    llama-cpp-python ships (the same kernels as completer's own), with this CPU's flags,
+    into the cache: a few minutes the first time, then `completer bench` runs
+    llama-server's configurations beside its modes, and ggml-rpc-server serves a
+    device for models.rpc_servers. Needs cmake, a C++ compiler and PyPI."""
     from completer.models.llama_server import build, cached_path
 
     if cached_path().is_file():
@@ -336,27 +337,36 @@ REBUILD_COMMAND = ("CMAKE_ARGS=\"$(python -m completer.models.accelerator)\" pip
                    "--force-reinstall llama-cpp-python")
 
 
-def _doctor_rows() -> list[tuple[str, str]]:
+def _doctor_rows(rpc_servers: str) -> list[tuple[str, str]]:
     from completer.models.accelerator import BuildChoiceError
     from completer.models.accelerator import choose as choose_accelerator
-    from completer.models.backend import default_threads, gpu_offload_supported, system_info
+    from completer.models.backend import default_threads, system_info
+    from completer.models.devices import add_rpc_servers, backends, devices
 
     build = system_info()
     rows = [("completer", version("completer")), ("llama-cpp-python", version("llama_cpp_python")),
-            ("llama.cpp build", build)]
+            ("llama.cpp build", build), ("llama.cpp backends", ", ".join(backends()))]
     if "AMX_INT8 = 1" in build:
         rows.append(("warning", "this llama.cpp build uses AMX, which some virtual machines advertise but fault "
                      "on (SIGILL at the first completion). If that happens, rebuild llama-cpp-python without it: "
                      f"{REBUILD_COMMAND}"))
-    offloads = gpu_offload_supported()
-    rows.append(("GPU offload", "yes" if offloads else "no (CPU build: all layers on the CPU)"))
+    try:
+        rows += [("warning", warning) for warning in add_rpc_servers(rpc_servers)]
+    except (ModelError, ValueError) as error:
+        rows.append(("RPC servers", str(error)))
+    seen = devices()
+    rows += [(f"device {device.name}", device.summary()) for device in seen]
+    offload = [device.name for device in seen if device.offloads]
+    rows.append(("GPU offload", f"yes: layers go to {', '.join(offload)}" if offload else
+                 "no: no GPU or RPC device, all layers on the CPU"))
     try:
         machine = choose_accelerator()
     except BuildChoiceError as error:
         rows.append(("accelerator", str(error)))
     else:
         rows.append(("accelerator", f"{machine.accelerator}: {machine.reason}"))
-        if not offloads and machine.accelerator != "cpu":
+        local = [device for device in seen if device.offloads and device.backend != "RPC"]
+        if not local and machine.accelerator != "cpu":
             rows.append(("rebuild for the GPU", f"this build cannot use the {machine.accelerator} device: "
                          f"COMPLETER_GPU={machine.accelerator} make demo (in a checkout), or {REBUILD_COMMAND}"))
     rows += [("threads", f"{default_threads()} (cores this process may use)"),
@@ -369,9 +379,11 @@ def _doctor_rows() -> list[tuple[str, str]]:
 
 @main.command()
 @JSON_OPTION
-def doctor(as_json: bool) -> None:
-    """llama.cpp build, GPU offload, threads, cache directory and each preset's state."""
-    tables.show(console, None, _doctor_rows(), as_json=as_json)
+@_config_flags("models", only=("rpc_servers",))
+def doctor(as_json: bool, models: ModelOptions) -> None:
+    """llama.cpp build, GPU offload, threads, cache directory and each preset's state, and
+    the devices llama.cpp sees (with --rpc, RPC servers' too)."""
+    tables.show(console, None, _doctor_rows(models.rpc_servers), as_json=as_json)
 
 
 @main.command()
@@ -398,6 +410,8 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
         raise click.BadParameter(f"{file} has no line {line} column {col} (it has {len(text.splitlines())} "
                                  "lines, counted from 1)", param_hint="--line/--col") from None
     loaded = load_completer(config)
+    for warning in loaded.pair.warnings:
+        errors.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     request = CompletionRequest(str(file), str(file), text, cursor, file.suffix.lstrip("."))
     completion = loaded.completer.complete(request)
     click.echo(completion.text)

@@ -47,6 +47,12 @@ class ModelOptions:
         4096, "KV cache size in tokens: room for the prompt and the answer on a laptop's memory", "--context"
     )
     threads: int = option(0, "CPU threads for llama.cpp; 0 = every core this process may use", "--threads")
+    rpc_servers: str = option(
+        "", "llama.cpp RPC servers to offload layers to, as host:port,host:port: each is a ggml-rpc-server "
+        "(`completer peers build` builds one) on a machine with a GPU, a device exactly as a local GPU is. "
+        "None by default; an address off this machine gets a warning, since llama.cpp's RPC has no "
+        "authentication or encryption. One added stays a device until completer restarts", "--rpc"
+    )
 
 
 @dataclass
@@ -270,7 +276,7 @@ def options_table() -> str:
     rows = ["| option | CLI flag | default | meaning |", "|---|---|---|---|"]
     for group in fields(Config):
         for item in fields(group.default_factory):
-            default = "none" if item.default is None else f"`{item.default}`"
+            default = "none" if item.default in (None, "") else f"`{item.default}`"
             flag = f"`{item.metadata['flag']}`" if item.metadata["flag"] else ""
             rows.append(f"| `{group.name}.{item.name}` | {flag} | {default} | {item.metadata['doc']} |")
     return "\n".join(rows)

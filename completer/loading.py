@@ -1,21 +1,25 @@
 """Building a completer from a Config, in one place: the language server, `completer
 complete`, `completer bench` and the benchmarks all load through here.
 
-    load_pair       preset and paths -> files (downloaded, converted or derived into the
-                    cache when needed, one vocabulary checked) -> llama.cpp models
-    load_completer  the pair, the engine (its verify cost measured when it speculates)
-                    and the Completer over the workspace roots
+    load_pair       RPC servers added as devices; preset and paths -> files (downloaded,
+                    converted or derived into the cache when needed, one vocabulary
+                    checked) -> llama.cpp models
+    load_completer  the pair, the engine (its KV caches made to fit the GPU, its verify
+                    cost measured when it speculates) and the Completer over the
+                    workspace roots
     needs_reload    which option changes the loaded engine cannot take without loading
 """
 
+import gc
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from completer.config import Config, ModelOptions
 from completer.context import Workspace
 from completer.engine import Engine
-from completer.models.backend import LlamaModel
+from completer.models.backend import ContextError, LlamaModel
+from completer.models.devices import add_rpc_servers
 from completer.models.errors import ModelError
 from completer.models.gguf_file import check_same_vocabulary
 from completer.models.paths import distilled_draft_path
@@ -44,6 +48,7 @@ class Pair:
     files: ModelFiles
     target: LlamaModel
     draft: LlamaModel | None
+    rpc_warnings: list[str] = field(default_factory=list)  # RPC servers off this machine
 
     @property
     def names(self) -> tuple[str, str]:
@@ -51,9 +56,17 @@ class Pair:
         return self.files.target.name, self.files.draft.name if self.files.draft else ""
 
     @property
-    def gpu_fallbacks(self) -> list[str]:
-        """Why a model runs slower than asked: the GPU could not hold its layers."""
-        return [model.gpu_fallback for model in (self.target, self.draft) if model is not None and model.gpu_fallback]
+    def warnings(self) -> list[str]:
+        """What the user should be told about where the models run: an RPC server off
+        this machine, or a GPU that could not hold the layers asked for (slower than asked)."""
+        fallbacks = [model.gpu_fallback for model in (self.target, self.draft) if model is not None]
+        return self.rpc_warnings + [fallback for fallback in fallbacks if fallback]
+
+    def with_fewer_gpu_layers(self, model: LlamaModel, n_ctx: int) -> "Pair":
+        """The pair with `model` (its target or draft) loaded again with fewer GPU layers."""
+        if model is self.target:
+            return replace(self, target=model.with_fewer_gpu_layers(n_ctx))
+        return replace(self, draft=model.with_fewer_gpu_layers(n_ctx))
 
 
 @dataclass
@@ -65,6 +78,10 @@ class Loaded:
 def load_pair(options: ModelOptions, with_draft: bool = True, report: Report = _silent) -> Pair:
     """The preset's (or the options' own) target and draft, loaded; without `with_draft`,
     the target alone, and no draft is fetched. Raises ModelError saying what to run."""
+    try:
+        rpc_warnings = add_rpc_servers(options.rpc_servers)
+    except ValueError as error:  # a malformed list: models.rpc_servers is what to fix
+        raise ModelError(f"models.rpc_servers: {error}") from None
     report(f"finding the {options.preset} files (downloading them if needed)", 5)
     files = resolve(Preset.from_name(options.preset), options.target, options.draft, with_draft=with_draft)
     report(f"loading {files.target.name}", 40)
@@ -73,7 +90,7 @@ def load_pair(options: ModelOptions, with_draft: bool = True, report: Report = _
     if files.draft is not None:
         report(f"loading {files.draft.name}", 60)
         draft = LlamaModel(files.draft, options.draft_gpu_layers)
-    return Pair(files, target, draft)
+    return Pair(files, target, draft, rpc_warnings)
 
 
 def load_distilled(pair: Pair, options: ModelOptions) -> LlamaModel | None:
@@ -92,8 +109,20 @@ def load_completer(config: Config, roots: Sequence[Path] = (), report: Report = 
     speculative = config.generation.speculates
     pair = load_pair(config.models, with_draft=speculative, report=report)
     report("measuring the cost of a verify pass", 75)
-    engine = Engine(pair.target, pair.draft, n_ctx=config.models.context_tokens, threads=config.models.threads,
-                    calibrate_s=CALIBRATION_S if speculative else 0.0, drafting=config.drafting)
+    while True:
+        try:
+            engine = Engine(pair.target, pair.draft, n_ctx=config.models.context_tokens,
+                            threads=config.models.threads, calibrate_s=CALIBRATION_S if speculative else 0.0,
+                            drafting=config.drafting)
+            break
+        except ContextError as error:
+            if error.model.gpu_layers == 0:
+                raise
+            failed, n_ctx = error.model, error.n_ctx
+        # Out of the except block, the half-made engine's contexts can go, and with them
+        # their device memory; collected now, before the model is loaded again.
+        gc.collect()
+        pair = pair.with_fewer_gpu_layers(failed, n_ctx)
     return Loaded(Completer(engine, config, Workspace(list(roots))), pair)
 
 

@@ -272,8 +272,8 @@ def finish_loading(ls: CompleterServer, load: int, loaded: Loaded | None, error:
         progress.end("failed")
         ls.tell(types.MessageType.Error, error, show=True)
         return
-    for fallback in loaded.pair.gpu_fallbacks:  # out of GPU memory: fewer layers there, and the user told why
-        ls.tell(types.MessageType.Warning, fallback, True)
+    for warning in loaded.pair.warnings:  # an RPC server off the machine; out of GPU memory: fewer layers there
+        ls.tell(types.MessageType.Warning, warning, True)
     ls.completer, ls.model_names = loaded.completer, loaded.pair.names
     ls.completer.index_workspace()
     ls.draft_failure_shown = False

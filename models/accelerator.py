@@ -12,6 +12,8 @@ COMPLETER_GPU=cuda|hip|vulkan|metal|cpu chooses; unset, the machine decides:
     cpu     otherwise, with this CPU's SIMD flags and no AMX (cpu_flags)
 
 The CPU flags go with every choice: llama.cpp keeps its CPU backend beside a GPU one.
+So does the RPC backend, which offloads to another process's device (models.rpc_servers)
+and is the real device the tests offload to on machines without a GPU.
 What was chosen, and why, goes to stderr; the flags to stdout. Stdlib only, and
 runnable as a script (`python3 models/accelerator.py`), because the Makefile needs the
 flags before anything is installed.
@@ -35,6 +37,8 @@ CHOICES = ("cuda", "hip", "vulkan", "metal", "cpu")
 # The pinned llama.cpp's Vulkan backend uses vk::LayerSettingEXT (VK_EXT_layer_settings),
 # which entered the public Vulkan headers in 1.3.272; Debian 12 ships 1.3.239.
 VULKAN_HEADERS_NEEDED = 272
+# Backends every build has, whatever the accelerator.
+ALWAYS = ["-DGGML_RPC=ON"]
 
 
 class BuildChoiceError(ValueError):
@@ -142,7 +146,7 @@ def _metal(system: str, machine: str) -> Choice | str:
 
 def choose(environ: dict[str, str] | None = None, root: Path = Path("/"), system: str | None = None,
            machine: str | None = None, cpuinfo: Path = Path("/proc/cpuinfo")) -> Choice:
-    """The accelerator to build for, why, and its CMake flags (the CPU's included)."""
+    """The accelerator to build for, why, and its CMake flags (the CPU's and ALWAYS included)."""
     environ = dict(os.environ if environ is None else environ)
     system, machine = system or platform.system(), machine or platform.machine()
     asked = environ.get("COMPLETER_GPU", "").strip().lower()
@@ -154,7 +158,7 @@ def choose(environ: dict[str, str] | None = None, root: Path = Path("/"), system
         "metal": lambda forced: _metal(system, machine),
         "vulkan": lambda forced: _vulkan(root, environ, forced),
     }
-    cpu = cmake_cpu_args(cpuinfo)
+    cpu = [*cmake_cpu_args(cpuinfo), *ALWAYS]
     if asked == "cpu":
         return Choice("cpu", "COMPLETER_GPU=cpu", cpu)
     if asked:

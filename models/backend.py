@@ -22,6 +22,7 @@ import gguf
 import llama_cpp
 import numpy as np
 
+from completer.models.devices import offload_devices
 from completer.models.errors import ModelError
 from completer.models.gguf_file import check_gguf
 
@@ -61,8 +62,11 @@ def _init_backend() -> None:
 
 
 def gpu_offload_supported() -> bool:
+    """Whether llama.cpp has a device to put layers on: a GPU, or an RPC server added
+    (models.devices). Not llama_supports_gpu_offload(), which says yes for every build
+    with the RPC backend, servers or none."""
     _init_backend()
-    return bool(llama_cpp.llama_supports_gpu_offload())
+    return bool(offload_devices())
 
 
 def system_info() -> str:
@@ -77,7 +81,7 @@ def default_threads() -> int:
 
 
 def resolve_gpu_layers(n_gpu_layers: int | str, n_layers: int) -> int:
-    """`auto` offloads every layer when this llama.cpp build can offload, else none."""
+    """`auto` offloads every layer when llama.cpp has a device for them, else none."""
     if n_gpu_layers == "auto":
         return n_layers + 1 if gpu_offload_supported() else 0  # +1: the output layer
     return int(n_gpu_layers)
@@ -115,6 +119,14 @@ def _token_or_none(token: int) -> int | None:
     return None if token == llama_cpp.LLAMA_TOKEN_NULL else int(token)
 
 
+class ContextError(ModelError):
+    """llama.cpp could not make a context (a KV cache and its compute buffers) for `model`."""
+
+    def __init__(self, message: str, model: "LlamaModel", n_ctx: int):
+        super().__init__(message)
+        self.model, self.n_ctx = model, n_ctx
+
+
 class LlamaModel:
     """A GGUF file loaded by llama.cpp: weights (unless vocab_only) and vocabulary."""
 
@@ -126,6 +138,7 @@ class LlamaModel:
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = vocab_only
         requested = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers, header.layers)
+        self.asked_gpu_layers = requested
         self.gpu_fallback = ""  # what was given up when the GPU could not hold the layers asked for
         started = time.perf_counter()
         for self.gpu_layers in fewer_gpu_layers(requested):
@@ -137,9 +150,7 @@ class LlamaModel:
             log.warning("%s: %d layers on the GPU failed (%s); trying fewer", self.path.name, self.gpu_layers,
                         "; ".join(_recent_llama_errors) or "out of memory?")
         if self._model and self.gpu_layers < requested:
-            self.gpu_fallback = (f"{self.path.name}: the GPU could not hold {requested} layers; loaded with "
-                                 f"{self.gpu_layers} on the GPU and the rest on the CPU (set the GPU layers lower "
-                                 "to skip the failed tries)")
+            self.gpu_fallback = self._fallback_message("")
         self.load_ms = (time.perf_counter() - started) * 1000  # ms
         if not self._model:
             reason = "; ".join(_recent_llama_errors) or "see the log"
@@ -166,6 +177,25 @@ class LlamaModel:
             file_separator=_token_or_none(llama_cpp.llama_vocab_fim_sep(v)),
         )
         self._piece_buffer = ctypes.create_string_buffer(256)
+
+    def _fallback_message(self, beside: str) -> str:
+        return (f"{self.path.name}: the GPU could not hold {self.asked_gpu_layers} layers{beside}; loaded with "
+                f"{self.gpu_layers} on the GPU and the rest on the CPU (set the GPU layers lower to skip the "
+                "failed tries)")
+
+    def with_fewer_gpu_layers(self, n_ctx: int) -> "LlamaModel":
+        """This file loaded again with fewer layers on the GPU (fewer_gpu_layers' next
+        count), because a context of `n_ctx` tokens did not fit beside them there: the
+        layers' KV cache lives with the layers. This model is closed first, freeing the
+        GPU's memory for the new one."""
+        fewer = fewer_gpu_layers(self.gpu_layers)[1]
+        log.warning("%s: a context of %d tokens did not fit beside %d layers on the GPU; trying %d", self.path.name,
+                    n_ctx, self.gpu_layers, fewer)
+        self.close()
+        model = LlamaModel(self.path, fewer)
+        model.asked_gpu_layers = self.asked_gpu_layers
+        model.gpu_fallback = model._fallback_message(f" beside a KV cache of {n_ctx} tokens")
+        return model
 
     def tokenize(self, text: str, parse_special: bool = False) -> list[int]:
         """Text to token ids, without BOS. Control-token text in a user's file stays plain
@@ -258,11 +288,12 @@ class LlamaContext:
         params.n_ubatch = n_batch
         params.n_threads = params.n_threads_batch = n_threads or default_threads()
         params.no_perf = True
+        _recent_llama_errors.clear()
         self._ctx = llama_cpp.llama_init_from_model(model._model, params)
         if not self._ctx:
-            raise ModelError(
+            raise ContextError(
                 f"llama.cpp could not create a context of {n_ctx} tokens for {model.path}: "
-                f"{'; '.join(_recent_llama_errors) or 'see the log'}. Lower n_ctx or the GPU layers."
+                f"{'; '.join(_recent_llama_errors) or 'see the log'}. Lower n_ctx or the GPU layers.", model, n_ctx
             )
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch = llama_cpp.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx

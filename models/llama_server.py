@@ -1,12 +1,14 @@
-"""llama-server, built from the llama.cpp source the pinned llama-cpp-python ships:
-the peer `completer bench` runs beside its own modes, on the same kernels.
+"""llama.cpp's own programs, built from the llama.cpp source the pinned
+llama-cpp-python ships: llama-server, the peer `completer bench` runs beside its own
+modes on the same kernels, and ggml-rpc-server, a device to offload to over TCP
+(models.rpc_servers; the device tests' stand-in for a GPU).
 
     find   --llama-server PATH, else $COMPLETER_LLAMA_SERVER, else the cached build
     build  pip downloads llama-cpp-python's sdist (it carries llama.cpp's whole source
-           under vendor/llama.cpp); CMake builds the llama-server target, statically,
-           with this CPU's flags (cpu_flags: the same as llama-cpp-python's build),
-           into the cache: one build per llama-cpp-python version and flag set, moved
-           into place only when finished
+           under vendor/llama.cpp); CMake builds both targets, statically, with this
+           CPU's flags (cpu_flags: the same as llama-cpp-python's build) and the RPC
+           backend, into the cache: one build per llama-cpp-python version and flag
+           set, moved into place only when finished
 """
 
 import hashlib
@@ -20,6 +22,7 @@ from collections.abc import Callable
 from importlib.metadata import version
 from pathlib import Path
 
+from completer.models.accelerator import ALWAYS
 from completer.models.cpu_flags import cmake_cpu_args
 from completer.models.atomic import process_alive, write_atomically
 from completer.models.errors import ModelError
@@ -32,6 +35,7 @@ BUILD_COMMAND = "completer peers build"
 FEATURES_OFF = ["-DLLAMA_OPENSSL=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
                 "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF"]
 STATIC = ["-DBUILD_SHARED_LIBS=OFF", "-DCMAKE_BUILD_TYPE=Release"]  # one file to move into the cache
+TARGETS = ("ggml-rpc-server", "llama-server")
 PROGRESS = re.compile(r"^\[\s*(\d+)%\]")
 
 
@@ -40,17 +44,17 @@ class LlamaServerError(ModelError):
 
 
 def cmake_args() -> list[str]:
-    return cmake_cpu_args() + FEATURES_OFF + STATIC
+    return cmake_cpu_args() + ALWAYS + FEATURES_OFF + STATIC
 
 
 def build_dir() -> Path:
     return cache_dir() / "llama-server"
 
 
-def cached_path() -> Path:
-    """Where the build for this llama-cpp-python version and these flags goes."""
+def cached_path(target: str = "llama-server") -> Path:
+    """Where the build of `target` for this llama-cpp-python version and these flags goes."""
     flags = hashlib.sha256(" ".join(cmake_args()).encode()).hexdigest()[:10]
-    return build_dir() / f"{version('llama_cpp_python')}-{flags}" / "llama-server"
+    return build_dir() / f"{version('llama_cpp_python')}-{flags}" / target
 
 
 def _executable(path: Path, source: str) -> Path:
@@ -88,7 +92,7 @@ def _run(command: list[str], what: str, report: Callable[[str], None] | None = N
         tail = (tail + [line.rstrip()])[-20:]
         if report and (match := PROGRESS.match(line)) and match.group(1) != shown:
             shown = match.group(1)
-            report(f"compiling llama-server: {shown}%")
+            report(f"compiling llama-server and ggml-rpc-server: {shown}%")
     if process.wait() != 0:
         raise LlamaServerError(f"{what} failed (exit {process.returncode}):\n" + "\n".join(tail))
 
@@ -103,10 +107,10 @@ def _extract_llama_cpp(sdist: Path, into: Path) -> Path:
 
 
 def build(report: Callable[[str], None], jobs: int | None = None) -> Path:
-    """Build llama-server into the cache (a few minutes) unless it is there; its path."""
-    destination = cached_path()
-    if destination.is_file():
-        return destination
+    """Build llama-server and ggml-rpc-server into the cache (a few minutes) unless they
+    are there; llama-server's path."""
+    if all(cached_path(target).is_file() for target in TARGETS):
+        return cached_path()
     for tool in ("cmake", "c++"):
         if shutil.which(tool) is None:
             raise LlamaServerError(f"building llama-server needs {tool}: install it (Debian: apt install cmake g++)")
@@ -121,11 +125,13 @@ def build(report: Callable[[str], None], jobs: int | None = None) -> Path:
               "-d", str(work)], f"pip download {pin}")
         report("unpacking llama.cpp")
         source = _extract_llama_cpp(next(work.glob("*.tar.gz")), work / "source")
-        report("configuring llama-server")
+        report("configuring llama-server and ggml-rpc-server")
         _run(["cmake", "-S", str(source), "-B", str(work / "build"), *cmake_args()], "cmake configure")
-        _run(["cmake", "--build", str(work / "build"), "--target", "llama-server", "-j", str(jobs or os.cpu_count())],
+        _run(["cmake", "--build", str(work / "build"), "--target", *TARGETS, "-j", str(jobs or os.cpu_count())],
              "cmake --build", report)
-        built = work / "build" / "bin" / "llama-server"
-        return write_atomically(destination, lambda path: shutil.copyfile(built, path), mode=0o777)
+        for target in TARGETS:  # llama-server last: its presence is what find() looks for
+            built = work / "build" / "bin" / target
+            write_atomically(cached_path(target), lambda path: shutil.copyfile(built, path), mode=0o777)
+        return cached_path()
     finally:
         shutil.rmtree(work, ignore_errors=True)

@@ -17,6 +17,12 @@ REPO = Path(__file__).resolve().parent.parent
 CLOSED_ENDPOINT = "http://127.0.0.1:9"  # the discard port: nothing listens
 
 
+def pytest_collection_modifyitems(items):
+    """The `device` tests last: an RPC server added as a device stays one for the rest of
+    the process, and every later model loaded with `auto` layers would go to it."""
+    items.sort(key=lambda item: item.get_closest_marker("device") is not None)
+
+
 @pytest.fixture(autouse=True)
 def isolated_environment(tmp_path, monkeypatch):
     monkeypatch.setenv("COMPLETER_CACHE_DIR", str(tmp_path / "cache"))
@@ -36,6 +42,21 @@ def smol(smol_cache) -> ModelFiles:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("COMPLETER_CACHE_DIR", str(smol_cache))
         return resolve(Preset.from_name("smol"))
+
+
+# llama.cpp's own programs take minutes to build: made once per machine, as the VS Code
+# toolchain is.
+MACHINE_CACHE = Path.home() / ".cache" / "completer-e2e" / "llama-server-cache"
+
+
+@pytest.fixture(scope="session")
+def llama_server() -> Path:
+    """llama-server, built by `completer peers build` (ggml-rpc-server beside it)."""
+    result = run_completer("peers", "build", env={"COMPLETER_CACHE_DIR": str(MACHINE_CACHE)}, timeout=3600)
+    assert result.returncode == 0, result.stderr
+    state, _, path = result.stdout.strip().partition(": ")
+    assert state in ("built", "cached")
+    return Path(path)
 
 
 def run_completer(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -8,8 +8,13 @@ from pathlib import Path
 
 import pytest
 
-from completer.models.accelerator import VULKAN_HEADERS_NEEDED, BuildChoiceError, choose
+from completer.models.accelerator import ALWAYS, VULKAN_HEADERS_NEEDED, BuildChoiceError, choose
 from completer.models.cpu_flags import cmake_cpu_args
+
+
+def cpu_build() -> list[str]:
+    """The flags of a CPU build: this CPU's, and the backends every build has (RPC)."""
+    return [*cmake_cpu_args(), *ALWAYS]
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -46,7 +51,7 @@ def test_nvcc_without_a_device_keeps_the_cpu_build_and_says_why(machine):
     tool("nvcc")
     tool("nvidia-smi", "No devices were found")
     choice = linux(root)
-    assert choice.accelerator == "cpu" and choice.cmake_args == cmake_cpu_args()
+    assert choice.accelerator == "cpu" and choice.cmake_args == cpu_build()
     assert "nvcc at" in choice.reason and "no NVIDIA device" in choice.reason
 
 
@@ -56,7 +61,7 @@ def test_nvcc_and_an_nvidia_device_build_cuda_for_that_card(machine):
     tool("nvidia-smi", "GPU 0: NVIDIA H200 (UUID: GPU-1234)")
     choice = linux(root)
     assert choice.accelerator == "cuda" and "NVIDIA H200" in choice.reason
-    assert choice.cmake_args == [*cmake_cpu_args(), "-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=native"]
+    assert choice.cmake_args == [*cpu_build(), "-DGGML_CUDA=ON", "-DCMAKE_CUDA_ARCHITECTURES=native"]
 
 
 def test_the_driver_s_proc_entry_is_a_device_too(machine):
@@ -84,7 +89,7 @@ def test_hipcc_and_an_amd_device_build_hip_for_its_targets(machine):
 
 def test_apple_silicon_gets_metal_llama_cpp_s_default():
     choice = choose({}, Path("/nonexistent"), system="Darwin", machine="arm64")
-    assert choice.accelerator == "metal" and choice.cmake_args == cmake_cpu_args()
+    assert choice.accelerator == "metal" and choice.cmake_args == cpu_build()
 
 
 def test_vulkan_needs_headers_new_enough_for_the_pinned_llama_cpp(machine):
@@ -114,7 +119,7 @@ def test_completer_gpu_overrides_the_machine(machine):
     tool, root = machine
     tool("nvcc")
     tool("nvidia-smi", "GPU 0: NVIDIA H200")
-    assert linux(root, COMPLETER_GPU="cpu").cmake_args == cmake_cpu_args()
+    assert linux(root, COMPLETER_GPU="cpu").cmake_args == cpu_build()
     forced = linux(root, COMPLETER_GPU="CUDA")
     assert forced.accelerator == "cuda"
     with pytest.raises(BuildChoiceError, match="hipcc"):
@@ -128,7 +133,7 @@ def test_cuda_asked_for_without_a_card_uses_llama_cpp_s_default_architectures(ma
     tool, root = machine
     tool("nvcc")
     choice = linux(root, COMPLETER_GPU="cuda")
-    assert choice.cmake_args == [*cmake_cpu_args(), "-DGGML_CUDA=ON"]
+    assert choice.cmake_args == [*cpu_build(), "-DGGML_CUDA=ON"]
 
 
 def test_the_script_prints_the_flags_and_says_what_it_chose(machine, tmp_path):
@@ -140,7 +145,7 @@ def test_the_script_prints_the_flags_and_says_what_it_chose(machine, tmp_path):
     script = [sys.executable, str(REPO / "models/accelerator.py")]
     environ = {**os.environ, "COMPLETER_GPU": "cpu", "VULKAN_SDK": str(tmp_path / "sdk/usr")}
     done = subprocess.run(script, capture_output=True, text=True, env=environ, check=True)
-    assert done.stdout.split() == cmake_cpu_args()
+    assert done.stdout.split() == cpu_build()
     assert done.stderr.startswith("llama.cpp build: cpu: COMPLETER_GPU=cpu")
     refused = subprocess.run(script, capture_output=True, text=True, env={**environ, "COMPLETER_GPU": "vulkan"})
     assert refused.returncode == 2 and refused.stdout == "" and "Vulkan headers" in refused.stderr

@@ -5,7 +5,6 @@ it cannot start or dies, while the run goes on."""
 import json
 import os
 import subprocess
-from pathlib import Path
 
 import pytest
 
@@ -16,19 +15,7 @@ from completer.bench.run import Bench, Settings
 from completer.models.backend import LlamaModel
 from completer.models.cpu_flags import cmake_cpu_args
 from completer.models.llama_server import SERVER_ENV, LlamaServerError, find
-from conftest import REPO, run_completer
-
-# The build takes minutes: made once per machine, as the VS Code toolchain is.
-MACHINE_CACHE = Path.home() / ".cache" / "completer-e2e" / "llama-server-cache"
-
-
-@pytest.fixture(scope="session")
-def llama_server() -> Path:
-    result = run_completer("peers", "build", env={"COMPLETER_CACHE_DIR": str(MACHINE_CACHE)}, timeout=3600)
-    assert result.returncode == 0, result.stderr
-    state, _, path = result.stdout.strip().partition(": ")
-    assert state in ("built", "cached")
-    return Path(path)
+from conftest import MACHINE_CACHE, REPO, run_completer
 
 
 def test_the_cpu_flags_name_each_simd_feature_and_never_amx(tmp_path):
