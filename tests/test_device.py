@@ -4,6 +4,7 @@ cache live in the server's memory, and the layers run there). Marked `device` an
 last (conftest): a device once added stays one for the rest of the process."""
 
 import ctypes
+import json
 import logging
 import resource
 import signal
@@ -18,7 +19,8 @@ import pytest
 
 from completer.engine import Engine, generate
 from completer.models.backend import LlamaContext, LlamaModel
-from completer.models.devices import RpcServerError, add_rpc_servers, backends, devices, greet_rpc_server
+from completer.models.devices import (RpcServerError, add_rpc_servers, backends, devices, greet_rpc_server,
+                                      is_loopback)
 from completer.session import DocumentCaches
 from completer.speculative import NEAR_TIE_LOGITS, parting_gap
 from completer.tuning import calibrate
@@ -44,7 +46,8 @@ def free_port() -> int:
 PR_SET_PDEATHSIG = 1
 
 
-def start_rpc_server(binary: Path, log: Path, memory_bytes: int | None = None) -> tuple[subprocess.Popen, str]:
+def start_rpc_server(binary: Path, log: Path, memory_bytes: int | None = None,
+                     host: str = "127.0.0.1") -> tuple[subprocess.Popen, str]:
     """A ggml-rpc-server on a free loopback port, answering, that ends when this process
     does; with `memory_bytes`, its address space is limited to that (this version has no
     memory-limit option)."""
@@ -57,13 +60,13 @@ def start_rpc_server(binary: Path, log: Path, memory_bytes: int | None = None) -
             resource.setrlimit(resource.RLIMIT_AS, (memory_bytes, memory_bytes))
 
     port = free_port()
-    process = subprocess.Popen([str(binary), "--host", "127.0.0.1", "--port", str(port), "--threads", "2"],
+    process = subprocess.Popen([str(binary), "--host", host, "--port", str(port), "--threads", "2"],
                                stdout=log.open("w"), stderr=subprocess.STDOUT, preexec_fn=prepare)
     deadline = time.monotonic() + 30
     while True:
         try:
-            greet_rpc_server("127.0.0.1", port)
-            return process, f"127.0.0.1:{port}"
+            greet_rpc_server(host, port)
+            return process, f"{host}:{port}"
         except RpcServerError:
             if process.poll() is not None or time.monotonic() > deadline:
                 process.kill()
@@ -245,3 +248,37 @@ def test_a_kv_cache_the_device_cannot_hold_loads_with_fewer_layers_there_and_sti
     assert result.returncode == 0, result.stderr
     assert f"the GPU could not hold 31 layers beside a KV cache of {LARGE_CONTEXT} tokens; loaded with" in result.stderr
     assert result.stdout.strip()  # the completion still came
+
+
+def machine_address() -> str | None:
+    """This machine's address on its default route (a UDP connect sends nothing), or None."""
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect(("192.0.2.1", 9))  # TEST-NET-1: any address off the machine
+        except OSError:
+            return None
+        address = probe.getsockname()[0]
+    return None if is_loopback(address) else address
+
+
+def test_doctor_lists_an_rpc_server_as_a_device_and_warns_when_it_is_off_loopback(rpc_binary, tmp_path):
+    process, address = start_rpc_server(rpc_binary, tmp_path / "server.log")
+    try:
+        fields = json.loads(run_completer("doctor", "--json", "--rpc", address).stdout)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    device = next(value for key, value in fields.items() if key.startswith("device RPC"))
+    assert f"({address}, RPC): " in device and "GiB free of" in device
+    assert fields["GPU offload"].startswith("yes: layers go to RPC")
+    assert "RPC" in fields["llama.cpp backends"] and "warning" not in fields
+    outside = machine_address()
+    if outside is None:
+        pytest.skip("this machine has no address but loopback to serve from")
+    process, address = start_rpc_server(rpc_binary, tmp_path / "outside.log", host=outside)
+    try:
+        fields = json.loads(run_completer("doctor", "--json", "--rpc", address).stdout)
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
+    assert f"RPC server {address} is not on this machine: llama.cpp's RPC has no authentication" in fields["warning"]

@@ -6,8 +6,9 @@ import threading
 
 import pytest
 
+from completer.models.backend import resolve_gpu_layers
 from completer.models.devices import (RpcServerError, add_rpc_servers, devices, greet_rpc_server, is_loopback,
-                                      parse_rpc_servers)
+                                      offload_devices, parse_rpc_servers)
 
 
 def test_the_cpu_is_a_device_with_its_memory_and_nothing_offloads_without_a_gpu_or_server():
@@ -97,3 +98,11 @@ def test_a_server_of_another_protocol_version_is_refused():
             add_rpc_servers(f"127.0.0.1:{stand_in.port}")
     finally:
         stand_in.close()
+
+
+def test_auto_puts_no_layer_on_a_gpu_when_llama_cpp_has_no_device_for_one():
+    """A build with the RPC backend and no server added has nowhere to offload to
+    (llama_supports_gpu_offload() says yes to it all the same). The device tests run
+    after this one (conftest), so no RPC server is added yet."""
+    assert not offload_devices()
+    assert resolve_gpu_layers("auto", 30) == 0
