@@ -109,12 +109,19 @@ def load_completer(config: Config, roots: Sequence[Path] = (), report: Report = 
     speculative = config.generation.speculates
     pair = load_pair(config.models, with_draft=speculative, report=report)
     report("measuring the cost of a verify pass", 75)
+    engine, pair = _engine_that_fits(pair, config)
+    return Loaded(Completer(engine, config, Workspace(list(roots))), pair)
+
+
+def _engine_that_fits(pair: Pair, config: Config) -> tuple[Engine, Pair]:
+    """The engine over the pair. Where a model's KV cache does not fit on the GPU beside
+    its layers (llama.cpp cannot make the context), that model is loaded again with
+    fewer layers there, until the cache fits or none are left; the pair then holds it."""
+    calibrate_s = CALIBRATION_S if config.generation.speculates else 0.0
     while True:
         try:
-            engine = Engine(pair.target, pair.draft, n_ctx=config.models.context_tokens,
-                            threads=config.models.threads, calibrate_s=CALIBRATION_S if speculative else 0.0,
-                            drafting=config.drafting)
-            break
+            return Engine(pair.target, pair.draft, n_ctx=config.models.context_tokens, threads=config.models.threads,
+                          calibrate_s=calibrate_s, drafting=config.drafting), pair
         except ContextError as error:
             if error.model.gpu_layers == 0:
                 raise
@@ -123,7 +130,6 @@ def load_completer(config: Config, roots: Sequence[Path] = (), report: Report = 
         # their device memory; collected now, before the model is loaded again.
         gc.collect()
         pair = pair.with_fewer_gpu_layers(failed, n_ctx)
-    return Loaded(Completer(engine, config, Workspace(list(roots))), pair)
 
 
 def needs_reload(loaded: Config, new: Config) -> bool:

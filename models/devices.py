@@ -90,7 +90,7 @@ class Device:
         return self.kind in OFFLOAD_KINDS
 
     def summary(self) -> str:
-        return (f"{self.name} ({self.description}, {self.backend}): {self.free_bytes / 2**30:.1f} GiB free of "
+        return (f"{self.description} ({self.backend}): {self.free_bytes / 2**30:.1f} GiB free of "
                 f"{self.total_bytes / 2**30:.1f} GiB")
 
 
