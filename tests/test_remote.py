@@ -1,0 +1,142 @@
+"""The llama-server client against a real llama-server (the one `completer peers
+build` makes) on 127.0.0.1 with the smol target and two slots: streamed completions,
+the prompt cache kept per slot, cancellation that stops the server's generation, and
+faults as one clear error each."""
+
+import socket
+import subprocess
+import threading
+import time
+from http.server import BaseHTTPRequestHandler, HTTPServer
+
+import pytest
+
+from completer.models.backend import LlamaContext, LlamaModel
+from completer.remote import LlamaServerClient, ServerError, SlotMap, sends_key_safely
+from completer.bench.peers import _die_with_parent
+
+PROMPT = "def fibonacci(n):\n"
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def server(llama_server, smol, tmp_path_factory):
+    """llama-server with two slots of 2048 tokens each; its log, and a client."""
+    port, log = free_port(), tmp_path_factory.mktemp("llama-server") / "server.log"
+    process = subprocess.Popen([str(llama_server), "-m", str(smol.target), "-c", "4096", "-np", "2", "-t", "2",
+                                "-fa", "off", "--host", "127.0.0.1", "--port", str(port), "--no-webui"],
+                               stdout=log.open("w"), stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
+    client = LlamaServerClient(f"http://127.0.0.1:{port}")
+    deadline = time.monotonic() + 120
+    while True:
+        try:
+            client.props()
+            break
+        except ServerError:
+            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
+            time.sleep(0.2)
+    yield client, log
+    process.terminate()
+    process.wait(timeout=30)
+
+
+def test_the_server_says_its_model_slots_and_context(server, smol):
+    client, _ = server
+    props = client.props()
+    assert props.model == str(smol.target) and props.slots == 2 and props.context_tokens == 2048
+    assert props.speculative == {"speculative.types": "none"}
+
+
+def test_a_greedy_completion_streams_the_targets_own_tokens(server, smol):
+    """The server decodes what this machine's llama.cpp decodes: plain greedy steps."""
+    client, _ = server
+    prompt = client.tokenize(PROMPT)
+    target = LlamaModel(smol.target, 0)
+    assert prompt == target.tokenize(PROMPT)
+    context = LlamaContext(target, n_ctx=512)
+    local = [int(context.eval(prompt, 0, logits_at=[-1], argmax=True)[0])]
+    for step in range(11):
+        local.append(int(context.eval(local[-1:], len(prompt) + step, logits_at=[0], argmax=True)[0]))
+    remote = client.complete(prompt, 12, slot=0)
+    assert remote.tokens == local and remote.text == target.detokenize(local)
+    assert remote.stop_reason == "max_tokens" and remote.slot == 0
+
+
+def test_each_slot_keeps_its_documents_prompt_cache(server):
+    client, _ = server
+    a = client.tokenize("import os\n\n\ndef walk(top):\n    for root, dirs, files in os.walk(top):\n")
+    b = client.tokenize("class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n")
+    client.complete(a, 4, slot=0)
+    client.complete(b, 4, slot=1)
+    again = client.complete(a + client.tokenize("        "), 4, slot=0)  # typed on in document a
+    assert again.timings["cache_n"] >= len(a) - 1  # a's prompt was still in slot 0
+    assert again.timings["prompt_n"] <= 3  # only what was typed was evaluated
+
+
+def test_a_cancelled_stream_stops_the_servers_generation(server):
+    client, log = server
+    prompt = client.tokenize(PROMPT)
+    cancel = threading.Event()
+    threading.Timer(0.5, cancel.set).start()
+    result = client.complete(prompt, 1500, slot=1, cancel=cancel)
+    assert result.stop_reason == "cancelled"
+    deadline = time.monotonic() + 10
+    while (slot := client.slots()[1])["is_processing"]:
+        assert time.monotonic() < deadline, "the server went on generating"
+        time.sleep(0.1)
+    held = slot["n_prompt_tokens"]  # the slot's tokens when it stopped: prompt and what was generated
+    assert held < len(prompt) + 200  # 1500 were asked for
+    assert "cancel task" in log.read_text()
+
+
+def test_a_server_that_is_down_or_answers_an_error_is_one_clear_error(server):
+    client, _ = server
+    down = LlamaServerClient(f"http://127.0.0.1:{free_port()}")
+    with pytest.raises(ServerError, match=r"did not answer /props: .*(refused|Connection)"):
+        down.props()
+    with pytest.raises(ServerError, match="answered HTTP 400"):
+        client.complete([], 4)  # an empty prompt, refused by llama-server
+
+
+class Silent(BaseHTTPRequestHandler):
+    def do_GET(self):
+        time.sleep(3)
+
+    def log_message(self, *args):
+        pass
+
+
+def test_a_slow_server_times_out_with_the_reason():
+    httpd = HTTPServer(("127.0.0.1", 0), Silent)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        client = LlamaServerClient(f"http://127.0.0.1:{httpd.server_port}", total_timeout_s=0.5)
+        with pytest.raises(ServerError, match="did not answer /props: timed out"):
+            client.props()
+    finally:
+        httpd.shutdown()
+
+
+def test_a_key_goes_only_over_https_or_to_this_machine():
+    assert sends_key_safely("https://gpu-box:8080") and sends_key_safely("http://127.0.0.1:8080")
+    assert sends_key_safely("http://localhost:8080") and sends_key_safely("http://[::1]:8080")
+    assert not sends_key_safely("http://gpu-box:8080") and not sends_key_safely("http://10.0.0.5:8080")
+    with pytest.raises(ServerError, match="an API key goes only over https or to this machine"):
+        LlamaServerClient("http://gpu-box:8080", api_key="secret")
+    with pytest.raises(ServerError, match="give it as http://host:port"):
+        LlamaServerClient("gpu-box:8080")
+
+
+def test_documents_keep_their_slot_and_a_new_one_takes_the_least_recently_used():
+    slots = SlotMap(2)
+    assert [slots.slot_for(d) for d in ("a", "b", "a")] == [0, 1, 0]
+    assert slots.slot_for("c") == 1  # b was used least recently
+    assert slots.slot_for("a") == 0
+    slots.forget("a")
+    assert slots.slot_for("d") == 0  # a's slot, freed
+    assert slots.slot_for("c") == 1
