@@ -351,7 +351,9 @@ def _doctor_rows(rpc_servers: str) -> list[tuple[str, str]]:
                      "on (SIGILL at the first completion). If that happens, rebuild llama-cpp-python without it: "
                      f"{REBUILD_COMMAND}"))
     try:
-        rows += [("warning", warning) for warning in add_rpc_servers(rpc_servers)]
+        warnings = add_rpc_servers(rpc_servers)
+        if warnings:
+            rows.append(("RPC servers", "; ".join(warnings)))
     except (ModelError, ValueError) as error:
         rows.append(("RPC servers", str(error)))
     seen = devices()

@@ -271,7 +271,7 @@ def test_doctor_lists_an_rpc_server_as_a_device_and_warns_when_it_is_off_loopbac
     device = next(value for key, value in fields.items() if key.startswith("device RPC"))
     assert device.startswith(f"{address} (RPC): ") and "GiB free of" in device
     assert fields["GPU offload"].startswith("yes: layers go to RPC")
-    assert "RPC" in fields["llama.cpp backends"] and "warning" not in fields
+    assert "RPC" in fields["llama.cpp backends"] and "RPC servers" not in fields
     outside = machine_address()
     if outside is None:
         pytest.skip("this machine has no address but loopback to serve from")
@@ -281,4 +281,5 @@ def test_doctor_lists_an_rpc_server_as_a_device_and_warns_when_it_is_off_loopbac
     finally:
         process.terminate()
         process.wait(timeout=30)
-    assert f"RPC server {address} is not on this machine: llama.cpp's RPC has no authentication" in fields["warning"]
+    assert f"RPC server {address} is not on this machine: llama.cpp's RPC has no authentication" in \
+        fields["RPC servers"]
