@@ -2,6 +2,7 @@
 
 import functools
 import logging
+import os
 import sys
 from dataclasses import Field, fields, replace
 from importlib.metadata import version
@@ -379,13 +380,30 @@ def _doctor_rows(rpc_servers: str) -> list[tuple[str, str]]:
     return rows + [(f"preset {preset.name}", _cache_state(preset)) for preset in PRESETS.values()]
 
 
+def _server_row(models: ModelOptions) -> tuple[str, str]:
+    """The configured server: reachable, its model, slots, FIM family and the speculative
+    settings it reports; or why it cannot be used."""
+    from completer.remote import ServerError
+    from completer.remote_session import backend_for
+
+    try:
+        backend = backend_for(models, dict(os.environ))
+        return f"server ({models.backend})", f"{backend.url}: {backend.connect().summary()}"
+    except ServerError as error:
+        return f"server ({models.backend})", f"cannot be used: {error}"
+
+
 @main.command()
 @JSON_OPTION
-@_config_flags("models", only=("rpc_servers",))
+@_config_flags("models", only=("rpc_servers", "backend", "server_url"))
 def doctor(as_json: bool, models: ModelOptions) -> None:
     """llama.cpp build, GPU offload, threads, cache directory and each preset's state, and
-    the devices llama.cpp sees (with --rpc, RPC servers' too)."""
-    tables.show(console, None, _doctor_rows(models.rpc_servers), as_json=as_json)
+    the devices llama.cpp sees (with --rpc, RPC servers' too); with --backend and
+    --server-url, the server: its model, slots and speculative settings."""
+    rows = _doctor_rows(models.rpc_servers)
+    if models.backend != "local":
+        rows.insert(0, _server_row(models))
+    tables.show(console, None, rows, as_json=as_json)
 
 
 @main.command()
@@ -412,11 +430,27 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
         raise click.BadParameter(f"{file} has no line {line} column {col} (it has {len(text.splitlines())} "
                                  "lines, counted from 1)", param_hint="--line/--col") from None
     loaded = load_completer(config)
-    for warning in loaded.pair.warnings:
+    for warning in loaded.warnings:
         errors.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     request = CompletionRequest(str(file), str(file), text, cursor, file.suffix.lstrip("."))
     completion = loaded.completer.complete(request)
+    if completion.source == "server down":
+        raise click.ClickException(completion.warning)
     click.echo(completion.text)
+    if loaded.pair is None:
+        if show_prompt:
+            errors.print(loaded.completer.backend.text_of(completion.prompt), markup=False,
+                         highlight=False, soft_wrap=True)
+        if stats:
+            timings = completion.remote.timings if completion.remote else {}
+            errors.print(
+                f"{completion.prompt_tokens} prompt tokens ({timings.get('prompt_n', '?')} evaluated by the server); "
+                f"{len(completion.remote.tokens) if completion.remote else 0} tokens, "
+                f"{timings.get('predicted_per_second', 0):.1f} tok/s on the server, "
+                f"{timings.get('draft_n_accepted', 0)}/{timings.get('draft_n', 0)} drafted tokens accepted; "
+                f"stop: {completion.stop_reason}; {loaded.names[0]} at {loaded.completer.backend.url}",
+                highlight=False, soft_wrap=True)
+        return
     target = loaded.pair.target
     if show_prompt:
         errors.print(target.detokenize(completion.prompt, special=True), markup=False, highlight=False,

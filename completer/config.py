@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from completer.models.presets import DEFAULT_PRESET, PRESETS
+from completer.prompt import TEMPLATES
 
 # Draft mode -> the providers it may use. Every mode still lets the tuner fall back to
 # plain target steps where speculating does not pay; `target` never speculates.
@@ -47,6 +48,33 @@ class ModelOptions:
         4096, "KV cache size in tokens: room for the prompt and the answer on a laptop's memory", "--context"
     )
     threads: int = option(0, "CPU threads for llama.cpp; 0 = every core this process may use", "--threads")
+    backend: str = option(
+        "local", "where decoding runs: local (llama.cpp in this process, on the models above), llama-server (a "
+        "llama-server at models.server_url, its own /completion API: its slots, prompt cache and speculative "
+        "settings) or openai (an OpenAI-compatible /v1/completions there, as vLLM serves). The prompt, "
+        "post-processing and the forward cache stay here either way", "--backend"
+    )
+    server_url: str = option(
+        "", "the server of the llama-server and openai backends, as http://host:port (or https://)",
+        "--server-url"
+    )
+    api_key_env: str = option(
+        "", "the name of an environment variable holding the server's API key, sent as a bearer token only "
+        "over https or to this machine; the key itself never goes in settings, logs or stats. None = no key"
+    )
+    prompt_family: str = option(
+        "auto", "the FIM format of the server's model: auto = from the server (llama-server's vocabulary has the "
+        "family's control tokens; for openai, the model's name), else a family by name, or none for a "
+        "prefix-only prompt. A family the server's vocabulary lacks is an error"
+    )
+    server_connect_timeout_s: float = option(
+        2.0, "seconds to connect to the server: on a LAN it answers in milliseconds, so a server taking "
+        "seconds is down and the editor hears so before the next keystroke"
+    )
+    server_timeout_s: float = option(
+        30.0, "seconds one completion may take on the server, evaluation included: longer is a server in "
+        "trouble (generation.time_budget_ms still ends the answer sooner)"
+    )
     rpc_servers: str = option(
         "", "llama.cpp RPC servers to offload layers to, as host:port,host:port: each is a ggml-rpc-server "
         "(`completer peers build` builds one) on a machine with a GPU, a device exactly as a local GPU is. "
@@ -183,7 +211,13 @@ class Config:
 
 
 # Options whose values are one of a set.
-CHOICES: dict[str, tuple[str, ...]] = {"models.preset": tuple(PRESETS), "generation.draft_mode": tuple(DRAFT_MODES)}
+# What models.prompt_family may say: found out, a family we format, or no FIM.
+PROMPT_FAMILIES = ("auto", *(template.family for template in TEMPLATES), "none")
+BACKENDS = ("local", "llama-server", "openai")
+
+# Options whose values are one of a set.
+CHOICES: dict[str, tuple[str, ...]] = {"models.preset": tuple(PRESETS), "generation.draft_mode": tuple(DRAFT_MODES),
+                                       "models.backend": BACKENDS, "models.prompt_family": PROMPT_FAMILIES}
 
 
 def _coerce(name: str, value: Any, kind: Any) -> Any:

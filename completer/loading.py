@@ -6,11 +6,12 @@ complete`, `completer bench` and the benchmarks all load through here.
                     checked) -> llama.cpp models
     load_completer  the pair, the engine (its KV caches made to fit the GPU, its verify
                     cost measured when it speculates) and the Completer over the
-                    workspace roots
+                    workspace roots; or, with a server backend, the RemoteCompleter
     needs_reload    which option changes the loaded engine cannot take without loading
 """
 
 import gc
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -25,6 +26,8 @@ from completer.models.gguf_file import check_same_vocabulary
 from completer.models.paths import distilled_draft_path
 from completer.models.presets import Preset
 from completer.models.resolve import ModelFiles, resolve
+from completer.remote import ServerError
+from completer.remote_session import RemoteCompleter, backend_for
 from completer.session import Completer
 
 # ModelError is what every loading failure raises, with what to run.
@@ -71,8 +74,21 @@ class Pair:
 
 @dataclass
 class Loaded:
-    completer: Completer
-    pair: Pair
+    completer: Completer | RemoteCompleter
+    pair: Pair | None  # None: a server decodes
+    server_warning: str = ""  # why the server could not be used at load (the completer tries again)
+
+    @property
+    def names(self) -> tuple[str, str]:
+        """The target's and the draft's file names; a server's model and "" for a server."""
+        if self.pair is not None:
+            return self.pair.names
+        model = self.completer.link.model
+        return (model.name if model else "", "")
+
+    @property
+    def warnings(self) -> list[str]:
+        return self.pair.warnings if self.pair is not None else [w for w in (self.server_warning,) if w]
 
 
 def load_pair(options: ModelOptions, with_draft: bool = True, report: Report = _silent) -> Pair:
@@ -105,7 +121,18 @@ def load_distilled(pair: Pair, options: ModelOptions) -> LlamaModel | None:
 
 def load_completer(config: Config, roots: Sequence[Path] = (), report: Report = _silent) -> Loaded:
     """Resolve and load the pair, measure what a verify pass costs, and build the
-    Completer that serves requests over the workspace `roots`."""
+    Completer that serves requests over the workspace `roots`; for a server backend,
+    the RemoteCompleter, connected when the server answers (else it tries again as
+    requests come)."""
+    if config.models.backend != "local":
+        try:
+            backend = backend_for(config.models, os.environ)
+        except ServerError as error:
+            raise ModelError(str(error)) from None
+        report(f"connecting to {backend.url}", 50)
+        remote = RemoteCompleter(backend, config, Workspace(list(roots)))
+        remote.connect()
+        return Loaded(remote, None, remote.link.error)
     speculative = config.generation.speculates
     pair = load_pair(config.models, with_draft=speculative, report=report)
     report("measuring the cost of a verify pass", 75)

@@ -3,8 +3,10 @@
 prompt, post-processing and everything else stay here.
 
     LlamaServerClient   /props (model, slots, context, speculative settings), /tokenize,
-                        and a streamed /completion that a cancel flag closes: llama-server
-                        stops generating once it finds the connection gone
+                        /detokenize, and a streamed /completion that a cancel flag closes:
+                        llama-server stops generating once it finds the connection gone
+    CancelFlag          a request's cancel flag that closes its stream the moment it is
+                        set, even while the server is still evaluating the prompt
     SlotMap             documents -> the server's slots, least recently used first out,
                         as the local engine keeps saved KV states per document
 
@@ -18,6 +20,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
@@ -30,6 +33,42 @@ TOTAL_TIMEOUT_S = 30.0
 
 class ServerError(Exception):
     """The server could not be used for a request; the message says why, once."""
+
+
+class _Cancelled(Exception):
+    """A request's cancel flag closed its connection before the server answered."""
+
+
+class CancelFlag(threading.Event):
+    """A request's cancel flag (a threading.Event, as the local engine polls) that also
+    runs what was registered when it is set: a stream blocked reading, while the server
+    evaluates a long prompt, is closed at once rather than at its next token."""
+
+    def __init__(self):
+        super().__init__()
+        self._callbacks: list[Callable[[], None]] = []
+        self._callbacks_lock = threading.Lock()
+
+    def set(self) -> None:
+        with self._callbacks_lock:
+            super().set()
+            callbacks, self._callbacks = self._callbacks, []
+        for callback in callbacks:
+            callback()
+
+    def when_set(self, callback: Callable[[], None]) -> Callable[[], None]:
+        """Run `callback` when the flag is set (now, if it is); returns what unregisters it."""
+        with self._callbacks_lock:
+            if not self.is_set():
+                self._callbacks.append(callback)
+                return lambda: self._discard(callback)
+        callback()
+        return lambda: None
+
+    def _discard(self, callback: Callable[[], None]) -> None:
+        with self._callbacks_lock:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
 
 
 def sends_key_safely(url: str) -> bool:
@@ -58,7 +97,7 @@ class ServerProps:
 class RemoteGeneration:
     text: str
     tokens: list[int]
-    stop_reason: str  # "end", "stop", "max_tokens", "cancelled"
+    stop_reason: str  # "end", "stop", "done", "max_tokens", "time", "cancelled"
     tokens_cached: int  # prompt tokens the server's slot already held
     tokens_evaluated: int
     timings: dict[str, float] = field(default_factory=dict)  # the server's own, ms and counts
@@ -93,26 +132,37 @@ class LlamaServerClient:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def _open(self, method: str, path: str, body: dict | None = None
-              ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse]:
+    def _open(self, method: str, path: str, body: dict | None = None, cancel: threading.Event | None = None
+              ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, Callable[[], None]]:
+        """The connection, the response once its headers came, and what unregisters the
+        cancel flag's hold on the socket (a CancelFlag shuts it down when set, also while
+        the server evaluates the prompt before it answers). _Cancelled when it was set."""
         connection = self._connection()
+        unregister: Callable[[], None] = lambda: None  # noqa: E731
         try:
             connection.connect()
             connection.sock.settimeout(self.total_timeout_s)
+            if isinstance(cancel, CancelFlag):
+                sock = connection.sock
+                unregister = cancel.when_set(lambda: _shut(sock))
             connection.request(method, self._base + path, None if body is None else json.dumps(body),
                                self._headers())
             response = connection.getresponse()
         except (OSError, http.client.HTTPException) as error:
+            unregister()
             connection.close()
+            if cancel is not None and cancel.is_set():
+                raise _Cancelled from None
             raise ServerError(f"{self.url} did not answer {path}: {_reason(error)}") from None
         if response.status != 200:
             text = response.read(2000).decode(errors="replace").strip()
+            unregister()
             connection.close()
             raise ServerError(f"{self.url}{path} answered HTTP {response.status}: {_error_text(text)}")
-        return connection, response
+        return connection, response, unregister
 
     def _json(self, method: str, path: str, body: dict | None = None):
-        connection, response = self._open(method, path, body)
+        connection, response, _ = self._open(method, path, body)
         try:
             return json.loads(response.read())
         except (OSError, http.client.HTTPException, ValueError) as error:
@@ -131,25 +181,41 @@ class LlamaServerClient:
     def slots(self) -> list[dict]:
         return self._json("GET", "/slots")
 
-    def tokenize(self, text: str) -> list[int]:
-        """The server's tokens of `text`, control-token text parsed as control tokens."""
-        return self._json("POST", "/tokenize", {"content": text, "parse_special": True})["tokens"]
+    def tokenize(self, text: str, parse_special: bool = True) -> list[int]:
+        """The server's tokens of `text`; with `parse_special`, control-token text is
+        parsed as control tokens, else as text."""
+        return self._json("POST", "/tokenize", {"content": text, "parse_special": parse_special})["tokens"]
+
+    def detokenize(self, tokens: list[int]) -> str:
+        """The text of `tokens`, control tokens spelt out."""
+        return self._json("POST", "/detokenize", {"tokens": tokens})["content"]
 
     def complete(self, prompt: list[int], max_tokens: int, slot: int = -1, stop: list[str] | None = None,
-                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0,
-                 cancel: threading.Event | None = None) -> RemoteGeneration:
-        """Generate after `prompt` (token ids) in `slot`, streamed; when `cancel` is set the
-        stream is closed at the next token, and the server stops generating."""
+                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, time_budget_ms: float = 0,
+                 cancel: threading.Event | None = None, done: Callable[[str], bool] | None = None
+                 ) -> RemoteGeneration:
+        """Generate after `prompt` (token ids) in `slot`, streamed. The stream is closed, and
+        the server stops generating, when `cancel` is set (at once for a CancelFlag, else
+        at the next token) or when `done` says the text so far is complete. With
+        `time_budget_ms` the server stops at the first line end past it (llama.vim's
+        t_max_predict_ms). `max_tokens` 0 only evaluates the prompt into the slot's cache."""
         body = {"prompt": prompt, "n_predict": max_tokens, "stream": True, "cache_prompt": True,
                 "id_slot": slot, "stop": stop or [], "temperature": temperature, "top_k": top_k, "top_p": top_p,
                 "return_tokens": True, "samplers": ["top_k", "top_p", "temperature"]}
-        connection, response = self._open("POST", "/completion", body)
+        if time_budget_ms:
+            body["t_max_predict_ms"] = int(time_budget_ms)
+        if cancel is not None and cancel.is_set():
+            return RemoteGeneration("", [], "cancelled", 0, 0, slot=slot)
+        try:
+            connection, response, unregister = self._open("POST", "/completion", body, cancel)
+        except _Cancelled:
+            return RemoteGeneration("", [], "cancelled", 0, 0, slot=slot)
         text, tokens, last = [], [], {}
         deadline = time.monotonic() + self.total_timeout_s
         try:
             for line in response:
                 if cancel is not None and cancel.is_set():
-                    return RemoteGeneration("".join(text), tokens, "cancelled", 0, 0, slot=slot)
+                    break
                 if time.monotonic() > deadline:
                     raise ServerError(f"{self.url} took longer than {self.total_timeout_s:.0f} s for one "
                                       "completion")
@@ -162,15 +228,33 @@ class LlamaServerClient:
                 tokens += last.get("tokens", [])
                 if last.get("stop"):
                     break
+                if done is not None and done("".join(text)):
+                    return RemoteGeneration("".join(text), tokens, "done", 0, 0, slot=slot)
         except (OSError, http.client.HTTPException, ValueError) as error:
-            raise ServerError(f"{self.url}/completion broke off: {_reason(error)}") from None
+            if not (cancel is not None and cancel.is_set()):  # else it was closed by the cancel
+                raise ServerError(f"{self.url}/completion broke off: {_reason(error)}") from None
         finally:
+            unregister()
             connection.close()  # mid-stream: how llama-server learns the request is gone
+        if cancel is not None and cancel.is_set():
+            return RemoteGeneration("".join(text), tokens, "cancelled", 0, 0, slot=slot)
         if not last.get("stop"):
-            raise ServerError(f"{self.url}/completion ended without its last message")
-        return RemoteGeneration("".join(text), tokens, STOP_TYPES.get(last.get("stop_type", ""), "end"),
-                                int(last.get("tokens_cached", 0)), int(last.get("tokens_evaluated", 0)),
-                                last.get("timings", {}), int(last.get("id_slot", slot)))
+            raise ServerError(f"{self.url}/completion broke off before its last message: the server stopped?")
+        stop_reason = STOP_TYPES.get(last.get("stop_type", ""), "end")
+        if stop_reason == "max_tokens" and len(tokens) < max_tokens:
+            stop_reason = "time"  # the only other limit: t_max_predict_ms
+        return RemoteGeneration("".join(text), tokens, stop_reason, int(last.get("tokens_cached", 0)),
+                                int(last.get("tokens_evaluated", 0)), last.get("timings", {}),
+                                int(last.get("id_slot", slot)))
+
+
+def _shut(sock: socket.socket | None) -> None:
+    """Shut a stream's socket from another thread: the read blocked on it returns."""
+    if sock is not None:
+        try:
+            sock.shutdown(socket.SHUT_RDWR)
+        except OSError:  # closed already
+            pass
 
 
 def _reason(error: BaseException) -> str:

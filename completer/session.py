@@ -17,15 +17,18 @@ recently used document evaluates only what changed.
 
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from typing import TypeVar
 
-from completer.config import Config
+from completer.config import Config, PromptOptions
 from completer.context import ChunkRing, Workspace
 from completer.engine import Engine, Generation, generate
 from completer.healing import TokenPrefixes, heal
 from completer.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
-from completer.prompt import cursor_sections, render, template_for, tokenize_segments
+from completer.prompt import FimTemplate, Segment, cursor_sections, render, template_for, tokenize_segments
+from completer.remote import RemoteGeneration
 from completer.speculative import Sampling
 from completer.workspace_index import WorkspaceIndex, saved_index_path
 
@@ -35,6 +38,8 @@ from completer.workspace_index import WorkspaceIndex, saved_index_path
 # at most about 0.4 s for the piece under way; larger pieces would run faster and make
 # it wait longer.
 WARM_PIECE = 64
+
+P = TypeVar("P")  # a prompt as a backend takes it
 
 
 @dataclass
@@ -125,8 +130,11 @@ class Completion:
     stop_reason: str = ""
     prompt: list[int] = field(default_factory=list)  # as rendered, before token healing
     evaluated_tokens: int = 0  # prompt tokens the target's cache lacked
-    generation: Generation | None = None
-    warning: str = ""  # why the draft model was dropped (the target completes alone); "" while it serves
+    generation: Generation | None = None  # the local engine's
+    remote: RemoteGeneration | None = None  # a server's, with its own timings
+    # What the user should hear of once (the server says when it changes): why the draft
+    # model was dropped, or why the server cannot be used now; "" while all is well.
+    warning: str = ""
 
     @property
     def prompt_tokens(self) -> int:
@@ -138,6 +146,7 @@ class CompleterStats:
     """The completer's part of `completer/stats` (lsp/protocol.py says what each is)."""
 
     draft_failure: str = ""
+    server_error: str = ""
     requests: int = 0
     forward_cache_hits: int = 0
     superseded: int = 0
@@ -166,6 +175,29 @@ class Counters:
     drafted: int = 0
     accepted: int = 0
     warmed_tokens: int = 0  # prompt tokens evaluated ahead of a request (Completer.warm)
+
+    def add_remote(self, generation: RemoteGeneration) -> None:
+        """A server's own counts, from the timings a finished stream ends with: prompt
+        tokens it evaluated, what it generated and in how long, drafted and accepted."""
+        timings = generation.timings
+        self.evaluated_tokens += int(timings.get("prompt_n", 0))
+        self.generated_tokens += int(timings.get("predicted_n", 0))
+        self.generation_ms += float(timings.get("predicted_ms", 0.0)) + float(timings.get("prompt_ms", 0.0))
+        self.drafted += int(timings.get("draft_n", 0))
+        self.accepted += int(timings.get("draft_n_accepted", 0))
+
+    def stats(self, **state) -> CompleterStats:
+        """The counters as statistics, beside the completer's `state` (CompleterStats fields)."""
+        return CompleterStats(
+            requests=self.requests,
+            forward_cache_hits=self.forward_cache_hits,
+            superseded=self.superseded,
+            cache_hit_rate=1 - self.evaluated_tokens / self.prompt_tokens if self.prompt_tokens else 0.0,
+            draft_acceptance_rate=self.accepted / self.drafted if self.drafted else 0.0,
+            tokens_per_second=self.generated_tokens / self.generation_ms * 1000 if self.generation_ms else 0.0,
+            warmed_tokens=self.warmed_tokens,
+            **state,
+        )
 
     def add(self, generation: Generation) -> None:
         stats = generation.stats
@@ -196,6 +228,35 @@ def cursor_offset(text: str, line: int, character: int) -> int:
     if not 0 <= character <= len(current):
         raise PositionError(f"character {character} is outside line {line} ({len(current)} characters)")
     return sum(len(text_line) + 1 for text_line in lines[:line]) + character
+
+
+def _counted(tokens: list[int]) -> tuple[list[int], int]:
+    return tokens, len(tokens)
+
+
+def fit_prompt(request: CompletionRequest, options: PromptOptions, template: FimTemplate | None, room: int,
+               workspace: Workspace, ring: ChunkRing, encode: Callable[[list[Segment]], tuple[P, int]]
+               ) -> tuple[P, int, str]:
+    """The prompt as `encode` makes it of the rendered segments (token ids, or the text a
+    server tokenizes), its length in tokens, and the suffix the cursor sees. Context
+    chunks, then prefix lines, give way until it fits in `room` tokens."""
+    path = workspace.relative(request.path) if workspace.contains(request.path) else request.path
+    context = ring.select(options.context_tokens, exclude=path)
+    repo = workspace.roots[0].name if workspace.roots else ""
+    prefix_lines, keep_chars = options.prefix_lines, None
+    while True:
+        prefix, suffix = cursor_sections(request.text, request.cursor, prefix_lines, options.suffix_lines)
+        if keep_chars is not None:  # one huge line (minified code): keep what is nearest the cursor
+            prefix, suffix = prefix[len(prefix) - keep_chars:], suffix[:keep_chars]
+        prompt, length = encode(render(template, path, prefix, suffix if template else "", context, repo))
+        if length <= room:
+            return prompt, length, suffix
+        if context:
+            context = context[1:]  # the oldest chunk first
+        elif prefix_lines:
+            prefix_lines //= 2
+        else:
+            keep_chars = max(len(prefix), len(suffix)) // 2
 
 
 class Completer:
@@ -329,20 +390,10 @@ class Completer:
 
     def stats(self) -> CompleterStats:
         with self._state:
-            counters = self.counters
-            return CompleterStats(
+            return self.counters.stats(
                 draft_failure=self.engine.draft_failure,
-                requests=counters.requests,
-                forward_cache_hits=counters.forward_cache_hits,
-                superseded=counters.superseded,
-                cache_hit_rate=(1 - counters.evaluated_tokens / counters.prompt_tokens
-                                if counters.prompt_tokens else 0.0),
-                draft_acceptance_rate=counters.accepted / counters.drafted if counters.drafted else 0.0,
-                tokens_per_second=(counters.generated_tokens / counters.generation_ms * 1000
-                                   if counters.generation_ms else 0.0),
                 sessions=len(self.sessions),
                 saved_kv_mb=self.caches.saved_bytes / 2**20,
-                warmed_tokens=counters.warmed_tokens,
                 index_files=self.index.stats.files,
                 index_tokens=self.index.stats.tokens,
                 index_mb=self.index.stats.mb,
@@ -427,28 +478,11 @@ class Completer:
         return CursorContext(line_before, suffix)
 
     def prompt(self, request: CompletionRequest) -> tuple[list[int], str]:
-        """The prompt's tokens, and the suffix the cursor sees. Context chunks, then
-        prefix lines, give way until prompt and answer fit the context window."""
-        options = self.config.prompt
+        """The prompt's tokens, and the suffix the cursor sees."""
         room = self.engine.context_tokens - self.config.generation.max_tokens - 1
-        path = self.workspace.relative(request.path) if self.workspace.contains(request.path) else request.path
-        context = self.ring.select(options.context_tokens, exclude=path)
-        repo = self.workspace.roots[0].name if self.workspace.roots else ""
-        prefix_lines, keep_chars = options.prefix_lines, None
-        while True:
-            prefix, suffix = cursor_sections(request.text, request.cursor, prefix_lines, options.suffix_lines)
-            if keep_chars is not None:  # one huge line (minified code): keep what is nearest the cursor
-                prefix, suffix = prefix[len(prefix) - keep_chars:], suffix[:keep_chars]
-            segments = render(self.template, path, prefix, suffix if self.template else "", context, repo)
-            tokens = tokenize_segments(self.engine.model, segments)
-            if len(tokens) <= room:
-                return tokens, suffix
-            if context:
-                context = context[1:]  # the oldest chunk first
-            elif prefix_lines:
-                prefix_lines //= 2
-            else:
-                keep_chars = max(len(prefix), len(suffix)) // 2
+        tokens, _, suffix = fit_prompt(request, self.config.prompt, self.template, room, self.workspace, self.ring,
+                                       lambda segments: _counted(tokenize_segments(self.engine.model, segments)))
+        return tokens, suffix
 
     def _generate(self, request: CompletionRequest, session: CompletionSession, text_before: str,
                   line_before: str, cancel: threading.Event) -> Completion:

@@ -25,12 +25,15 @@ ACCEPT_COMMAND = "completer.accept"
 STATS_KEYS = (
     "ready",  # models loaded and serving
     "error",  # why the models did not load, with what to run; "" when they did or are loading
-    "target",  # model file names; "" until loaded
+    "backend",  # models.backend: local, llama-server or openai
+    "target",  # model file names (a server's model for a server backend); "" until loaded
     "draft",
     "draft_failure",  # why the draft model was dropped mid-session (the target completes alone); "" if not
+    "server_error",  # why the server backend cannot be used now (it is tried again); "" while it answers
     "requests",  # completion requests answered
     "forward_cache_hits",  # of those, answered from the completion shown, with no model call
     "superseded",  # of those, cancelled by a newer request or $/cancelRequest
+    # For a server backend, these three are from the server's own timings.
     "cache_hit_rate",  # prompt tokens found in the KV caches / prompt tokens
     "draft_acceptance_rate",  # drafted tokens the target accepted / drafted tokens
     "tokens_per_second",  # generated tokens / time in generation, prompt evaluation included

@@ -147,7 +147,7 @@ class CompleterServer(LanguageServer):
         self.completer = None  # completer.session.Completer once the models are loaded
         self.model_names = ("", "")
         self.load_error: str | None = None
-        self.draft_failure_shown = False  # the draft failed mid-session and the user was told
+        self.warning_shown = ""  # the completer's warning the user was last told (a dropped draft, a server down)
         self.suggestions = Suggestions()
         self.item_ids = itertools.count(1)
         # Inference runs here, off the event loop, one generation at a time (the
@@ -191,6 +191,7 @@ class CompleterServer(LanguageServer):
         values = {
             "ready": self.completer is not None,
             "error": self.load_error or "",
+            "backend": self.config.models.backend,
             "target": self.model_names[0],
             "draft": self.model_names[1],
             "suggestions_shown": self.suggestions.shown,
@@ -272,14 +273,17 @@ def finish_loading(ls: CompleterServer, load: int, loaded: Loaded | None, error:
         progress.end("failed")
         ls.tell(types.MessageType.Error, error, show=True)
         return
-    for warning in loaded.pair.warnings:  # an RPC server off the machine; out of GPU memory: fewer layers there
+    # An RPC server off the machine; out of GPU memory: fewer layers there; a server down.
+    for warning in loaded.warnings:
         ls.tell(types.MessageType.Warning, warning, True)
-    ls.completer, ls.model_names = loaded.completer, loaded.pair.names
+    ls.completer, ls.model_names = loaded.completer, loaded.names
     ls.completer.index_workspace()
-    ls.draft_failure_shown = False
+    ls.warning_shown = loaded.server_warning
     progress.end("ready")
-    names = loaded.pair.names
-    ls.tell(types.MessageType.Info, f"ready: target {names[0]}" + (f", draft {names[1]}" if names[1] else ""))
+    names = loaded.names
+    ls.tell(types.MessageType.Info, f"ready: target {names[0]}" + (f", draft {names[1]}" if names[1] else "")
+            if loaded.pair is not None else f"ready: {loaded.completer.backend.url}" +
+            (f" ({names[0]})" if names[0] else ", which does not answer yet"))
     if ls.pending_warm is not None:
         uri, position = ls.pending_warm
         ls.pending_warm = None
@@ -338,9 +342,12 @@ async def answer_at(ls: CompleterServer, uri: str, position: types.Position) -> 
     completion = await complete(ls.completer, request, ls.config.server.debounce_ms, ls.in_worker)
     if completion is None:
         return None
-    if completion.warning and not ls.draft_failure_shown:  # once: the stats keep saying it
-        ls.draft_failure_shown = True
-        ls.tell(types.MessageType.Warning, completion.warning, show=True)
+    if completion.warning != ls.warning_shown:  # once each: the stats keep saying it
+        if completion.warning:
+            ls.tell(types.MessageType.Warning, completion.warning, show=True)
+        else:
+            ls.tell(types.MessageType.Info, f"{ls.completer.backend.url} answers again")
+        ls.warning_shown = completion.warning
     answer = answer_for(document, version, request, position, completion)
     if answer is not None:
         ls.suggestions.shown += 1

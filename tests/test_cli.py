@@ -157,7 +157,7 @@ def test_every_flag_the_config_tree_names_is_a_flag_of_complete_or_bench_with_it
     token trees' branches."""
     flags = {parameter.opts[0]: parameter for command in (bench, complete) for parameter in command.params}
     named = [item for group in fields(Config) for item in fields(group.default_factory) if item.metadata["flag"]]
-    assert len(named) == 14
+    assert len(named) == 16
     for item in named:
         assert flags[item.metadata["flag"]].default == item.default, item.name
         assert flags[item.metadata["flag"]].help.lower().startswith(item.metadata["doc"][:20].lower())

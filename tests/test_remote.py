@@ -3,8 +3,6 @@ build` makes) on 127.0.0.1 with the smol target and two slots: streamed completi
 the prompt cache kept per slot, cancellation that stops the server's generation, and
 faults as one clear error each."""
 
-import socket
-import subprocess
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -12,37 +10,19 @@ from http.server import BaseHTTPRequestHandler, HTTPServer
 import pytest
 
 from completer.models.backend import LlamaContext, LlamaModel
-from completer.remote import LlamaServerClient, ServerError, SlotMap, sends_key_safely
-from completer.bench.peers import _die_with_parent
+from completer.remote import CancelFlag, LlamaServerClient, ServerError, SlotMap, sends_key_safely
+from conftest import run_completer
+from llama_server_process import LlamaServer, free_port
 
 PROMPT = "def fibonacci(n):\n"
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def server(llama_server, smol, tmp_path_factory):
     """llama-server with two slots of 2048 tokens each; its log, and a client."""
-    port, log = free_port(), tmp_path_factory.mktemp("llama-server") / "server.log"
-    process = subprocess.Popen([str(llama_server), "-m", str(smol.target), "-c", "4096", "-np", "2", "-t", "2",
-                                "-fa", "off", "--host", "127.0.0.1", "--port", str(port), "--no-webui"],
-                               stdout=log.open("w"), stderr=subprocess.STDOUT, preexec_fn=_die_with_parent)
-    client = LlamaServerClient(f"http://127.0.0.1:{port}")
-    deadline = time.monotonic() + 120
-    while True:
-        try:
-            client.props()
-            break
-        except ServerError:
-            assert process.poll() is None and time.monotonic() < deadline, log.read_text()
-            time.sleep(0.2)
-    yield client, log
-    process.terminate()
-    process.wait(timeout=30)
+    process = LlamaServer(llama_server, smol.target, tmp_path_factory.mktemp("llama-server") / "server.log").start()
+    yield LlamaServerClient(process.url), process.log
+    process.stop()
 
 
 def test_the_server_says_its_model_slots_and_context(server, smol):
@@ -50,6 +30,15 @@ def test_the_server_says_its_model_slots_and_context(server, smol):
     props = client.props()
     assert props.model == str(smol.target) and props.slots == 2 and props.context_tokens == 2048
     assert props.speculative == {"speculative.types": "none"}
+
+
+def test_doctor_checks_the_configured_server(server, smol):
+    client, _ = server
+    row = run_completer("doctor", "--backend", "llama-server", "--server-url", client.url).stdout.splitlines()[0]
+    assert row.startswith("server (llama-server)") and smol.target.name in row
+    assert "2 slots of 2048 tokens" in row and "drafting no" in row
+    down = run_completer("doctor", "--backend", "llama-server", "--server-url", f"http://127.0.0.1:{free_port()}")
+    assert "cannot be used" in down.stdout and "refused" in down.stdout.lower()
 
 
 def test_a_greedy_completion_streams_the_targets_own_tokens(server, smol):
@@ -92,6 +81,35 @@ def test_a_cancelled_stream_stops_the_servers_generation(server):
     held = slot["n_prompt_tokens"]  # the slot's tokens when it stopped: prompt and what was generated
     assert held < len(prompt) + 200  # 1500 were asked for
     assert "cancel task" in log.read_text()
+
+
+def test_a_cancel_flag_closes_the_stream_at_once_even_while_the_server_evaluates_the_prompt(server):
+    client, log = server
+    prompt = client.tokenize("".join(f"value_{i} = compute({i}, {i * 7})\n" for i in range(110)), False)
+    cancel = CancelFlag()
+    threading.Timer(0.3, cancel.set).start()  # evaluating ~1,700 tokens takes seconds here
+    started = time.monotonic()
+    result = client.complete(prompt, 50, slot=1, cancel=cancel)
+    assert result.stop_reason == "cancelled" and not result.tokens
+    assert time.monotonic() - started < 1.5
+
+
+def test_a_stream_ends_when_the_text_is_done_or_the_time_budget_is_spent(server):
+    client, _ = server
+    prompt = client.tokenize(PROMPT)
+    done = client.complete(prompt, 300, slot=0, done=lambda text: text.count("\n") >= 2)
+    assert done.stop_reason == "done" and done.text.count("\n") == 2
+    timed = client.complete(prompt, 300, slot=0, time_budget_ms=1)  # stops at the first line end past 1 ms
+    assert timed.stop_reason == "time" and len(timed.tokens) < 300 and "\n" in timed.text
+
+
+def test_no_tokens_asked_evaluates_the_prompt_into_the_slot(server):
+    client, _ = server
+    prompt = client.tokenize("import json\n\n\ndef load(path):\n    with open(path) as f:\n")
+    warmed = client.complete(prompt, 0, slot=0)
+    assert warmed.timings["prompt_n"] >= len(prompt) - 1
+    after = client.complete(prompt, 4, slot=0)
+    assert after.timings["prompt_n"] <= 1  # it was all there
 
 
 def test_a_server_that_is_down_or_answers_an_error_is_one_clear_error(server):

@@ -20,9 +20,11 @@ export const SETTINGS_SECTION = "completer";
 export interface Stats {
   ready: boolean;
   error: string;
+  backend: string;
   target: string;
   draft: string;
   draft_failure: string;
+  server_error: string;
   requests: number;
   forward_cache_hits: number;
   superseded: number;

@@ -21,8 +21,11 @@ export function percent(rate: number): string {
 
 export function statsLines(stats: Stats): string[] {
   return [
-    `models: ${stats.target}${stats.draft ? ` + draft ${stats.draft}` : " (no draft)"}`,
+    stats.backend === "local"
+      ? `models: ${stats.target}${stats.draft ? ` + draft ${stats.draft}` : " (no draft)"}`
+      : `server (${stats.backend}): ${stats.target || "not connected"}`,
     ...(stats.draft_failure ? [stats.draft_failure] : []),
+    ...(stats.server_error ? [stats.server_error] : []),
     `requests: ${stats.requests} (${stats.forward_cache_hits} from the suggestion shown, ${stats.superseded} superseded)`,
     `draft acceptance: ${percent(stats.draft_acceptance_rate)}`,
     `speed: ${stats.tokens_per_second.toFixed(1)} tokens/s`,

@@ -5,9 +5,11 @@ import { percent, statsLines, statusView } from "../src/status";
 const stats: Stats = {
   ready: true,
   error: "",
+  backend: "local",
   target: "smollm2.gguf",
   draft: "smollm2-draft.gguf",
   draft_failure: "",
+  server_error: "",
   requests: 12,
   forward_cache_hits: 5,
   superseded: 2,
@@ -80,6 +82,13 @@ describe("statsLines", () => {
   it("says when the draft failed and the target completes alone", () => {
     const failure = "the draft model failed (llama_decode failed); completing with the target alone";
     expect(statsLines({ ...stats, draft_failure: failure })).toContain(failure);
+  });
+
+  it("names a server backend's model and why the server cannot be used", () => {
+    const down = "http://10.0.0.5:8080 did not answer /props: Connection refused";
+    const lines = statsLines({ ...stats, backend: "llama-server", target: "qwen7b.gguf", server_error: down });
+    expect(lines[0]).toBe("server (llama-server): qwen7b.gguf");
+    expect(lines).toContain(down);
   });
 
   it("rounds percentages", () => {
