@@ -420,6 +420,7 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
              models: ModelOptions) -> None:
     """Print a completion of FILE at the cursor, decoded speculatively."""
     from completer.loading import load_completer
+    from completer.remote import RemoteGeneration
     from completer.session import CompletionRequest, PositionError, cursor_offset
 
     config = replace(Config(), models=models, generation=generation)
@@ -442,10 +443,11 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
             errors.print(loaded.completer.backend.text_of(completion.prompt), markup=False,
                          highlight=False, soft_wrap=True)
         if stats:
-            timings = completion.remote.timings if completion.remote else {}
+            remote = completion.remote or RemoteGeneration("", [], "", 0, 0)
+            timings = remote.timings
             errors.print(
-                f"{completion.prompt_tokens} prompt tokens ({timings.get('prompt_n', '?')} evaluated by the server); "
-                f"{len(completion.remote.tokens) if completion.remote else 0} tokens, "
+                f"{remote.tokens_cached + remote.tokens_evaluated} prompt tokens ({remote.tokens_evaluated} "
+                f"evaluated by the server); {timings.get('predicted_n', 0)} tokens, "
                 f"{timings.get('predicted_per_second', 0):.1f} tok/s on the server, "
                 f"{timings.get('draft_n_accepted', 0)}/{timings.get('draft_n', 0)} drafted tokens accepted; "
                 f"stop: {completion.stop_reason}; {loaded.names[0]} at {loaded.completer.backend.url}",

@@ -58,6 +58,12 @@ class ModelOptions:
         "", "the server of the llama-server and openai backends, as http://host:port (or https://)",
         "--server-url"
     )
+    server_slots: str = option(
+        "server", "which of a llama-server's slots (-np) a request takes. server: the server's choice, the idle "
+        "slot whose cache shares most with the prompt (a document's own while it lasts), right for a server "
+        "several editors share; pin: this editor maps its documents to slots 0, 1, ... least recently used out, "
+        "for a server it has to itself (editors pinning the same slots would evict each other's caches)"
+    )
     api_key_env: str = option(
         "", "the name of an environment variable holding the server's API key, sent as a bearer token only "
         "over https or to this machine; the key itself never goes in settings, logs or stats. None = no key"
@@ -214,10 +220,12 @@ class Config:
 # What models.prompt_family may say: found out, a family we format, or no FIM.
 PROMPT_FAMILIES = ("auto", *(template.family for template in TEMPLATES), "none")
 BACKENDS = ("local", "llama-server", "openai")
+SERVER_SLOTS = ("server", "pin")
 
 # Options whose values are one of a set.
 CHOICES: dict[str, tuple[str, ...]] = {"models.preset": tuple(PRESETS), "generation.draft_mode": tuple(DRAFT_MODES),
-                                       "models.backend": BACKENDS, "models.prompt_family": PROMPT_FAMILIES}
+                                       "models.backend": BACKENDS, "models.prompt_family": PROMPT_FAMILIES,
+                                       "models.server_slots": SERVER_SLOTS}
 
 
 def _coerce(name: str, value: Any, kind: Any) -> Any:

@@ -1,10 +1,11 @@
-"""A llama-server as the other side of the engine: decoding, speculation (its own
+"""A server as the other side of the engine: decoding, speculation (its own
 --spec-type or draft model) and the KV cache (`cache_prompt`) live on the server; the
 prompt, post-processing and everything else stay here.
 
     LlamaServerClient   /props (model, slots, context, speculative settings), /tokenize,
                         /detokenize, and a streamed /completion that a cancel flag closes:
                         llama-server stops generating once it finds the connection gone
+    OpenAIClient        /v1/models and a streamed /v1/completions (vLLM, llama-server)
     CancelFlag          a request's cancel flag that closes its stream the moment it is
                         set, even while the server is still evaluating the prompt
     SlotMap             documents -> the server's slots, least recently used first out,
@@ -29,6 +30,8 @@ from urllib.parse import urlsplit
 CONNECT_TIMEOUT_S = 2.0
 # A completion of a few lines on a busy team server: longer is a server in trouble.
 TOTAL_TIMEOUT_S = 30.0
+# OpenAI's API takes at most four stop strings; post-processing cuts at the others.
+OPENAI_STOPS = 4
 
 
 class ServerError(Exception):
@@ -98,8 +101,8 @@ class RemoteGeneration:
     text: str
     tokens: list[int]
     stop_reason: str  # "end", "stop", "done", "max_tokens", "time", "cancelled"
-    tokens_cached: int  # prompt tokens the server's slot already held
-    tokens_evaluated: int
+    tokens_cached: int  # prompt tokens the server's cache already held
+    tokens_evaluated: int  # prompt tokens it evaluated
     timings: dict[str, float] = field(default_factory=dict)  # the server's own, ms and counts
     slot: int = -1
 
@@ -107,7 +110,10 @@ class RemoteGeneration:
 STOP_TYPES = {"eos": "end", "word": "stop", "limit": "max_tokens"}
 
 
-class LlamaServerClient:
+class HttpClient:
+    """HTTP to one server: JSON requests, and streams of server-sent events that a cancel
+    flag, a `done` check or the total timeout closes."""
+
     def __init__(self, url: str, api_key: str = "", connect_timeout_s: float = CONNECT_TIMEOUT_S,
                  total_timeout_s: float = TOTAL_TIMEOUT_S):
         parts = urlsplit(url)
@@ -170,6 +176,63 @@ class LlamaServerClient:
         finally:
             connection.close()
 
+    def _stream(self, path: str, body: dict, text_of: Callable[[dict], str], cancel: threading.Event | None,
+                done: Callable[[str], bool] | None, time_budget_ms: float = 0
+                ) -> tuple[str, list[dict], str | None]:
+        """POST `body` and read its stream of events: (the text, `text_of` each event
+        joined; the events; "cancelled", "done" or "time" when it was stopped here, None
+        when the server ended it). It stops when `cancel` is set (at once for a
+        CancelFlag, else at the next event), when `done` says the text is complete, and
+        with `time_budget_ms` at the first line end past it (llama.vim's
+        t_max_predict_ms). Closing the stream is how the server learns the request is gone."""
+        if cancel is not None and cancel.is_set():
+            return "", [], "cancelled"
+        try:
+            connection, response, unregister = self._open("POST", path, body, cancel)
+        except _Cancelled:
+            return "", [], "cancelled"
+        text: list[str] = []
+        events: list[dict] = []
+        ended = None
+        started, first_at = time.monotonic(), 0.0
+        try:
+            for line in response:
+                if cancel is not None and cancel.is_set():
+                    break
+                if time.monotonic() > started + self.total_timeout_s:
+                    raise ServerError(f"{self.url} took longer than {self.total_timeout_s:.0f} s for one "
+                                      "completion")
+                payload = line[6:].strip() if line.startswith(b"data: ") else b""
+                if not payload:
+                    continue
+                if payload == b"[DONE]":  # OpenAI's end of a stream
+                    break
+                event = json.loads(payload)
+                if "error" in event:
+                    raise ServerError(f"{self.url}{path}: {_error_text(json.dumps(event))}")
+                events.append(event)
+                text.append(piece := text_of(event))
+                if done is not None and done("".join(text)):
+                    ended = "done"
+                    break
+                first_at = first_at or time.monotonic()  # the budget leaves prompt evaluation out
+                if time_budget_ms and "\n" in piece and time.monotonic() - first_at > time_budget_ms / 1000:
+                    ended = "time"
+                    break
+        except (OSError, http.client.HTTPException, ValueError) as error:
+            if not (cancel is not None and cancel.is_set()):  # else it was closed by the cancel
+                raise ServerError(f"{self.url}{path} broke off: {_reason(error)}") from None
+        finally:
+            unregister()
+            connection.close()  # mid-stream: how the server learns the request is gone
+        if cancel is not None and cancel.is_set():
+            ended = "cancelled"
+        return "".join(text), events, ended
+
+
+class LlamaServerClient(HttpClient):
+    """llama-server's own API."""
+
     def props(self) -> ServerProps:
         props = self._json("GET", "/props")
         settings = props.get("default_generation_settings", {})
@@ -194,58 +257,71 @@ class LlamaServerClient:
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, time_budget_ms: float = 0,
                  cancel: threading.Event | None = None, done: Callable[[str], bool] | None = None
                  ) -> RemoteGeneration:
-        """Generate after `prompt` (token ids) in `slot`, streamed. The stream is closed, and
-        the server stops generating, when `cancel` is set (at once for a CancelFlag, else
-        at the next token) or when `done` says the text so far is complete. With
-        `time_budget_ms` the server stops at the first line end past it (llama.vim's
-        t_max_predict_ms). `max_tokens` 0 only evaluates the prompt into the slot's cache."""
+        """Generate after `prompt` (token ids) in `slot`, streamed (HttpClient._stream says
+        when it stops early); the server keeps the time budget itself. `max_tokens` 0
+        only evaluates the prompt into the slot's cache (llama-server makes one token)."""
         body = {"prompt": prompt, "n_predict": max_tokens, "stream": True, "cache_prompt": True,
                 "id_slot": slot, "stop": stop or [], "temperature": temperature, "top_k": top_k, "top_p": top_p,
                 "return_tokens": True, "samplers": ["top_k", "top_p", "temperature"]}
         if time_budget_ms:
             body["t_max_predict_ms"] = int(time_budget_ms)
-        if cancel is not None and cancel.is_set():
-            return RemoteGeneration("", [], "cancelled", 0, 0, slot=slot)
-        try:
-            connection, response, unregister = self._open("POST", "/completion", body, cancel)
-        except _Cancelled:
-            return RemoteGeneration("", [], "cancelled", 0, 0, slot=slot)
-        text, tokens, last = [], [], {}
-        deadline = time.monotonic() + self.total_timeout_s
-        try:
-            for line in response:
-                if cancel is not None and cancel.is_set():
-                    break
-                if time.monotonic() > deadline:
-                    raise ServerError(f"{self.url} took longer than {self.total_timeout_s:.0f} s for one "
-                                      "completion")
-                if not line.startswith(b"data: "):
-                    continue
-                last = json.loads(line[6:])
-                if "error" in last:
-                    raise ServerError(f"{self.url}/completion: {_error_text(json.dumps(last))}")
-                text.append(last.get("content", ""))
-                tokens += last.get("tokens", [])
-                if last.get("stop"):
-                    break
-                if done is not None and done("".join(text)):
-                    return RemoteGeneration("".join(text), tokens, "done", 0, 0, slot=slot)
-        except (OSError, http.client.HTTPException, ValueError) as error:
-            if not (cancel is not None and cancel.is_set()):  # else it was closed by the cancel
-                raise ServerError(f"{self.url}/completion broke off: {_reason(error)}") from None
-        finally:
-            unregister()
-            connection.close()  # mid-stream: how llama-server learns the request is gone
-        if cancel is not None and cancel.is_set():
-            return RemoteGeneration("".join(text), tokens, "cancelled", 0, 0, slot=slot)
+        text, events, ended = self._stream("/completion", body, lambda event: event.get("content", ""), cancel, done)
+        tokens = [token for event in events for token in event.get("tokens", [])]
+        if ended:
+            return RemoteGeneration(text, tokens, ended, 0, 0, slot=slot)
+        last = events[-1] if events else {}
         if not last.get("stop"):
             raise ServerError(f"{self.url}/completion broke off before its last message: the server stopped?")
         stop_reason = STOP_TYPES.get(last.get("stop_type", ""), "end")
         if stop_reason == "max_tokens" and len(tokens) < max_tokens:
             stop_reason = "time"  # the only other limit: t_max_predict_ms
-        return RemoteGeneration("".join(text), tokens, stop_reason, int(last.get("tokens_cached", 0)),
-                                int(last.get("tokens_evaluated", 0)), last.get("timings", {}),
-                                int(last.get("id_slot", slot)))
+        timings = last.get("timings", {})  # its own tokens_cached counts the slot's tokens, the answer's too
+        return RemoteGeneration(text, tokens, stop_reason, int(timings.get("cache_n", 0)),
+                                int(timings.get("prompt_n", 0)), timings, int(last.get("id_slot", slot)))
+
+
+class OpenAIClient(HttpClient):
+    """An OpenAI-compatible /v1/completions (vLLM, llama-server, others): the prompt as
+    text, and no slots (vLLM's prefix cache, or llama-server's choice of the slot whose
+    prompt is most alike, keeps each document's cache)."""
+
+    def models(self) -> list[dict]:
+        """/v1/models' entries: each has its `id` (vLLM's also `max_model_len`)."""
+        models = self._json("GET", "/v1/models").get("data") or []
+        if not models:
+            raise ServerError(f"{self.url}/v1/models lists no model")
+        return models
+
+    def complete(self, model: str, prompt: str, max_tokens: int, stop: list[str] | None = None,
+                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, time_budget_ms: float = 0,
+                 cancel: threading.Event | None = None, done: Callable[[str], bool] | None = None
+                 ) -> RemoteGeneration:
+        """Generate after `prompt`, streamed; the time budget is kept here, by closing the
+        stream. The server's counts come from its usage (and llama-server's timings)."""
+        body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
+                "stream_options": {"include_usage": True}, "temperature": temperature, "top_p": top_p}
+        if stop:
+            body["stop"] = stop[:OPENAI_STOPS]
+        if top_k:  # not OpenAI's, but vLLM and llama-server take it
+            body["top_k"] = top_k
+        text, events, ended = self._stream("/v1/completions", body, _choice_text, cancel, done, time_budget_ms)
+        if ended:
+            return RemoteGeneration(text, [], ended, 0, 0)
+        finish = next((choice["finish_reason"] for event in events for choice in event.get("choices", [])
+                       if choice.get("finish_reason")), None)
+        if finish is None:
+            raise ServerError(f"{self.url}/v1/completions broke off before its last message: the server stopped?")
+        usage = next((event["usage"] for event in reversed(events) if event.get("usage")), {})
+        cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
+        evaluated = int(usage.get("prompt_tokens", 0)) - cached
+        timings = next((event["timings"] for event in reversed(events) if event.get("timings")), None) or {
+            "prompt_n": evaluated, "predicted_n": int(usage.get("completion_tokens", 0))}
+        return RemoteGeneration(text, [], "max_tokens" if finish == "length" else "stop", cached, evaluated,
+                                timings)
+
+
+def _choice_text(event: dict) -> str:
+    return "".join(choice.get("text") or "" for choice in event.get("choices", []))
 
 
 def _shut(sock: socket.socket | None) -> None:

@@ -10,12 +10,16 @@ statistics. What the server does: decoding, its own speculation and the KV cache
          closed (the server stops generating)
       -> the server: connected (its model, slots and FIM family), or down: an empty
          answer, and another try after a backoff
-      -> prompt, in the document's slot (least recently used documents give theirs up)
+      -> prompt, in the slot the server chooses (the one sharing most with it), or with
+         models.server_slots pin the document's own (least recently used give theirs up)
       -> generate on the server, streamed; post-process, remember for the forward cache
 """
 
+import math
+import re
 import threading
 import time
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
@@ -24,7 +28,8 @@ from completer.config import Config, ModelOptions
 from completer.context import ChunkRing, Workspace
 from completer.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
 from completer.prompt import TEMPLATES, FimTemplate, Segment, cursor_sections, template_for, tokenize_segments
-from completer.remote import CancelFlag, LlamaServerClient, RemoteGeneration, ServerError, ServerProps, SlotMap
+from completer.remote import (CancelFlag, LlamaServerClient, OpenAIClient, RemoteGeneration, ServerError, ServerProps,
+                              SlotMap)
 from completer.session import (CompleterStats, Completion, CompletionRequest, CompletionSession, Counters,
                                PositionError, _counted, fit_prompt)
 from completer.speculative import Sampling
@@ -36,6 +41,10 @@ MAX_RETRY_S = 30.0
 # Plain text segments tokenized by the server, kept by their text: context chunks and
 # the path header come back on every request, the prefix changes with each keystroke.
 TOKENIZED_TEXTS = 512
+# Characters a token, for a server that cannot tokenize (OpenAI's API): smol's vocabulary
+# made 3.9 of Python's standard library modules at the median and 3.3 at the tenth
+# percentile, so 3 overestimates most prompts' lengths and they fit the context.
+CHARS_PER_TOKEN = 3.0
 
 
 @dataclass(frozen=True)
@@ -43,7 +52,7 @@ class ServerModel:
     """What the server runs, as the completer needs it."""
 
     name: str  # the model file's name (or the served model's id)
-    slots: int
+    slots: int  # 0: an API without slots
     context_tokens: int  # per slot
     template: FimTemplate | None
     speculative: dict[str, float | int | str] = field(default_factory=dict)
@@ -51,8 +60,9 @@ class ServerModel:
     def summary(self) -> str:
         speculative = ", ".join(f"{key} {value}" for key, value in self.speculative.items()) or "not reported"
         family = self.template.family if self.template else "none (a prefix-only prompt)"
-        return (f"model {self.name}, {self.slots} slot{'s' * (self.slots != 1)} of {self.context_tokens} tokens, "
-                f"FIM family {family}, speculative: {speculative}")
+        slots = (f"{self.slots} slot{'s' * (self.slots != 1)} of {self.context_tokens} tokens" if self.slots else
+                 f"a context of {self.context_tokens} tokens (no slots: the server's own prefix cache)")
+        return f"model {self.name}, {slots}, FIM family {family}, speculative: {speculative}"
 
 
 class Backend(Protocol):
@@ -63,13 +73,13 @@ class Backend(Protocol):
 
     def connect(self) -> ServerModel: ...
 
-    def encode(self, segments: list[Segment]) -> tuple[list[int], int]: ...
+    def encode(self, segments: list[Segment]) -> tuple[list[int] | str, int]: ...
 
     def count(self, text: str) -> int: ...
 
-    def text_of(self, prompt: list[int]) -> str: ...
+    def text_of(self, prompt: list[int] | str) -> str: ...
 
-    def generate(self, prompt: list[int], slot: int, max_tokens: int, stop: list[str], sampling: Sampling,
+    def generate(self, prompt: list[int] | str, slot: int, max_tokens: int, stop: list[str], sampling: Sampling,
                  time_budget_ms: float, cancel: CancelFlag, done=None) -> RemoteGeneration: ...
 
 
@@ -144,6 +154,59 @@ class LlamaServerBackend:
                                     sampling.top_p, time_budget_ms, cancel, done)
 
 
+def template_in_name(name: str) -> FimTemplate | None:
+    """The family a served model's name says (`Qwen/Qwen2.5-Coder-7B` is qwen2.5-coder's),
+    letters and digits compared; None when it names none."""
+    squashed = _letters_and_digits(name)
+    return next((template for template in TEMPLATES if _letters_and_digits(template.family) in squashed), None)
+
+
+def _letters_and_digits(text: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", text.lower())
+
+
+class OpenAIBackend:
+    """An OpenAI-compatible /v1/completions: the prompt as text with the family's control
+    tokens spelt out, which the server's tokenizer parses (a file's own spelling of a
+    control token is taken out first, so that it cannot inject one). Lengths are
+    estimated at CHARS_PER_TOKEN, since the API has no tokenizer."""
+
+    def __init__(self, client: OpenAIClient, family: str = "auto", context_tokens: int = 4096):
+        self.client, self.url, self.family = client, client.url, family
+        self.context_tokens = context_tokens
+        self.model = ""
+        self.controls: tuple[str, ...] = ()
+
+    def connect(self) -> ServerModel:
+        entry = self.client.models()[0]
+        self.model = entry["id"]
+        template = template_in_name(self.model) if self.family == "auto" else template_named(self.family)
+        self.controls = tuple(token for token in (*template.required_tokens(), template.repo_name,
+                                                  template.file_separator) if token) if template else ()
+        context = int(entry.get("max_model_len") or 0) or self.context_tokens
+        return ServerModel(self.model, 0, context, template)
+
+    def encode(self, segments: list[Segment]) -> tuple[str, int]:
+        text = "".join(segment.text if segment.special else self._plain(segment.text) for segment in segments)
+        return text, self.count(text)
+
+    def _plain(self, text: str) -> str:
+        for control in self.controls:
+            text = text.replace(control, "")
+        return text
+
+    def count(self, text: str) -> int:
+        return math.ceil(len(text) / CHARS_PER_TOKEN)
+
+    def text_of(self, prompt: str) -> str:
+        return prompt
+
+    def generate(self, prompt: str, slot: int, max_tokens: int, stop: list[str], sampling: Sampling,
+                 time_budget_ms: float, cancel: CancelFlag, done=None) -> RemoteGeneration:
+        return self.client.complete(self.model, prompt, max_tokens, stop, sampling.temperature, sampling.top_k,
+                                    sampling.top_p, time_budget_ms, cancel, done)
+
+
 def backend_for(options: ModelOptions, environ: dict[str, str]) -> Backend:
     """The configured server's backend; ServerError for settings that cannot work."""
     if not options.server_url:
@@ -154,9 +217,11 @@ def backend_for(options: ModelOptions, environ: dict[str, str]) -> Backend:
         if not api_key:
             raise ServerError(f"models.api_key_env names {options.api_key_env}, which is not set in the "
                               "environment completer runs in")
-    client = LlamaServerClient(options.server_url, api_key, options.server_connect_timeout_s,
-                               options.server_timeout_s)
-    return LlamaServerBackend(client, options.prompt_family)
+    timeouts = (options.server_connect_timeout_s, options.server_timeout_s)
+    if options.backend == "openai":
+        return OpenAIBackend(OpenAIClient(options.server_url, api_key, *timeouts), options.prompt_family,
+                             options.context_tokens)
+    return LlamaServerBackend(LlamaServerClient(options.server_url, api_key, *timeouts), options.prompt_family)
 
 
 @dataclass
@@ -185,7 +250,7 @@ class Link:
 
 class RemoteCompleter:
     """Completions for every document from a server; the newest request for a document
-    wins. Requests for different documents run at once (each has its slot). The same
+    wins. Requests for different documents run at once (in different slots). The same
     calls as session.Completer, which the language server makes."""
 
     def __init__(self, backend: Backend, config: Config | None = None, workspace: Workspace | None = None):
@@ -200,6 +265,7 @@ class RemoteCompleter:
         self._state = threading.Lock()  # sessions, slots, the link, running requests, counters
         self._connecting = threading.Lock()  # one connection attempt at a time
         self._running: dict[str, CancelFlag] = {}
+        self._slot_locks: dict[int, threading.Lock] = {}
         self.configure(config or Config())
 
     def _count(self, text: str) -> int:
@@ -270,7 +336,8 @@ class RemoteCompleter:
         session, slot = self._enter(request)
         try:
             prompt, _, _ = self.prompt(request, model)
-            result = self.backend.generate(prompt, slot, 0, [], Sampling(), 0, CancelFlag())
+            with self._slot_lock(slot):
+                result = self.backend.generate(prompt, slot, 0, [], Sampling(), 0, CancelFlag())
         except ServerError as error:
             self._failed(str(error))
             return 0
@@ -299,7 +366,7 @@ class RemoteCompleter:
         line_before, around = cursor_sections(request.text, request.cursor, 0, self.config.prompt.suffix_lines)
         return CursorContext(line_before, around if suffix is None else suffix)
 
-    def prompt(self, request: CompletionRequest, model: ServerModel) -> tuple[list[int], int, str]:
+    def prompt(self, request: CompletionRequest, model: ServerModel) -> tuple[list[int] | str, int, str]:
         room = model.context_tokens - self.config.generation.max_tokens - 1
         return fit_prompt(request, self.config.prompt, model.template, room, self.workspace, self.ring,
                           self.backend.encode)
@@ -313,7 +380,7 @@ class RemoteCompleter:
                 self.ring.add(left.path, left.text, left.cursor)
             self.current = request.document
             session.text, session.cursor = request.text, request.cursor
-            return session, self.slots.slot_for(request.document)
+            return session, self.slots.slot_for(request.document) if self.config.models.server_slots == "pin" else -1
 
     def _complete(self, request: CompletionRequest, cancel: CancelFlag | None) -> Completion:
         if not 0 <= request.cursor <= len(request.text):
@@ -346,10 +413,11 @@ class RemoteCompleter:
         try:
             prompt, length, suffix = self.prompt(request, model)
             cursor = self.cursor_context(request, suffix)
-            result = self.backend.generate(
-                prompt, slot, options.max_tokens, stops_for(cursor),
-                Sampling(options.temperature, options.top_k, options.top_p), options.time_budget_ms, cancel,
-                done=lambda text: cut_to_scope(text, cursor) != text)
+            with self._slot_lock(slot):
+                result = self.backend.generate(
+                    prompt, slot, options.max_tokens, stops_for(cursor),
+                    Sampling(options.temperature, options.top_k, options.top_p), options.time_budget_ms, cancel,
+                    done=lambda text: cut_to_scope(text, cursor) != text)
         except ServerError as error:
             self._failed(str(error))
             return Completion("", "server down", "unavailable")
@@ -363,6 +431,15 @@ class RemoteCompleter:
                 self.counters.add_remote(result)
         return Completion(shown, "model", result.stop_reason, prompt, int(result.timings.get("prompt_n", 0)),
                           remote=result)
+
+    def _slot_lock(self, slot: int) -> AbstractContextManager:
+        """One request at a time in a pinned slot (two documents may share one): llama-server
+        would queue the second anyway, and its RAM prompt cache can hand a request
+        another's text when requests for one slot overlap (llama.cpp issue 27148)."""
+        if slot < 0:
+            return nullcontext()
+        with self._state:
+            return self._slot_locks.setdefault(slot, threading.Lock())
 
     def _superseded(self) -> Completion:
         with self._state:

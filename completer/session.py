@@ -128,7 +128,7 @@ class Completion:
     text: str  # to insert at the cursor
     source: str  # "model", "forward cache" or "superseded" (a newer request took over: show nothing)
     stop_reason: str = ""
-    prompt: list[int] = field(default_factory=list)  # as rendered, before token healing
+    prompt: list[int] | str = field(default_factory=list)  # as rendered, before token healing (text for openai)
     evaluated_tokens: int = 0  # prompt tokens the target's cache lacked
     generation: Generation | None = None  # the local engine's
     remote: RemoteGeneration | None = None  # a server's, with its own timings
