@@ -543,6 +543,37 @@ def _run_holes(runner, holes: list, modes: int) -> list[dict]:
     return records
 
 
+def _bench_server(models: ModelOptions, baseline_url: str | None, holes: list, max_tokens: int, temperature: float,
+                  as_json: bool, report_path: Path) -> None:
+    """`bench --backend llama-server`: the holes on the server, and on the baseline server when given."""
+    import json
+
+    from completer.bench.peers import PeerFailed
+    from completer.bench.server_run import BASELINE, SERVER, ServerBench, TeamServer, summarize
+    from completer.remote_session import RemoteCompleter, backend_for
+
+    if models.backend != "llama-server":
+        raise click.UsageError("bench measures a server through llama-server's own API (its tokens and timings): "
+                               "--backend llama-server")
+    completer = RemoteCompleter(backend_for(models, dict(os.environ)), Config(models=models))
+    model = completer.connect()
+    if model is None:
+        raise click.ClickException(completer.link.error)
+    rows = {SERVER: TeamServer(completer.backend.url), **({BASELINE: TeamServer(baseline_url)} if baseline_url else {})}
+    runner = ServerBench(completer, model, rows, max_tokens, temperature)
+    try:
+        records = _run_holes(runner, holes, len(rows))
+    except PeerFailed as error:
+        raise click.ClickException(str(error)) from None
+    summary = summarize(records, runner.modes)
+    _show_bench_table(summary, f"{len(holes)} holes; {max_tokens} tokens; T={temperature}; {model.summary()} at "
+                               f"{completer.backend.url}" + (f"; baseline {baseline_url}" if baseline_url else ""),
+                      as_json)
+    report_path.write_text(json.dumps({"server": completer.backend.url, "model": model.summary(),
+                                       "baseline": baseline_url, "summary": summary,
+                                       "holes": [hole.to_json() for hole in holes], "records": records}, indent=1))
+
+
 def _show_bench_table(summary: dict, title: str, as_json: bool) -> None:
     """The summary per mode: as JSON, as the wide table on a terminal, or as plain rows with every value whole."""
     import json
@@ -587,18 +618,21 @@ def _show_bench_table(summary: dict, title: str, as_json: bool) -> None:
 @click.option("--quick", is_flag=True, help="6 holes of 24 tokens: a first look in a few minutes.")
 @click.option("--exact", is_flag=True, help="The target scores a verify batch one token per decode, as plain steps "
               "do: greedy speculation must then equal target token for token (no near ties), and runs slower.")
+@click.option("--baseline-url", help="With --backend llama-server: a server of the same model without "
+              "speculation, the `target` row the server's speedup is over.")
 @_config_flags("models")
 @_config_flags("drafting", only=("index_mb", "tree_branches"))
 @_reports_model_errors
 def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | None, profile: bool,
           count: int | None, seed: int, max_tokens: int | None, temperature: float, holes_file: Path | None,
           report_path: Path, as_json: bool, plot_path: Path | None, typing: bool, quick: bool, exact: bool,
-          models: ModelOptions, drafting: DraftingOptions) -> None:
+          baseline_url: str | None, models: ModelOptions, drafting: DraftingOptions) -> None:
     """Measure what speculation and caching buy on your code: every mode side by side.
 
     PATHS are repositories or folders (default: the current repository). Holes are
     spread over their source files by language; .gitignore, generated, vendored and
-    binary files are skipped."""
+    binary files are skipped. With --backend llama-server --server-url URL, the same
+    holes and table on that server."""
     import json
 
     from completer.bench import modes_to_run, report
@@ -607,8 +641,6 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
     from completer.loading import load_distilled, load_pair
     from completer.models.llama_server import find
 
-    llama_server = find(llama_server_path)
-    asked = _bench_modes(modes, llama_server)
     count = count or (6 if quick else 40)
     max_tokens = max_tokens or (24 if quick else 48)
     roots = list(paths) or [_repository_root()]
@@ -616,6 +648,11 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
         holes = holes_from_json(json.loads(holes_file.read_text())) if holes_file else pick_holes(roots, count, seed)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
+    if models.backend != "local":
+        _bench_server(models, baseline_url, holes, max_tokens, temperature, as_json, report_path)
+        return
+    llama_server = find(llama_server_path)
+    asked = _bench_modes(modes, llama_server)
     pair = load_pair(models)
     distilled = load_distilled(pair, models)
     chosen = modes_to_run(asked, distilled is not None, drafting.index_mb > 0)

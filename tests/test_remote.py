@@ -3,6 +3,7 @@ build` makes) on 127.0.0.1 with the smol target and two slots: streamed completi
 the prompt cache kept per slot, cancellation that stops the server's generation, and
 faults as one clear error each."""
 
+import json
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, HTTPServer
@@ -39,6 +40,28 @@ def test_doctor_checks_the_configured_server(server, smol):
     assert "2 slots of 2048 tokens" in row and "drafting no" in row
     down = run_completer("doctor", "--backend", "llama-server", "--server-url", f"http://127.0.0.1:{free_port()}")
     assert "cannot be used" in down.stdout and "refused" in down.stdout.lower()
+
+
+def test_bench_measures_the_server_with_the_same_holes_and_table(server, tmp_path):
+    client, _ = server
+    repository = tmp_path / "repo"
+    repository.mkdir()
+    (repository / "stack.py").write_text("class Stack:\n    def __init__(self):\n        self.items = []\n\n"
+                                         "    def push(self, item):\n        self.items.append(item)\n\n"
+                                         "    def pop(self):\n        return self.items.pop()\n" * 3)
+    report = tmp_path / "bench.json"
+    result = run_completer("bench", str(repository), "--backend", "llama-server", "--server-url", client.url,
+                           "--baseline-url", client.url, "--n", "3", "--max-tokens", "8", "--report", str(report),
+                           "--json", timeout=300)
+    assert result.returncode == 0, result.stderr
+    rows = {row["mode"]: row for row in json.loads(result.stdout)}
+    assert list(rows) == ["server", "target"] and rows["target"]["speedup_vs_target"] == pytest.approx(1.0)
+    assert rows["server"]["identical_rate"] == 1.0 and rows["server"]["tokens_per_s"] > 0  # one server, twice
+    records = json.loads(report.read_text())["records"]
+    assert len(records) == 6 and all(len(r["tokens"]) == 8 and "shown" in r for r in records)
+    alone = run_completer("bench", str(repository), "--backend", "llama-server", "--server-url", client.url,
+                          "--n", "2", "--max-tokens", "8", "--report", str(report), "--json", timeout=300)
+    assert [row["speedup_vs_target"] for row in json.loads(alone.stdout)] == [None]  # nothing to compare with
 
 
 def test_a_greedy_completion_streams_the_targets_own_tokens(server, smol):

@@ -75,7 +75,46 @@ class PeerResult:
     accepted: int
 
 
-class LlamaServer:
+class ServerPeer:
+    """A running llama-server at `url`, asked as the bench asks its modes: the prompt
+    evaluated outside the timing, then `max_tokens` tokens with every sampler off."""
+
+    url: str
+
+    def failure(self, what: str) -> PeerFailed:
+        return PeerFailed(f"{self.url}: {what}")
+
+    def _post(self, body: dict, path: str = "/completion") -> dict:
+        request = urllib.request.Request(f"{self.url}{path}", json.dumps(body).encode(),
+                                         {"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
+                return json.load(response)
+        except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError) as error:
+            time.sleep(0.2)  # a server that died: let its exit status land
+            raise self.failure(f"llama-server stopped answering ({error})") from None
+
+    def generate(self, prompt: list[int], max_tokens: int, temperature: float, seed: int) -> PeerResult:
+        self._post({"prompt": prompt, "n_predict": 0, "cache_prompt": True})  # the prompt, outside the timing
+        # Every other sampler off, as the bench's own sampling: top-k 0 and top-p 1 are
+        # no filter; llama-server samples greedily at temperature 0.
+        body = {"prompt": prompt, "n_predict": max_tokens, "temperature": temperature, "top_k": 0, "top_p": 1.0,
+                "min_p": 0.0, "seed": seed, "cache_prompt": True, "return_tokens": True}
+        started = time.perf_counter()
+        answer = self._post(body)
+        wall_ms = (time.perf_counter() - started) * 1000
+        timings = answer.get("timings", {})
+        return PeerResult(answer.get("tokens", []), timings.get("predicted_ms", wall_ms), wall_ms,
+                          timings.get("draft_n", 0), timings.get("draft_n_accepted", 0))
+
+    def detokenize(self, tokens: list[int]) -> str:
+        return self._post({"tokens": tokens}, "/detokenize")["content"]
+
+    def close(self) -> None:
+        """Nothing to stop: the server is someone else's."""
+
+
+class LlamaServer(ServerPeer):
     """One llama-server configuration on the models the bench loaded, with their GPU
     layers, our thread count and context size, and one slot."""
 
@@ -87,6 +126,7 @@ class LlamaServer:
         extra = [str(draft.path) if arg == DRAFT else arg for arg in SERVER_ARGS[mode]]
         drafting = ["-td", threads, "-tbd", threads, "-ngld", str(draft.gpu_layers)] if drafts else []
         self.port = _free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
         # Flash attention as the bench's own contexts have it: off on the CPU (it rounds a
         # batch differently from one token at a time), on with GPU layers.
         gpu_layers = target.gpu_layers
@@ -127,30 +167,10 @@ class LlamaServer:
             time.sleep(0.2)
         raise self.failure(f"llama-server not ready after {START_TIMEOUT_S} s")
 
-    def _post(self, body: dict) -> dict:
-        request = urllib.request.Request(f"http://127.0.0.1:{self.port}/completion", json.dumps(body).encode(),
-                                         {"Content-Type": "application/json"})
-        try:
-            with urllib.request.urlopen(request, timeout=REQUEST_TIMEOUT_S) as response:
-                return json.load(response)
-        except (urllib.error.URLError, ConnectionError, TimeoutError, json.JSONDecodeError) as error:
-            time.sleep(0.2)  # a server that died: let its exit status land
-            raise self.failure(f"llama-server stopped answering ({error})") from None
-
     def generate(self, prompt: list[int], max_tokens: int, temperature: float, seed: int) -> PeerResult:
         if self.process.poll() is not None:
             raise self.failure("llama-server is gone")
-        self._post({"prompt": prompt, "n_predict": 0, "cache_prompt": True})  # the prompt, outside the timing
-        # Every other sampler off, as the bench's own sampling: top-k 0 and top-p 1 are
-        # no filter; llama-server samples greedily at temperature 0.
-        body = {"prompt": prompt, "n_predict": max_tokens, "temperature": temperature, "top_k": 0, "top_p": 1.0,
-                "min_p": 0.0, "seed": seed, "cache_prompt": True, "return_tokens": True}
-        started = time.perf_counter()
-        answer = self._post(body)
-        wall_ms = (time.perf_counter() - started) * 1000
-        timings = answer.get("timings", {})
-        return PeerResult(answer.get("tokens", []), timings.get("predicted_ms", wall_ms), wall_ms,
-                          timings.get("draft_n", 0), timings.get("draft_n_accepted", 0))
+        return super().generate(prompt, max_tokens, temperature, seed)
 
     def close(self) -> None:
         if self.process.poll() is None:

@@ -52,6 +52,17 @@ class Settings:
     tree_branches: int = DraftingOptions().tree_branches  # token-tree branches beside an index draft; 0 = none
 
 
+def hidden_truth(hole: Hole) -> tuple[CompletionRequest, str]:
+    """The request at the hole, its truth taken out of the file, and the cursor's line before it."""
+    text = hole.path.read_text(encoding="utf-8", errors="replace")
+    offset = cursor_offset(text, hole.line, hole.column)
+    if not text.startswith(hole.truth, offset):
+        raise ValueError(f"{hole.file} changed since its holes were picked: pick new ones")
+    hidden = text[:offset] + text[offset + len(hole.truth):]
+    request = CompletionRequest(str(hole.path), hole.file, hidden, offset, hole.language)
+    return request, hidden[hidden.rfind("\n", 0, offset) + 1 : offset]
+
+
 class Bench:
     """The models, loaded once, and what a run needs to price rounds and check ties."""
 
@@ -108,14 +119,9 @@ class Bench:
 
     def prompt(self, hole: Hole) -> tuple[list[int], CursorContext]:
         """The prompt for the file with the hole's truth taken out, and the cursor's context."""
-        text = hole.path.read_text(encoding="utf-8", errors="replace")
-        offset = cursor_offset(text, hole.line, hole.column)
-        if not text.startswith(hole.truth, offset):
-            raise ValueError(f"{hole.file} changed since its holes were picked: pick new ones")
-        hidden = text[:offset] + text[offset + len(hole.truth):]
-        request = CompletionRequest(str(hole.path), hole.file, hidden, offset, hole.language)
+        request, line_before = hidden_truth(hole)
         tokens, suffix = self.completer.prompt(request)
-        return tokens, CursorContext(hidden[hidden.rfind("\n", 0, offset) + 1 : offset], suffix)
+        return tokens, CursorContext(line_before, suffix)
 
     def run_hole(self, index: int, hole: Hole) -> list[dict]:
         """Every mode on one hole: one record per mode."""
