@@ -31,7 +31,7 @@ from completer.prompt import TEMPLATES, FimTemplate, Segment, cursor_sections, t
 from completer.remote import (CancelFlag, LlamaServerClient, OpenAIClient, RemoteGeneration, ServerError, ServerProps,
                               SlotMap)
 from completer.session import (CompleterStats, Completion, CompletionRequest, CompletionSession, Counters,
-                               PositionError, _counted, fit_prompt)
+                               PositionError, counted, fit_prompt)
 from completer.speculative import Sampling
 
 # A restarted server is back within seconds, so the first retry comes soon; one that
@@ -96,14 +96,19 @@ class ServerVocabulary:
         self.client = client
         self._tokens: dict[tuple[str, bool], list[int]] = {}  # oldest first (dicts keep order)
         self._texts: dict[int, str] = {}
+        self._lock = threading.Lock()  # requests for several documents tokenize at once
 
     def tokenize(self, text: str, parse_special: bool = False) -> list[int]:
         key = (text, parse_special)
-        if key not in self._tokens:
+        with self._lock:
+            if key in self._tokens:
+                return self._tokens[key]
+        tokens = self.client.tokenize(text, parse_special)
+        with self._lock:
             if len(self._tokens) >= TOKENIZED_TEXTS:
                 del self._tokens[next(iter(self._tokens))]
-            self._tokens[key] = self.client.tokenize(text, parse_special)
-        return self._tokens[key]
+            self._tokens[key] = tokens
+        return tokens
 
     def token_text(self, token: int) -> str:
         if token not in self._texts:
@@ -116,7 +121,7 @@ class ServerVocabulary:
 
 class LlamaServerBackend:
     """llama-server's own API: prompts as token ids (so that a file's text can never
-    become a control token), a slot per document, the server's timings and drafts."""
+    become a control token), its slots, its timings and drafts."""
 
     def __init__(self, client: LlamaServerClient, family: str = "auto"):
         self.client, self.url, self.family = client, client.url, family
@@ -140,7 +145,7 @@ class LlamaServerBackend:
         return ServerModel(name, props.slots, props.context_tokens, template, speculative)
 
     def encode(self, segments: list[Segment]) -> tuple[list[int], int]:
-        return _counted(tokenize_segments(self.vocabulary, segments))
+        return counted(tokenize_segments(self.vocabulary, segments))
 
     def count(self, text: str) -> int:
         return len(self.vocabulary.tokenize(text))
@@ -333,8 +338,8 @@ class RemoteCompleter:
         model = self.connect()
         if model is None:
             return 0
-        session, slot = self._enter(request)
         try:
+            _, slot = self._enter(request)
             prompt, _, _ = self.prompt(request, model)
             with self._slot_lock(slot):
                 result = self.backend.generate(prompt, slot, 0, [], Sampling(), 0, CancelFlag())
@@ -372,15 +377,17 @@ class RemoteCompleter:
                           self.backend.encode)
 
     def _enter(self, request: CompletionRequest) -> tuple[CompletionSession, int]:
-        """The document's session and slot; the document the user left becomes a context chunk."""
+        """The document's session and slot (-1: the server's choice); the document the user
+        left becomes a context chunk (measured in the server's tokens: ServerError)."""
         with self._state:
             session = self.sessions.setdefault(request.document, CompletionSession(request.path))
-            left = self.sessions.get(self.current) if self.current is not None else None
-            if left is not None and self.current != request.document and left.text:
-                self.ring.add(left.path, left.text, left.cursor)
+            left = self.sessions.get(self.current) if self.current not in (None, request.document) else None
             self.current = request.document
             session.text, session.cursor = request.text, request.cursor
-            return session, self.slots.slot_for(request.document) if self.config.models.server_slots == "pin" else -1
+            slot = self.slots.slot_for(request.document) if self.config.models.server_slots == "pin" else -1
+        if left is not None and left.text:
+            self.ring.add(left.path, left.text, left.cursor)
+        return session, slot
 
     def _complete(self, request: CompletionRequest, cancel: CancelFlag | None) -> Completion:
         if not 0 <= request.cursor <= len(request.text):
@@ -408,9 +415,9 @@ class RemoteCompleter:
 
     def _generate(self, request: CompletionRequest, model: ServerModel, text_before: str,
                   cancel: CancelFlag) -> Completion:
-        session, slot = self._enter(request)
         options = self.config.generation
         try:
+            session, slot = self._enter(request)
             prompt, length, suffix = self.prompt(request, model)
             cursor = self.cursor_context(request, suffix)
             with self._slot_lock(slot):

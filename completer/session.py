@@ -230,7 +230,8 @@ def cursor_offset(text: str, line: int, character: int) -> int:
     return sum(len(text_line) + 1 for text_line in lines[:line]) + character
 
 
-def _counted(tokens: list[int]) -> tuple[list[int], int]:
+def counted(tokens: list[int]) -> tuple[list[int], int]:
+    """Token ids as fit_prompt's `encode` gives them: the prompt, and its length."""
     return tokens, len(tokens)
 
 
@@ -481,7 +482,7 @@ class Completer:
         """The prompt's tokens, and the suffix the cursor sees."""
         room = self.engine.context_tokens - self.config.generation.max_tokens - 1
         tokens, _, suffix = fit_prompt(request, self.config.prompt, self.template, room, self.workspace, self.ring,
-                                       lambda segments: _counted(tokenize_segments(self.engine.model, segments)))
+                                       lambda segments: counted(tokenize_segments(self.engine.model, segments)))
         return tokens, suffix
 
     def _generate(self, request: CompletionRequest, session: CompletionSession, text_before: str,

@@ -346,7 +346,7 @@ async def answer_at(ls: CompleterServer, uri: str, position: types.Position) -> 
         if completion.warning:
             ls.tell(types.MessageType.Warning, completion.warning, show=True)
         else:
-            ls.tell(types.MessageType.Info, f"{ls.completer.backend.url} answers again")
+            ls.tell(types.MessageType.Info, f"the server answers again (before: {ls.warning_shown})")
         ls.warning_shown = completion.warning
     answer = answer_for(document, version, request, position, completion)
     if answer is not None:

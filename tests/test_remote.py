@@ -6,12 +6,15 @@ faults as one clear error each."""
 import json
 import threading
 import time
+from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
 import pytest
 
+from completer.config import ModelOptions
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.remote import CancelFlag, LlamaServerClient, ServerError, SlotMap, sends_key_safely
+from completer.remote_session import LlamaServerBackend, backend_for
 from conftest import run_completer
 from llama_server_process import LlamaServer, free_port
 
@@ -62,6 +65,24 @@ def test_bench_measures_the_server_with_the_same_holes_and_table(server, tmp_pat
     alone = run_completer("bench", str(repository), "--backend", "llama-server", "--server-url", client.url,
                           "--n", "2", "--max-tokens", "8", "--report", str(report), "--json", timeout=300)
     assert [row["speedup_vs_target"] for row in json.loads(alone.stdout)] == [None]  # nothing to compare with
+
+
+def test_a_prompt_family_the_servers_model_lacks_is_one_clear_error(server, smol):
+    client, _ = server
+    with pytest.raises(ServerError, match=f"models.prompt_family is qwen2.5-coder, but the server's model "
+                                          f"{smol.target.name} has no FIM tokens"):
+        LlamaServerBackend(client, "qwen2.5-coder").connect()
+    assert LlamaServerBackend(client, "auto").connect().template is None  # smol has none: a prefix-only prompt
+
+
+def test_the_key_comes_from_the_named_variable_and_only_goes_where_it_is_safe():
+    options = ModelOptions(backend="llama-server", server_url="http://127.0.0.1:8012", api_key_env="TEAM_KEY")
+    with pytest.raises(ServerError, match="TEAM_KEY, which is not set"):
+        backend_for(options, {})
+    assert backend_for(options, {"TEAM_KEY": "s3cret"}).client.api_key == "s3cret"
+    with pytest.raises(ServerError, match="only over https or to this machine"):
+        backend_for(replace(options, server_url="http://10.0.0.5:8012"), {"TEAM_KEY": "s3cret"})
+    assert backend_for(replace(options, server_url="https://gpu-box:8012"), {"TEAM_KEY": "s3cret"}).client.api_key
 
 
 def test_a_greedy_completion_streams_the_targets_own_tokens(server, smol):
