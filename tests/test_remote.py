@@ -60,6 +60,7 @@ def test_bench_measures_the_server_with_the_same_holes_and_table(server, tmp_pat
     rows = {row["mode"]: row for row in json.loads(result.stdout)}
     assert list(rows) == ["server", "target"] and rows["target"]["speedup_vs_target"] == pytest.approx(1.0)
     assert rows["server"]["identical_rate"] == 1.0 and rows["server"]["tokens_per_s"] > 0  # one server, twice
+    assert rows["server"]["other_differences"] is None  # no logits here to judge a difference with
     records = json.loads(report.read_text())["records"]
     assert len(records) == 6 and all(len(r["tokens"]) == 8 and "shown" in r for r in records)
     alone = run_completer("bench", str(repository), "--backend", "llama-server", "--server-url", client.url,
