@@ -550,12 +550,16 @@ def _bench_server(models: ModelOptions, baseline_url: str | None, holes: list, m
 
     from completer.bench.peers import PeerFailed
     from completer.bench.server_run import BASELINE, SERVER, ServerBench, TeamServer, summarize
+    from completer.remote import ServerError
     from completer.remote_session import RemoteCompleter, backend_for
 
     if models.backend != "llama-server":
         raise click.UsageError("bench measures a server through llama-server's own API (its tokens and timings): "
                                "--backend llama-server")
-    completer = RemoteCompleter(backend_for(models, dict(os.environ)), Config(models=models))
+    try:
+        completer = RemoteCompleter(backend_for(models, dict(os.environ)), Config(models=models))
+    except ServerError as error:  # no URL, a key's variable unset, a key to send unsafely
+        raise click.UsageError(str(error)) from None
     model = completer.connect()
     if model is None:
         raise click.ClickException(completer.link.error)

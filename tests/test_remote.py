@@ -66,6 +66,8 @@ def test_bench_measures_the_server_with_the_same_holes_and_table(server, tmp_pat
     alone = run_completer("bench", str(repository), "--backend", "llama-server", "--server-url", client.url,
                           "--n", "2", "--max-tokens", "8", "--report", str(report), "--json", timeout=300)
     assert [row["speedup_vs_target"] for row in json.loads(alone.stdout)] == [None]  # nothing to compare with
+    nowhere = run_completer("bench", str(repository), "--backend", "llama-server")
+    assert nowhere.returncode == 2 and "needs models.server_url" in nowhere.stderr
 
 
 def test_a_prompt_family_the_servers_model_lacks_is_one_clear_error(server, smol):
