@@ -134,12 +134,13 @@ class NgramDrafter:
         self.others = {key: self._index(index.tokens) for key, index in self.others.items()}
         self.saved_files = {key: self._index(index.tokens) for key, index in self.saved_files.items()}
 
-    def lookup_workspace(self, tokens: list[int], k: int, longer_than: int = 0) -> Match:
+    def lookup_workspace(self, tokens: list[int], k: int, n_vocab: int, longer_than: int = 0) -> Match:
         """The workspace index's proposal, for a match longer than `longer_than` tokens
-        (the open documents' own: they win a tie, being what is worked on)."""
+        (the open documents' own: they win a tie, being what is worked on), of token ids
+        below `n_vocab` (the target's vocabulary) only."""
         if self.workspace is None or longer_than >= self.options.ngram_max_match:
             return NO_MATCH
-        found = self.workspace.lookup(tokens, k)
+        found = self.workspace.lookup(tokens, k, n_vocab)
         return found if found.length > longer_than else NO_MATCH
 
     def set_document(self, tokens: list[int]) -> None:

@@ -216,7 +216,7 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
     # documents' at the same length (on the standard library, acceptance 0.45 with it
     # against 0.51 without, when one estimate served both), so the tuner learns it apart.
     # After a local match of 9+ tokens, the best bet there is, it is not looked in.
-    indexed = (engine.ngram.lookup_workspace(tokens, most, found.length)
+    indexed = (engine.ngram.lookup_workspace(tokens, most, engine.model.n_vocab, found.length)
                if looks_up and found.length < INDEX_AFTER_MATCH else NO_MATCH)
     lookup_ms = (time.perf_counter() - lookup_started) * 1000
     hybrid_ngram = max(found.length, indexed.length) >= engine.drafting.hybrid_min_match

@@ -3,10 +3,11 @@ n-gram lookup to draft from. Code repeats across files (imports, call signatures
 the same idioms), so the text after a cursor has often been written elsewhere.
 
     build (a background thread, at start-up)
-        files    = the workspace folders' source files (git's list, less generated,
-                   vendored, binary, tiny and huge ones; symlinks and ".." resolved, never
-                   outside a folder), most recently modified first, until the token
-                   budget (drafting.index_mb) is spent
+        files    = the workspace folders' source files (those .gitignore does not exclude,
+                   read without running git, less dependency and build folders and
+                   generated, binary, tiny and huge files; never through a symlink, never
+                   outside a folder; the first MOST_FILES listed), most recently modified
+                   first, until the token budget (drafting.index_mb) is spent
         tokens   = all of them, one array, a separator between files
         order    = every position, sorted by the tokens before it read backwards (the
                    first 8 of them): a suffix array of the reversed text, cut at that depth
@@ -19,14 +20,21 @@ the same idioms), so the text after a cursor has often been written elsewhere.
                 table's copy is skipped, and the newer text is drafted from on its own
                 (completer.drafts)
 
-The tokens are kept between runs (saved_index_path): a file unchanged since is not
-tokenized again, which is most of a build's time (the standard library: 29 s of a
-38 s build, on a 2-core AVX2 CPU).
+The tokens are kept between runs (saved_index_path: keyed on the model file's size and
+modification time, so a GGUF replaced in place starts afresh): a file unchanged since is
+not tokenized again, which is most of a build's time (the standard library: 29 s of a
+38 s build, on a 2-core AVX2 CPU). A saved index that does not read back is removed.
+
+A build never dies of one file (gone since it was listed, unreadable, not text: skipped),
+logs one that failed, stops at its next file when cancelled (a reload: it holds the old
+model's tokenizer until then), and waits for any other build to end first: one runs at
+a time. Proposals are cut at the first token the model's vocabulary lacks.
 
 Memory: 8 bytes a token (the token and its place in `order`); the build briefly needs
 about 6 times that for its sort keys (399 MB more for the standard library's 68 MB).
 """
 
+import contextlib
 import hashlib
 import logging
 import os
@@ -62,6 +70,14 @@ PADDING = 16  # separators before the first file: every position has its sort de
 MAX_CANDIDATES = 256
 BRANCH_MOST = 16  # tokens of a token-tree branch proposed: the tuner takes as many of them as pay
 BYTES_PER_TOKEN = 8  # int32 token + int32 place in the sorted order
+# Files listed per build at most: listing stats every file, and a workspace folder that is
+# a home directory or a monorepo would take minutes of it before the first token (the
+# standard library has 1,556 source files, Linux's kernel about 60,000 .c and .h).
+MOST_FILES = 100_000
+# Bytes of source read per build at most, per byte of drafting.index_mb: code takes 3-4
+# bytes a token and a token 8 bytes of index, so ordinary code spends the token budget
+# first; this bounds text that makes few tokens of many bytes (long runs of one character).
+SOURCE_BYTES_PER_INDEX_BYTE = 1
 SAVED_FORMAT = 1  # of the saved index (its layout: PADDING, SORT_WORDS): another one is not read
 
 
@@ -211,14 +227,36 @@ class TokenTable:
         return proposed, forks
 
 
-def workspace_files(workspace: Workspace) -> list[Path]:
-    """The workspace folders' source files, inside them once symlinks and ".." are
-    resolved, most recently modified first."""
+def workspace_files(workspace: Workspace, most: int = MOST_FILES) -> list[Path]:
+    """The workspace folders' source files (of the first `most` listed in each), inside
+    them once symlinks and ".." are resolved, most recently modified first; a file gone
+    since it was listed is left out."""
     languages = set(LINE_COMMENT)
     found = {path.resolve() for root in workspace.roots
-             for paths in source_files(root, languages).values() for path in paths}
-    inside = [path for path in found if workspace.contains(path)]
-    return sorted(inside, key=lambda path: (-path.stat().st_mtime, str(path)))
+             for paths in source_files(root, languages, most).values() for path in paths}
+    modified = {}
+    for path in found:
+        try:
+            if workspace.contains(path):
+                modified[path] = path.stat().st_mtime_ns
+        except OSError:
+            continue
+    return sorted(modified, key=lambda path: (-modified[path], str(path)))
+
+
+def within_vocabulary(match: Match, n_vocab: int) -> Match:
+    """The match's proposal and branches cut at their first token id the vocabulary
+    lacks: llama_decode refuses a whole batch with one (an index tokenized for another
+    model's vocabulary)."""
+    def cut(tokens: list[int]) -> list[int]:
+        return next((tokens[:i] for i, token in enumerate(tokens) if not 0 <= token < n_vocab), tokens)
+
+    proposed = cut(match.tokens)
+    if not proposed:
+        return NO_MATCH
+    branches = {step: branch for step, tokens in match.branches.items()
+                if step < len(proposed) and (branch := cut(tokens))}
+    return Match(proposed, match.length, branches)
 
 
 @dataclass
@@ -241,10 +279,21 @@ class SavedIndex:
         return self.tokens[index] if index is not None and self.stamps[index] == stamp else None
 
 
+def model_identity(model: Path) -> str:
+    """The model file as it is now: its path, size and modification time. A GGUF replaced
+    in place (another vocabulary, maybe) is another model; hashing its vocabulary would
+    say so for certain, at the cost of reading it on every start."""
+    try:
+        stat = model.stat()
+    except OSError:
+        return f"{model.resolve()} (missing)"
+    return f"{model.resolve()} {stat.st_size} {stat.st_mtime_ns}"
+
+
 def saved_index_path(model: Path, roots: list[Path]) -> Path:
-    """Where the index of these workspace folders, tokenized for this model's vocabulary,
-    is kept between runs."""
-    parts = [f"format {SAVED_FORMAT}", str(model.resolve()), *sorted(map(str, roots))]
+    """Where the index of these workspace folders, tokenized for this model file's
+    vocabulary, is kept between runs."""
+    parts = [f"format {SAVED_FORMAT}", model_identity(model), *sorted(map(str, roots))]
     key = hashlib.sha256("\0".join(parts).encode()).hexdigest()[:16]
     return cache_dir() / "index" / f"{key}.npz"
 
@@ -266,7 +315,8 @@ def _save(path: Path, table: TokenTable, stamps: list[tuple[int, int]]) -> None:
 
 
 def _load(path: Path) -> SavedIndex:
-    """What _save wrote; an empty SavedIndex when there is none or it does not read back."""
+    """What _save wrote; an empty SavedIndex when there is none or it does not read back
+    (then it is removed: it would fail again on every start)."""
     if not path.is_file():
         return SavedIndex()
     try:
@@ -278,8 +328,11 @@ def _load(path: Path) -> SavedIndex:
         if not len(saved.paths) == len(stamps) == len(files):
             raise ValueError("its arrays disagree")
         return saved
-    except (OSError, ValueError, KeyError, zipfile.BadZipFile) as error:
-        log.warning("the saved workspace index %s does not read back (%s): indexing from the files", path, error)
+    except (OSError, EOFError, ValueError, KeyError, zipfile.BadZipFile) as error:  # EOFError: an empty file
+        log.warning("the saved workspace index %s does not read back (%s): removed, indexing from the files", path,
+                    error or type(error).__name__)
+        with contextlib.suppress(OSError):
+            path.unlink(missing_ok=True)
         return SavedIndex()
 
 
@@ -290,6 +343,27 @@ class IndexStats:
     mb: float = 0.0
     build_s: float = 0.0
     ready: bool = False
+
+
+def _tokens_of(path: Path, earlier: SavedIndex, tokenize: Callable[[str], list[int]]
+               ) -> tuple[tuple[int, int], np.ndarray] | None:
+    """The file's (size, modification time in ns) and tokens, from the earlier build when
+    it is unchanged since; None when it is gone, unreadable or not text (nothing to
+    draft from)."""
+    try:
+        stat = path.stat()
+        stamp = (stat.st_size, stat.st_mtime_ns)
+        tokens = earlier.tokens_of(str(path), stamp)
+        if tokens is None:
+            tokens = np.asarray(tokenize(path.read_text(encoding="utf-8")), np.int32)
+    except (OSError, UnicodeError, ValueError):
+        return None
+    return stamp, tokens
+
+
+# Held by the build under way: two never run at once (each briefly needs about 6 times
+# its index's memory for the sort, and a reload's new build must not race the old one).
+ONE_BUILD = threading.Lock()
 
 
 class WorkspaceIndex:
@@ -306,32 +380,45 @@ class WorkspaceIndex:
 
     def build(self, workspace: Workspace, tokenize: Callable[[str], list[int]],
               cancel: threading.Event | None = None, saved: Path | None = None) -> IndexStats:
-        """Index the workspace's files within drafting.index_mb; `cancel` stops it (the
-        table stays as it was). `saved`: a file holding the tokens of an earlier build
-        (the same tokenizer's): files unchanged since (size and modification time) are
-        not tokenized again, and the build is written back there."""
+        """Index the workspace's files within drafting.index_mb; `cancel` stops it at the
+        next file (the table stays as it was). `saved`: a file holding the tokens of an
+        earlier build (the same tokenizer's): files unchanged since (size and modification
+        time) are not tokenized again, and the build is written back there. Waits for any
+        other build to end first. A build that fails is logged and changes nothing."""
+        cancel = cancel or threading.Event()
+        with ONE_BUILD:
+            if cancel.is_set():
+                return self.stats
+            try:
+                return self._build(workspace, tokenize, cancel, saved)
+            except Exception:  # in a thread nobody joins: said here, or never
+                log.exception("the workspace index was not built; drafting from open documents only")
+                return self.stats
+
+    def _build(self, workspace: Workspace, tokenize: Callable[[str], list[int]], cancel: threading.Event,
+               saved: Path | None) -> IndexStats:
         started = time.perf_counter()
-        budget = int(self.options.index_mb * 2**20 / BYTES_PER_TOKEN)
+        budget = int(self.options.index_mb * 2**20 / BYTES_PER_TOKEN)  # tokens
+        bytes_left = int(self.options.index_mb * 2**20 * SOURCE_BYTES_PER_INDEX_BYTE)  # of source
         earlier = _load(saved) if saved is not None else SavedIndex()
         files: list[tuple[str, np.ndarray]] = []
         stamps: list[tuple[int, int]] = []
         used = 0
         for path in workspace_files(workspace):
-            if cancel is not None and cancel.is_set():
+            if cancel.is_set():
                 return self.stats
-            try:
-                stat = path.stat()
-                stamp = (stat.st_size, stat.st_mtime_ns)
-                tokens = earlier.tokens_of(str(path), stamp)
-                if tokens is None:
-                    tokens = np.asarray(tokenize(path.read_text(encoding="utf-8")), np.int32)
-            except (OSError, UnicodeDecodeError):
-                continue  # gone, unreadable or not text: nothing to draft from
-            if used + len(tokens) > budget:
+            read = _tokens_of(path, earlier, tokenize)
+            if read is None:
+                continue
+            stamp, tokens = read
+            if used + len(tokens) > budget or stamp[0] > bytes_left:
                 break
             files.append((str(path), tokens))
             stamps.append(stamp)
             used += len(tokens)
+            bytes_left -= stamp[0]
+        if cancel.is_set():  # before the sort: seconds on a large workspace
+            return self.stats
         unchanged = [path for path, _ in files] == earlier.paths and stamps == earlier.stamps
         table = TokenTable(files, earlier.order if unchanged else None)
         if saved is not None and not unchanged:
@@ -352,9 +439,9 @@ class WorkspaceIndex:
         with self._lock:
             self.hidden.discard(os.path.realpath(path))
 
-    def lookup(self, tokens: list[int], k: int) -> Match:
+    def lookup(self, tokens: list[int], k: int, n_vocab: int) -> Match:
         """The longest match of the text's end in the table's visible files, and the
-        continuation most of its occurrences share."""
+        continuation most of its occurrences share, within a vocabulary of `n_vocab` ids."""
         table = self.table
         if table is None or k <= 0:
             return NO_MATCH
@@ -369,4 +456,4 @@ class WorkspaceIndex:
         if not len(positions):
             return NO_MATCH
         proposed, branches = table.continuation(positions, k, self.options.tree_branches)
-        return Match(proposed, length, branches) if proposed else NO_MATCH
+        return within_vocabulary(Match(proposed, length, branches), n_vocab)

@@ -48,7 +48,7 @@ class Corpus:
 
 
 def corpus_files(paths: list[Path], languages: Collection[str]) -> list[Path]:
-    """Source files of `languages` under the paths: .gitignore respected (git ls-files),
+    """Source files of `languages` under the paths: .gitignore respected (read without git),
     vendored, generated, minified and binary files skipped (the rules `completer bench`
     uses); a path that is a file is taken as it is."""
     files = []

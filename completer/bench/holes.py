@@ -1,7 +1,7 @@
 """Holes: cursor positions in a repository's source files, with the text that was there.
 
-    files  = the repository's files (git's list when it is a repository, so .gitignore
-             counts), less generated, vendored, binary, tiny and huge ones
+    files  = the repository's files that .gitignore does not exclude (read without
+             running git), less generated, vendored, binary, tiny and huge ones
     holes  = N, seeded: a language (weighted by the square root of its file count), a
              random file of it, then a hole of the next kind in turn:
                rest of line  a non-empty, non-comment line cut at a column in
