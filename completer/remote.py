@@ -12,6 +12,8 @@ prompt, post-processing and everything else stay here.
                         as the local engine keeps saved KV states per document
 
 Nothing here retries: the caller decides what to tell the user and when to try again.
+Every call has one deadline (connect, headers, body or stream together), caps on what
+it reads, and stops the moment its cancel flag is set.
 """
 
 import http.client
@@ -30,6 +32,21 @@ from urllib.parse import urlsplit
 CONNECT_TIMEOUT_S = 2.0
 # A completion of a few lines on a busy team server: longer is a server in trouble.
 TOTAL_TIMEOUT_S = 30.0
+# What one answer may hold; a server sending more is broken or hostile, and reading on
+# would hold the editor's memory. The largest JSON asked for is /tokenize of a prompt
+# filling a 128k-token context (about 1 MB of ids); /props with a chat template, tens of KB.
+MAX_BODY_BYTES = 8 << 20
+# One event of a stream: a token's few bytes, but llama-server's last event repeats the
+# whole prompt as text (`prompt`: about 4 bytes a token, up to twice that escaped).
+MAX_LINE_BYTES = 4 << 20
+# HTTP statuses that are one request's fault (its prompt too long, its body refused):
+# the server is up and the next request may well pass. Every other 4xx (a wrong key, a
+# wrong URL, a rate limit) would refuse every request alike, so it counts as down.
+REQUEST_FAULTS = {400, 413, 414, 422}
+# The local engine's order (speculative.probabilities): temperature, then top-k, then
+# top-p over the tempered distribution. llama-server runs exactly the samplers named, in
+# this order (llama.cpp common/sampling.cpp), and none of its defaults (min_p 0.05).
+SAMPLERS = ["temperature", "top_k", "top_p"]
 # OpenAI's API takes at most four stop strings; post-processing cuts at the others.
 OPENAI_STOPS = 4
 
@@ -38,7 +55,16 @@ class ServerError(Exception):
     """The server could not be used for a request; the message says why, once."""
 
 
-class _Cancelled(Exception):
+class RequestRefused(ServerError):
+    """The server, up, refused this one request (REQUEST_FAULTS); `context_exceeded` when
+    it said the prompt and answer do not fit its context."""
+
+    def __init__(self, message: str, context_exceeded: bool = False):
+        super().__init__(message)
+        self.context_exceeded = context_exceeded
+
+
+class Cancelled(Exception):
     """A request's cancel flag closed its connection before the server answered."""
 
 
@@ -94,6 +120,8 @@ class ServerProps:
     slots: int
     context_tokens: int  # per slot
     speculative: dict[str, float | int | str] = field(default_factory=dict)  # its speculative.* settings
+    build: str = ""  # llama.cpp's build, as `b1234-abcdef0`; "" from a server that does not say
+    special_texts: tuple[str, ...] = ()  # its vocabulary's end and start tokens, spelt out
 
 
 @dataclass
@@ -110,9 +138,47 @@ class RemoteGeneration:
 STOP_TYPES = {"eos": "end", "word": "stop", "limit": "max_tokens"}
 
 
+class _Watch:
+    """Shuts a request's socket when its cancel flag is set (a CancelFlag: at once) or its
+    deadline passes: a read blocked on a stalled server, or one that sends a byte a second
+    and so never lets a socket timeout fire, returns there and then."""
+
+    def __init__(self, sock: socket.socket, cancel: threading.Event | None, seconds: float):
+        self.expired = False
+        self._timer = threading.Timer(max(0.0, seconds), self._expire, (sock,))
+        self._timer.daemon = True
+        self._timer.start()
+        self._unregister = cancel.when_set(lambda: _shut(sock)) if isinstance(cancel, CancelFlag) else _nothing
+
+    def _expire(self, sock: socket.socket) -> None:
+        self.expired = True
+        _shut(sock)
+
+    def stop(self) -> None:
+        self._timer.cancel()
+        self._unregister()
+
+
+def _nothing() -> None:
+    pass
+
+
+@dataclass
+class _Exchange:
+    """One request in flight: its connection, the response once its headers came, its watch."""
+
+    connection: http.client.HTTPConnection
+    response: http.client.HTTPResponse
+    watch: _Watch
+
+    def close(self) -> None:
+        self.watch.stop()
+        self.connection.close()  # mid-stream: how the server learns the request is gone
+
+
 class HttpClient:
     """HTTP to one server: JSON requests, and streams of server-sent events that a cancel
-    flag, a `done` check or the total timeout closes."""
+    flag, a `done` check or the request's deadline closes."""
 
     def __init__(self, url: str, api_key: str = "", connect_timeout_s: float = CONNECT_TIMEOUT_S,
                  total_timeout_s: float = TOTAL_TIMEOUT_S):
@@ -128,9 +194,9 @@ class HttpClient:
         self._base = parts.path.rstrip("/")
         self.connect_timeout_s, self.total_timeout_s = connect_timeout_s, total_timeout_s
 
-    def _connection(self) -> http.client.HTTPConnection:
+    def _connection(self, timeout_s: float) -> http.client.HTTPConnection:
         kind = http.client.HTTPSConnection if self._scheme == "https" else http.client.HTTPConnection
-        return kind(self._host, self._port, timeout=self.connect_timeout_s)
+        return kind(self._host, self._port, timeout=timeout_s)
 
     def _headers(self) -> dict[str, str]:
         headers = {"Content-Type": "application/json"}
@@ -138,43 +204,76 @@ class HttpClient:
             headers["Authorization"] = f"Bearer {self.api_key}"
         return headers
 
-    def _open(self, method: str, path: str, body: dict | None = None, cancel: threading.Event | None = None
-              ) -> tuple[http.client.HTTPConnection, http.client.HTTPResponse, Callable[[], None]]:
-        """The connection, the response once its headers came, and what unregisters the
-        cancel flag's hold on the socket (a CancelFlag shuts it down when set, also while
-        the server evaluates the prompt before it answers). _Cancelled when it was set."""
-        connection = self._connection()
-        unregister: Callable[[], None] = lambda: None  # noqa: E731
+    def _open(self, method: str, path: str, body: dict | None, cancel: threading.Event | None) -> _Exchange:
+        """The request sent and its response's headers read, within the request's deadline
+        (total_timeout_s from now, connecting included). Cancelled when the flag was set
+        (it is also looked at once connected: a connection attempt is bounded by
+        connect_timeout_s alone); RequestRefused or ServerError for a status other than 200."""
+        if cancel is not None and cancel.is_set():
+            raise Cancelled
+        deadline = time.monotonic() + self.total_timeout_s
+        connection = self._connection(min(self.connect_timeout_s, self.total_timeout_s))
+        watch = None
         try:
             connection.connect()
-            connection.sock.settimeout(self.total_timeout_s)
-            if isinstance(cancel, CancelFlag):
-                sock = connection.sock
-                unregister = cancel.when_set(lambda: _shut(sock))
+            connection.sock.settimeout(max(0.001, deadline - time.monotonic()))
+            watch = _Watch(connection.sock, cancel, deadline - time.monotonic())
+            if cancel is not None and cancel.is_set():
+                raise Cancelled
             connection.request(method, self._base + path, None if body is None else json.dumps(body),
                                self._headers())
             response = connection.getresponse()
         except (OSError, http.client.HTTPException) as error:
-            unregister()
+            if watch is not None:
+                watch.stop()
             connection.close()
-            if cancel is not None and cancel.is_set():
-                raise _Cancelled from None
-            raise ServerError(f"{self.url} did not answer {path}: {_reason(error)}") from None
+            raise self._failure(f"{self.url} did not answer {path}", error, cancel, watch) from None
+        except Cancelled:
+            watch.stop()
+            connection.close()
+            raise
+        exchange = _Exchange(connection, response, watch)
         if response.status != 200:
-            text = response.read(2000).decode(errors="replace").strip()
-            unregister()
-            connection.close()
-            raise ServerError(f"{self.url}{path} answered HTTP {response.status}: {_error_text(text)}")
-        return connection, response, unregister
+            try:
+                text = response.read(2000).decode(errors="replace").strip()
+            except (OSError, http.client.HTTPException):
+                text = ""
+            exchange.close()
+            raise status_error(f"{self.url}{path}", response.status, text)
+        return exchange
 
-    def _json(self, method: str, path: str, body: dict | None = None):
-        connection, response, _ = self._open(method, path, body)
+    def _failure(self, what: str, error: BaseException, cancel: threading.Event | None,
+                 watch: _Watch | None) -> Exception:
+        """What a request that broke off raises: Cancelled when its flag closed it, else
+        the ServerError `what` (the deadline's reason when that was what closed it)."""
+        if cancel is not None and cancel.is_set():
+            return Cancelled()
+        reason = "timed out" if watch is not None and watch.expired else _reason(error)
+        if reason == "timed out" and watch is None:  # no connection yet
+            reason = f"timed out connecting (models.server_connect_timeout_s is {self.connect_timeout_s:g})"
+        elif reason == "timed out":
+            reason = f"timed out (models.server_timeout_s is {self.total_timeout_s:g})"
+        return ServerError(f"{what}: {reason}")
+
+    def _json(self, method: str, path: str, body: dict | None = None, cancel: threading.Event | None = None):
+        """The JSON answer, at most MAX_BODY_BYTES of it; Cancelled, RequestRefused or ServerError."""
+        exchange = self._open(method, path, body, cancel)
         try:
-            return json.loads(response.read())
-        except (OSError, http.client.HTTPException, ValueError) as error:
+            data = exchange.response.read(MAX_BODY_BYTES + 1)
+            if exchange.watch.expired or (cancel is not None and cancel.is_set()):
+                raise self._failure(f"{self.url}{path} did not finish its answer", TimeoutError(), cancel,
+                                    exchange.watch)
+            if len(data) > MAX_BODY_BYTES:
+                raise ServerError(f"{self.url}{path} sent more than {MAX_BODY_BYTES >> 20} MiB: not an answer "
+                                  "this client asks for")
+            return json.loads(data)
+        except (OSError, http.client.HTTPException) as error:
+            raise self._failure(f"{self.url}{path} did not finish its answer", error, cancel,
+                                exchange.watch) from None
+        except ValueError as error:
             raise ServerError(f"{self.url}{path} sent no JSON: {_reason(error)}") from None
         finally:
-            connection.close()
+            exchange.close()
 
     def _stream(self, path: str, body: dict, text_of: Callable[[dict], str], cancel: threading.Event | None,
                 done: Callable[[str], bool] | None, time_budget_ms: float = 0
@@ -185,31 +284,31 @@ class HttpClient:
         CancelFlag, else at the next event), when `done` says the text is complete, and
         with `time_budget_ms` at the first line end past it (llama.vim's
         t_max_predict_ms). Closing the stream is how the server learns the request is gone."""
-        if cancel is not None and cancel.is_set():
-            return "", [], "cancelled"
         try:
-            connection, response, unregister = self._open("POST", path, body, cancel)
-        except _Cancelled:
+            exchange = self._open("POST", path, body, cancel)
+        except Cancelled:
             return "", [], "cancelled"
         text: list[str] = []
         events: list[dict] = []
         ended = None
-        started, first_at = time.monotonic(), 0.0
+        first_at = 0.0
         try:
-            for line in response:
+            while line := exchange.response.readline(MAX_LINE_BYTES + 1):
                 if cancel is not None and cancel.is_set():
                     break
-                if time.monotonic() > started + self.total_timeout_s:
-                    raise ServerError(f"{self.url} took longer than {self.total_timeout_s:.0f} s for one "
-                                      "completion")
+                if len(line) > MAX_LINE_BYTES:
+                    raise ServerError(f"{self.url}{path} sent a line of more than {MAX_LINE_BYTES >> 20} MiB: "
+                                      "not an event of a stream")
                 payload = line[6:].strip() if line.startswith(b"data: ") else b""
                 if not payload:
                     continue
                 if payload == b"[DONE]":  # OpenAI's end of a stream
                     break
                 event = json.loads(payload)
+                if not isinstance(event, dict):
+                    raise ServerError(f"{self.url}{path} sent an event that is not a JSON object")
                 if "error" in event:
-                    raise ServerError(f"{self.url}{path}: {_error_text(json.dumps(event))}")
+                    raise event_error(f"{self.url}{path}", event["error"])
                 events.append(event)
                 text.append(piece := text_of(event))
                 if done is not None and done("".join(text)):
@@ -221,37 +320,89 @@ class HttpClient:
                     break
         except (OSError, http.client.HTTPException, ValueError) as error:
             if not (cancel is not None and cancel.is_set()):  # else it was closed by the cancel
-                raise ServerError(f"{self.url}{path} broke off: {_reason(error)}") from None
+                raise self._failure(f"{self.url}{path} broke off", error, cancel, exchange.watch) from None
         finally:
-            unregister()
-            connection.close()  # mid-stream: how the server learns the request is gone
+            exchange.close()
         if cancel is not None and cancel.is_set():
-            ended = "cancelled"
+            return "".join(text), events, "cancelled"
+        if exchange.watch.expired and ended is None:  # the deadline shut the socket: the read saw its end
+            raise self._failure(f"{self.url}{path} broke off", TimeoutError(), cancel, exchange.watch)
         return "".join(text), events, ended
+
+
+def status_error(where: str, status: int, text: str) -> ServerError:
+    """The error of an answer with HTTP `status` (its body `text`): RequestRefused for one
+    request's fault, else ServerError."""
+    message = f"{where} answered HTTP {status}: {_error_text(text)}"
+    if status not in REQUEST_FAULTS:
+        return ServerError(message)
+    return RequestRefused(message, _says_context_exceeded(text))
+
+
+def event_error(where: str, error) -> ServerError:
+    """The error a stream's event carries ({"code", "message", "type"} from llama-server)."""
+    code = error.get("code") if isinstance(error, dict) else None
+    text = json.dumps({"error": error})
+    if isinstance(code, int) and code in REQUEST_FAULTS:
+        return RequestRefused(f"{where}: {_error_text(text)}", _says_context_exceeded(text))
+    return ServerError(f"{where}: {_error_text(text)}")
+
+
+def _says_context_exceeded(text: str) -> bool:
+    """llama-server's `exceed_context_size_error` ("request (N tokens) exceeds the available
+    context size (M tokens)", tools/server/server-context.cpp), or vLLM's and OpenAI's
+    "This model's maximum context length is M tokens"."""
+    return "exceed_context_size_error" in text or "maximum context length" in text
+
+
+def completion_body(prompt: list[int], max_tokens: int, slot: int = -1, stop: list[str] | None = None,
+                    temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, time_budget_ms: float = 0) -> dict:
+    """llama-server's /completion request, streamed: the samplers the local engine runs,
+    in its order (SAMPLERS)."""
+    body = {"prompt": prompt, "n_predict": max_tokens, "stream": True, "cache_prompt": True, "id_slot": slot,
+            "stop": stop or [], "temperature": temperature, "top_k": top_k, "top_p": top_p, "return_tokens": True,
+            "samplers": SAMPLERS}
+    if time_budget_ms:
+        body["t_max_predict_ms"] = int(time_budget_ms)
+    return body
 
 
 class LlamaServerClient(HttpClient):
     """llama-server's own API."""
 
     def props(self) -> ServerProps:
-        props = self._json("GET", "/props")
-        settings = props.get("default_generation_settings", {})
-        speculative = {key: value for key, value in settings.get("params", settings).items()
+        props = _shaped(self._json("GET", "/props"), dict, f"{self.url}/props")
+        settings = _object(props.get("default_generation_settings"))
+        speculative = {key: value for key, value in (_object(settings.get("params")) or settings).items()
                        if key.startswith("speculative")}
-        return ServerProps(props.get("model_path", ""), int(props.get("total_slots", 1)),
-                           int(settings.get("n_ctx", 0)), speculative)
+        slots, context = props.get("total_slots", 1), settings.get("n_ctx")  # n_ctx: per slot (-c / -np)
+        if not (type(slots) is int and slots > 0 and type(context) is int and context > 0):
+            raise ServerError(f"{self.url}/props says no slots or no context per slot "
+                              "(default_generation_settings.n_ctx): not a llama-server this client can use")
+        specials = tuple(text for text in (props.get("eos_token"), props.get("bos_token")) if isinstance(text, str)
+                         and text)
+        return ServerProps(str(props.get("model_path", "")), slots, context, speculative,
+                           str(props.get("build_info") or ""), specials)
 
     def slots(self) -> list[dict]:
-        return self._json("GET", "/slots")
+        return _shaped(self._json("GET", "/slots"), list, f"{self.url}/slots")
 
-    def tokenize(self, text: str, parse_special: bool = True) -> list[int]:
+    def tokenize(self, text: str, parse_special: bool = True, cancel: threading.Event | None = None) -> list[int]:
         """The server's tokens of `text`; with `parse_special`, control-token text is
         parsed as control tokens, else as text."""
-        return self._json("POST", "/tokenize", {"content": text, "parse_special": parse_special})["tokens"]
+        answer = self._json("POST", "/tokenize", {"content": text, "parse_special": parse_special}, cancel)
+        tokens = _shaped(answer, dict, f"{self.url}/tokenize").get("tokens")
+        if not isinstance(tokens, list) or not all(type(token) is int for token in tokens):
+            raise ServerError(f"{self.url}/tokenize answered without a list of token ids")
+        return tokens
 
-    def detokenize(self, tokens: list[int]) -> str:
+    def detokenize(self, tokens: list[int], cancel: threading.Event | None = None) -> str:
         """The text of `tokens`, control tokens spelt out."""
-        return self._json("POST", "/detokenize", {"tokens": tokens})["content"]
+        content = _shaped(self._json("POST", "/detokenize", {"tokens": tokens}, cancel), dict,
+                          f"{self.url}/detokenize").get("content")
+        if not isinstance(content, str):
+            raise ServerError(f"{self.url}/detokenize answered without a text")
+        return content
 
     def complete(self, prompt: list[int], max_tokens: int, slot: int = -1, stop: list[str] | None = None,
                  temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, time_budget_ms: float = 0,
@@ -260,13 +411,16 @@ class LlamaServerClient(HttpClient):
         """Generate after `prompt` (token ids) in `slot`, streamed (HttpClient._stream says
         when it stops early); the server keeps the time budget itself. `max_tokens` 0
         only evaluates the prompt into the slot's cache (llama-server makes one token)."""
-        body = {"prompt": prompt, "n_predict": max_tokens, "stream": True, "cache_prompt": True,
-                "id_slot": slot, "stop": stop or [], "temperature": temperature, "top_k": top_k, "top_p": top_p,
-                "return_tokens": True, "samplers": ["top_k", "top_p", "temperature"]}
-        if time_budget_ms:
-            body["t_max_predict_ms"] = int(time_budget_ms)
-        text, events, ended = self._stream("/completion", body, lambda event: event.get("content", ""), cancel, done)
-        tokens = [token for event in events for token in event.get("tokens", [])]
+        body = completion_body(prompt, max_tokens, slot, stop, temperature, top_k, top_p, time_budget_ms)
+        text, events, ended = self._stream("/completion", body, _content, cancel, done)
+        try:
+            return self._generation(text, events, ended, max_tokens, slot)
+        except (TypeError, ValueError, AttributeError):
+            raise ServerError(f"{self.url}/completion sent events unlike llama-server's") from None
+
+    def _generation(self, text: str, events: list[dict], ended: str | None, max_tokens: int,
+                    slot: int) -> RemoteGeneration:
+        tokens = [int(token) for event in events for token in event.get("tokens", [])]
         if ended:
             return RemoteGeneration(text, tokens, ended, 0, 0, slot=slot)
         last = events[-1] if events else {}
@@ -275,9 +429,27 @@ class LlamaServerClient(HttpClient):
         stop_reason = STOP_TYPES.get(last.get("stop_type", ""), "end")
         if stop_reason == "max_tokens" and len(tokens) < max_tokens:
             stop_reason = "time"  # the only other limit: t_max_predict_ms
-        timings = last.get("timings", {})  # its own tokens_cached counts the slot's tokens, the answer's too
+        timings = _object(last.get("timings"))  # its own tokens_cached counts the slot's tokens, the answer's too
         return RemoteGeneration(text, tokens, stop_reason, int(timings.get("cache_n", 0)),
                                 int(timings.get("prompt_n", 0)), timings, int(last.get("id_slot", slot)))
+
+
+def _content(event: dict) -> str:
+    content = event.get("content", "")
+    return content if isinstance(content, str) else ""
+
+
+def _object(value) -> dict:
+    """`value` when it is a JSON object, else an empty one (a field a server left out or mangled)."""
+    return value if isinstance(value, dict) else {}
+
+
+def _shaped(answer, kind: type, where: str):
+    """`answer` when it is a `kind` (a JSON object or array), else the ServerError saying so."""
+    if not isinstance(answer, kind):
+        raise ServerError(f"{where} answered a JSON {type(answer).__name__}, not the {kind.__name__} llama-server "
+                          "sends")
+    return answer
 
 
 class OpenAIClient(HttpClient):
@@ -287,9 +459,11 @@ class OpenAIClient(HttpClient):
 
     def models(self) -> list[dict]:
         """/v1/models' entries: each has its `id` (vLLM's also `max_model_len`)."""
-        models = self._json("GET", "/v1/models").get("data") or []
+        models = _shaped(self._json("GET", "/v1/models"), dict, f"{self.url}/v1/models").get("data") or []
         if not models:
             raise ServerError(f"{self.url}/v1/models lists no model")
+        if not isinstance(models, list) or not all(isinstance(entry, dict) and entry.get("id") for entry in models):
+            raise ServerError(f"{self.url}/v1/models lists its models without their ids")
         return models
 
     def complete(self, model: str, prompt: str, max_tokens: int, stop: list[str] | None = None,
@@ -304,7 +478,15 @@ class OpenAIClient(HttpClient):
             body["stop"] = stop[:OPENAI_STOPS]
         if top_k:  # not OpenAI's, but vLLM and llama-server take it
             body["top_k"] = top_k
+        if temperature > 0:  # llama-server's, for the local engine's order (vLLM's own is that order already)
+            body["samplers"] = SAMPLERS
         text, events, ended = self._stream("/v1/completions", body, _choice_text, cancel, done, time_budget_ms)
+        try:
+            return self._generation(text, events, ended)
+        except (TypeError, ValueError, AttributeError):
+            raise ServerError(f"{self.url}/v1/completions sent events unlike an OpenAI-compatible server's") from None
+
+    def _generation(self, text: str, events: list[dict], ended: str | None) -> RemoteGeneration:
         if ended:
             return RemoteGeneration(text, [], ended, 0, 0)
         finish = next((choice["finish_reason"] for event in events for choice in event.get("choices", [])
@@ -321,7 +503,9 @@ class OpenAIClient(HttpClient):
 
 
 def _choice_text(event: dict) -> str:
-    return "".join(choice.get("text") or "" for choice in event.get("choices", []))
+    choices = event.get("choices")
+    return "".join(choice.get("text") or "" for choice in choices if isinstance(choice, dict)) \
+        if isinstance(choices, list) else ""
 
 
 def _shut(sock: socket.socket | None) -> None:

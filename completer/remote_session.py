@@ -15,24 +15,29 @@ statistics. What the server does: decoding, its own speculation and the KV cache
       -> generate on the server, streamed; post-process, remember for the forward cache
 """
 
+import logging
 import math
 import re
 import threading
 import time
 from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
+from itertools import groupby
 from pathlib import Path
 from typing import Protocol
 
 from completer.config import Config, ModelOptions
-from completer.context import ChunkRing, Workspace
+from completer.context import ChunkRing, Workspace, chunk_around
 from completer.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
-from completer.prompt import TEMPLATES, FimTemplate, Segment, cursor_sections, template_for, tokenize_segments
-from completer.remote import (CancelFlag, LlamaServerClient, OpenAIClient, RemoteGeneration, ServerError, ServerProps,
-                              SlotMap)
+from completer.prompt import (TEMPLATES, FimTemplate, Segment, control_token, cursor_sections, template_for,
+                              tokenize_segments)
+from completer.remote import (Cancelled, CancelFlag, LlamaServerClient, OpenAIClient, RemoteGeneration, RequestRefused,
+                              ServerError, ServerProps, SlotMap)
 from completer.session import (CompleterStats, Completion, CompletionRequest, CompletionSession, Counters,
-                               PositionError, counted, fit_prompt)
+                               PositionError, PromptTooLong, counted, fit_prompt, no_room)
 from completer.speculative import Sampling
+
+log = logging.getLogger("completer.remote")
 
 # A restarted server is back within seconds, so the first retry comes soon; one that
 # stays down is asked at most every half minute, not on every keystroke.
@@ -45,6 +50,43 @@ TOKENIZED_TEXTS = 512
 # made 3.9 of Python's standard library modules at the median and 3.3 at the tenth
 # percentile, so 3 overestimates most prompts' lengths and they fit the context.
 CHARS_PER_TOKEN = 3.0
+# Every added token of each family's vocabulary (its tokenizer's added tokens; llama.cpp
+# marks them control or user-defined): a server given the prompt as text parses each of
+# these out of it (llama-server's parse_special, Hugging Face's added tokens, vLLM), so a
+# file's text must spell none. All families' at once: the family is a guess from the
+# model's name, and taking `<s>` out of a file's HTML costs less than an injected token.
+SPECIAL_TOKENS = (
+    # qwen2.5-coder: the <|...|> ones are SPECIAL_PATTERN's; these two are plain added tokens
+    "<tool_call>", "</tool_call>",
+    # starcoder (StarCoder2; SmolLM2 and StarCoder 1 have these and <reponame>, <filename>)
+    "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>", "<repo_name>", "<reponame>", "<file_sep>",
+    "<filename>", "<gh_stars>", "<issue_start>", "<issue_comment>", "<issue_closed>", "<jupyter_start>",
+    "<jupyter_text>", "<jupyter_code>", "<jupyter_output>", "<jupyter_script>", "<empty_output>",
+    "<code_to_intermediate>", "<intermediate_to_code>", "<pr>", "<pr_status>", "<pr_is_merged>", "<pr_base>",
+    "<pr_file>", "<pr_base_code>", "<pr_diff>", "<pr_diff_hunk>", "<pr_comment>", "<pr_event_id>", "<pr_review>",
+    "<pr_review_state>", "<pr_review_comment>", "<pr_in_reply_to_review_id>", "<pr_in_reply_to_comment_id>",
+    "<pr_diff_hunk_comment_line>", "<NAME>", "<EMAIL>", "<KEY>", "<PASSWORD>",
+    # deepseek-coder: the <｜...｜> ones are SPECIAL_PATTERN's
+    "<pad>",
+    # codellama: SentencePiece's controls, with and without the space marker
+    "▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>", "<PRE>", "<SUF>", "<MID>", "<EOT>", "<s>", "</s>", "<unk>",
+    # codestral (Mistral's v3 vocabulary): the [control_N] ones are SPECIAL_PATTERN's
+    "[PREFIX]", "[SUFFIX]", "[MIDDLE]", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+    "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
+)
+# The spellings of whole families of special tokens, for vocabularies not listed above
+# (an OpenAI-compatible server says nothing of its vocabulary): <|...|> (Qwen's, GPT-2's
+# <|endoftext|>, Llama 3's, Phi's), DeepSeek's full-width <｜...｜>, Mistral's [control_N].
+SPECIAL_PATTERN = r"<\|[^\s|<>]{1,64}\|>|<｜[^\s｜<>]{1,64}｜>|\[control_\d{1,4}\]"
+SPECIAL_ANYWHERE = re.compile(f"{'|'.join(map(re.escape, SPECIAL_TOKENS))}|{SPECIAL_PATTERN}")
+# The same spellings written backwards, matched at the start of a reversed text: the
+# spelling a text ends with, in one anchored match (see without_special_tokens).
+SPECIAL_REVERSED = re.compile("|".join(re.escape(token[::-1]) for token in SPECIAL_TOKENS)
+                              + r"|>\|[^\s|<>]{1,64}\|<|>｜[^\s｜<>]{1,64}｜<|\]\d{1,4}_lortnoc\[")
+# The longest spelling either matches: <| + 64 + |>, or the longest listed.
+SPECIAL_LONGEST = max(68, *map(len, SPECIAL_TOKENS))
+SPELLINGS_END = re.compile(r"[>\]]")  # every spelling's last character
+assert all(token[-1] in ">]" for token in SPECIAL_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -73,11 +115,11 @@ class Backend(Protocol):
 
     def connect(self) -> ServerModel: ...
 
-    def encode(self, segments: list[Segment]) -> tuple[list[int] | str, int]: ...
+    def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int] | str, int]: ...
 
-    def count(self, text: str) -> int: ...
+    def count(self, text: str, cancel: CancelFlag | None = None) -> int: ...
 
-    def text_of(self, prompt: list[int] | str) -> str: ...
+    def text_of(self, prompt: list[int] | str, cancel: CancelFlag | None = None) -> str: ...
 
     def generate(self, prompt: list[int] | str, slot: int, max_tokens: int, stop: list[str], sampling: Sampling,
                  time_budget_ms: float, cancel: CancelFlag, done=None) -> RemoteGeneration: ...
@@ -98,25 +140,68 @@ class ServerVocabulary:
         self._texts: dict[int, str] = {}
         self._lock = threading.Lock()  # requests for several documents tokenize at once
 
-    def tokenize(self, text: str, parse_special: bool = False) -> list[int]:
+    def tokenize(self, text: str, parse_special: bool = False, cancel: CancelFlag | None = None) -> list[int]:
         key = (text, parse_special)
         with self._lock:
             if key in self._tokens:
                 return self._tokens[key]
-        tokens = self.client.tokenize(text, parse_special)
+        tokens = self.client.tokenize(text, parse_special, cancel)
         with self._lock:
             if len(self._tokens) >= TOKENIZED_TEXTS:
                 del self._tokens[next(iter(self._tokens))]
             self._tokens[key] = tokens
         return tokens
 
+    def token_text(self, token: int, cancel: CancelFlag | None = None) -> str:
+        with self._lock:
+            if token in self._texts:
+                return self._texts[token]
+        text = self.client.detokenize([token], cancel)
+        with self._lock:  # only control tokens are asked for: a few, kept for good
+            self._texts[token] = text
+        return text
+
+    def under(self, cancel: CancelFlag | None) -> "RequestVocabulary":
+        """The vocabulary as one request's prompt asks it: its calls stop at `cancel`."""
+        return RequestVocabulary(self, cancel)
+
+
+@dataclass(frozen=True)
+class RequestVocabulary:
+    """The server's vocabulary (prompt.Vocabulary) for one request: a /tokenize that the
+    request's cancel flag closes, so that a stalled server holds no worker past a newer
+    keystroke. The answers are kept in the shared ServerVocabulary."""
+
+    vocabulary: ServerVocabulary
+    cancel: CancelFlag | None
+
+    def tokenize(self, text: str, parse_special: bool = False) -> list[int]:
+        return self.vocabulary.tokenize(text, parse_special, self.cancel)
+
     def token_text(self, token: int) -> str:
-        if token not in self._texts:
-            self._texts[token] = self.client.detokenize([token])
-        return self._texts[token]
+        return self.vocabulary.token_text(token, self.cancel)
 
     def token_bytes(self, token: int) -> bytes:
         return self.token_text(token).encode()
+
+
+def refuse_a_server_parsing_text_as_control_tokens(url: str, vocabulary: ServerVocabulary, props: ServerProps,
+                                                   template: FimTemplate | None) -> None:
+    """A file's text reaches llama-server as the ids its /tokenize made with parse_special
+    false, so that it can never become a control token: a server that parses control text
+    anyway (a build from before the flag, or one that ignores it) would let a file spell
+    the prompt's structure or an end of text. Tried on one control token of the
+    vocabulary (its end token, else a FIM token); such a server is refused."""
+    for text in (*props.special_texts, *(template.required_tokens() if template else ())):
+        token = control_token(vocabulary, text)
+        if token is None:
+            continue
+        if token in vocabulary.tokenize(text, parse_special=False):
+            build = f"its build {props.build}" if props.build else "its /props names no build"
+            raise ServerError(f"{url}/tokenize makes the text {text!r} into its control token {token} although "
+                              f"asked not to (parse_special false; {build}): a file could then spell control "
+                              "tokens into prompts. Use a llama-server of a current llama.cpp")
+        return
 
 
 class LlamaServerBackend:
@@ -131,6 +216,7 @@ class LlamaServerBackend:
         props: ServerProps = self.client.props()
         self.vocabulary = ServerVocabulary(self.client)  # a restarted server may run another model
         detected = template_for(self.vocabulary)
+        refuse_a_server_parsing_text_as_control_tokens(self.url, self.vocabulary, props, detected)
         name = Path(props.model).name or props.model
         template = detected if self.family == "auto" else template_named(self.family)
         if self.family not in ("auto", "none") and template != detected:
@@ -144,14 +230,14 @@ class LlamaServerBackend:
             pass
         return ServerModel(name, props.slots, props.context_tokens, template, speculative)
 
-    def encode(self, segments: list[Segment]) -> tuple[list[int], int]:
-        return counted(tokenize_segments(self.vocabulary, segments))
+    def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int], int]:
+        return counted(tokenize_segments(self.vocabulary.under(cancel), segments))
 
-    def count(self, text: str) -> int:
-        return len(self.vocabulary.tokenize(text))
+    def count(self, text: str, cancel: CancelFlag | None = None) -> int:
+        return len(self.vocabulary.tokenize(text, False, cancel))
 
-    def text_of(self, prompt: list[int]) -> str:
-        return self.client.detokenize(prompt)
+    def text_of(self, prompt: list[int], cancel: CancelFlag | None = None) -> str:
+        return self.client.detokenize(prompt, cancel)
 
     def generate(self, prompt: list[int], slot: int, max_tokens: int, stop: list[str], sampling: Sampling,
                  time_budget_ms: float, cancel: CancelFlag, done=None) -> RemoteGeneration:
@@ -170,40 +256,70 @@ def _letters_and_digits(text: str) -> str:
     return re.sub(r"[^a-z0-9]", "", text.lower())
 
 
+def served_context(entry: dict) -> int:
+    """The context a /v1/models entry says a request has: vLLM's max_model_len, or
+    llama-server's meta.n_ctx (its context per slot); 0 when it says neither."""
+    meta = entry.get("meta") if isinstance(entry.get("meta"), dict) else {}
+    for value in (entry.get("max_model_len"), meta.get("n_ctx")):
+        if type(value) is int and value > 0:
+            return value
+    return 0
+
+
+def text_prompt(segments: list[Segment]) -> str:
+    """The prompt as text: control tokens spelt out, and each run of plain text without
+    special tokens (a run joined first: the seam of two pieces could spell one)."""
+    return "".join(text if special else without_special_tokens(text)
+                   for special, run in groupby(segments, key=lambda segment: segment.special)
+                   for text in ["".join(segment.text for segment in run)])
+
+
+def without_special_tokens(text: str) -> str:
+    """`text` with every special token's spelling (SPECIAL_TOKENS, SPECIAL_PATTERN) taken
+    out, to a fixed point: what is left spells none, also where taking one out joins its
+    neighbours into another (`<|fim_<|fim_middle|>middle|>`). One pass, as brackets are
+    matched: the text is kept a piece at a time, each piece ending at a `>` or `]` (where
+    every spelling ends), and a spelling is taken out as soon as the kept text ends with
+    one, so the kept text never holds one. Linear however deep the nesting."""
+    first = SPECIAL_ANYWHERE.search(text)
+    if first is None:
+        return text
+    kept = list(text[: first.start()])  # spells none: a spelling ending sooner would start sooner
+    start = first.start()
+    for end in SPELLINGS_END.finditer(text, start):
+        kept += text[start : end.end()]
+        start = end.end()
+        if found := SPECIAL_REVERSED.match("".join(reversed(kept[-SPECIAL_LONGEST:]))):
+            del kept[-found.end():]
+    kept += text[start:]
+    return "".join(kept)
+
+
 class OpenAIBackend:
     """An OpenAI-compatible /v1/completions: the prompt as text with the family's control
-    tokens spelt out, which the server's tokenizer parses (a file's own spelling of a
-    control token is taken out first, so that it cannot inject one). Lengths are
+    tokens spelt out, which the server's tokenizer parses (every special token's spelling
+    is taken out of a file's text first, so that it cannot inject one). Lengths are
     estimated at CHARS_PER_TOKEN, since the API has no tokenizer."""
 
     def __init__(self, client: OpenAIClient, family: str = "auto", context_tokens: int = 4096):
         self.client, self.url, self.family = client, client.url, family
-        self.context_tokens = context_tokens
+        self.context_tokens = context_tokens  # models.context_tokens: for a server that does not say
         self.model = ""
-        self.controls: tuple[str, ...] = ()
 
     def connect(self) -> ServerModel:
         entry = self.client.models()[0]
-        self.model = entry["id"]
+        self.model = str(entry["id"])
         template = template_in_name(self.model) if self.family == "auto" else template_named(self.family)
-        self.controls = tuple(token for token in (*template.required_tokens(), template.repo_name,
-                                                  template.file_separator) if token) if template else ()
-        context = int(entry.get("max_model_len") or 0) or self.context_tokens
-        return ServerModel(self.model, 0, context, template)
+        return ServerModel(self.model, 0, served_context(entry) or self.context_tokens, template)
 
-    def encode(self, segments: list[Segment]) -> tuple[str, int]:
-        text = "".join(segment.text if segment.special else self._plain(segment.text) for segment in segments)
+    def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[str, int]:
+        text = text_prompt(segments)
         return text, self.count(text)
 
-    def _plain(self, text: str) -> str:
-        for control in self.controls:
-            text = text.replace(control, "")
-        return text
-
-    def count(self, text: str) -> int:
+    def count(self, text: str, cancel: CancelFlag | None = None) -> int:
         return math.ceil(len(text) / CHARS_PER_TOKEN)
 
-    def text_of(self, prompt: str) -> str:
+    def text_of(self, prompt: str, cancel: CancelFlag | None = None) -> str:
         return prompt
 
     def generate(self, prompt: str, slot: int, max_tokens: int, stop: list[str], sampling: Sampling,
@@ -253,6 +369,28 @@ class Link:
         self.model, self.error, self.backoff_s = model, "", 0.0
 
 
+class SharedRing(ChunkRing):
+    """The ring of context chunks as requests on several worker threads share it: one
+    add, select or resize at a time (an add builds the ring's new list from the old one,
+    so two at once would lose one's chunk, and a select would read a list being cut)."""
+
+    def __init__(self, workspace: Workspace, count_tokens):
+        super().__init__(workspace, count_tokens)
+        self._lock = threading.Lock()
+
+    def add(self, path: str, text: str, cursor: int) -> bool:
+        with self._lock:
+            return super().add(path, text, cursor)
+
+    def select(self, budget_tokens: int, exclude: str = ""):
+        with self._lock:
+            return super().select(budget_tokens, exclude)
+
+    def resize(self, capacity: int, chunk_lines: int) -> None:
+        with self._lock:
+            self.capacity, self.chunk_lines = capacity, chunk_lines
+
+
 class RemoteCompleter:
     """Completions for every document from a server; the newest request for a document
     wins. Requests for different documents run at once (in different slots). The same
@@ -261,7 +399,7 @@ class RemoteCompleter:
     def __init__(self, backend: Backend, config: Config | None = None, workspace: Workspace | None = None):
         self.backend = backend
         self.workspace = workspace or Workspace([])
-        self.ring = ChunkRing(self.workspace, self._count)
+        self.ring = SharedRing(self.workspace, self._count)
         self.link = Link()
         self.slots = SlotMap(1)
         self.sessions: dict[str, CompletionSession] = {}
@@ -279,7 +417,14 @@ class RemoteCompleter:
     def connect(self) -> ServerModel | None:
         """The server's model, connecting first when it is due (at once after a failure
         backs off); None while the server cannot be used (link.error says why)."""
-        with self._connecting:
+        with self._state:
+            if not self.link.due(time.monotonic()):
+                return self.link.model
+        # Another request's attempt under way: not waited for (a stalled server would hold
+        # every worker here for the attempt's deadlines), this one is answered as down.
+        if not self._connecting.acquire(blocking=False):
+            return None
+        try:
             with self._state:
                 if not self.link.due(time.monotonic()):
                     return self.link.model
@@ -292,6 +437,8 @@ class RemoteCompleter:
                 self.link.connected(model)
                 self.slots = SlotMap(model.slots)  # a restarted server kept no slot's cache
             return model
+        finally:
+            self._connecting.release()
 
     def _failed(self, reason: str) -> None:
         with self._state:
@@ -300,7 +447,7 @@ class RemoteCompleter:
     def configure(self, config: Config) -> None:
         """New options, from the next request on."""
         self.config = config
-        self.ring.capacity, self.ring.chunk_lines = config.prompt.chunks, config.prompt.chunk_lines
+        self.ring.resize(config.prompt.chunks, config.prompt.chunk_lines)
 
     def cancel(self, document: str) -> None:
         with self._state:
@@ -320,6 +467,9 @@ class RemoteCompleter:
     def index_workspace(self) -> None:
         """No index here: drafting is the server's."""
         return None
+
+    def stop_indexing(self) -> None:
+        """No index to stop."""
 
     def begin(self, document: str) -> CancelFlag:
         """The cancel flag of a new request for `document`; older ones are cancelled."""
@@ -343,6 +493,11 @@ class RemoteCompleter:
             prompt, _, _ = self.prompt(request, model)
             with self._slot_lock(slot):
                 result = self.backend.generate(prompt, slot, 0, [], Sampling(), 0, CancelFlag())
+        except RequestRefused as error:
+            log.warning("%s (this request only: the server is up)", error)
+            return 0
+        except PromptTooLong:
+            return 0  # the request will say so
         except ServerError as error:
             self._failed(str(error))
             return 0
@@ -353,7 +508,7 @@ class RemoteCompleter:
 
     def complete(self, request: CompletionRequest, cancel: CancelFlag | None = None) -> Completion:
         completion = self._complete(request, cancel)
-        completion.warning = self.link.error
+        completion.warning = completion.warning or self.link.error
         return completion
 
     def stats(self) -> CompleterStats:
@@ -371,12 +526,16 @@ class RemoteCompleter:
         line_before, around = cursor_sections(request.text, request.cursor, 0, self.config.prompt.suffix_lines)
         return CursorContext(line_before, around if suffix is None else suffix)
 
-    def prompt(self, request: CompletionRequest, model: ServerModel) -> tuple[list[int] | str, int, str]:
-        room = model.context_tokens - self.config.generation.max_tokens - 1
+    def prompt(self, request: CompletionRequest, model: ServerModel, cancel: CancelFlag | None = None,
+               room: int | None = None) -> tuple[list[int] | str, int, str]:
+        """The request's prompt in at most `room` tokens (by default the context per slot
+        less the answer's); its server calls stop at `cancel` (Cancelled)."""
+        if room is None:
+            room = model.context_tokens - self.config.generation.max_tokens - 1
         return fit_prompt(request, self.config.prompt, model.template, room, self.workspace, self.ring,
-                          self.backend.encode)
+                          lambda segments: self.backend.encode(segments, cancel))
 
-    def _enter(self, request: CompletionRequest) -> tuple[CompletionSession, int]:
+    def _enter(self, request: CompletionRequest, cancel: CancelFlag | None = None) -> tuple[CompletionSession, int]:
         """The document's session and slot (-1: the server's choice); the document the user
         left becomes a context chunk (measured in the server's tokens: ServerError)."""
         with self._state:
@@ -385,7 +544,10 @@ class RemoteCompleter:
             self.current = request.document
             session.text, session.cursor = request.text, request.cursor
             slot = self.slots.slot_for(request.document) if self.config.models.server_slots == "pin" else -1
-        if left is not None and left.text:
+        if left is not None and left.text and self.workspace.contains(left.path):
+            # Counted here, under the request's cancel flag and outside the ring's lock (a
+            # /tokenize): the ring's own count then finds it in the vocabulary's answers.
+            self.backend.count(chunk_around(left.text, left.cursor, self.ring.chunk_lines), cancel)
             self.ring.add(left.path, left.text, left.cursor)
         return session, slot
 
@@ -415,16 +577,29 @@ class RemoteCompleter:
 
     def _generate(self, request: CompletionRequest, model: ServerModel, text_before: str,
                   cancel: CancelFlag) -> Completion:
-        options = self.config.generation
+        """The server's answer. Only a server that cannot be reached or fails (5xx, a
+        broken stream, the deadline) is down; one refusing this request (RequestRefused)
+        fails it alone, and one saying the prompt exceeds its context is asked once more
+        with a prompt half as long (our count was an estimate, or its slots shrank)."""
         try:
-            session, slot = self._enter(request)
-            prompt, length, suffix = self.prompt(request, model)
-            cursor = self.cursor_context(request, suffix)
-            with self._slot_lock(slot):
-                result = self.backend.generate(
-                    prompt, slot, options.max_tokens, stops_for(cursor),
-                    Sampling(options.temperature, options.top_k, options.top_p), options.time_budget_ms, cancel,
-                    done=lambda text: cut_to_scope(text, cursor) != text)
+            session, slot = self._enter(request, cancel)
+            prompt, length, suffix = self.prompt(request, model, cancel)
+            try:
+                result, cursor = self._decode(request, prompt, suffix, slot, cancel)
+            except RequestRefused as refused:
+                if not refused.context_exceeded:
+                    raise
+                log.info("%s: trying once more with a prompt of at most %d tokens", refused, length // 2)
+                prompt, length, suffix = self.prompt(request, model, cancel, room=length // 2)
+                result, cursor = self._decode(request, prompt, suffix, slot, cancel)
+        except Cancelled:
+            return self._superseded()
+        except PromptTooLong as error:
+            return no_room(error, f"the server's {model.context_tokens} tokens a slot",
+                           self.config.generation.max_tokens)
+        except RequestRefused as error:
+            log.warning("%s (this request only: the server is up)", error)
+            return Completion("", "refused", "unavailable")
         except ServerError as error:
             self._failed(str(error))
             return Completion("", "server down", "unavailable")
@@ -438,6 +613,18 @@ class RemoteCompleter:
                 self.counters.add_remote(result)
         return Completion(shown, "model", result.stop_reason, prompt, int(result.timings.get("prompt_n", 0)),
                           remote=result)
+
+    def _decode(self, request: CompletionRequest, prompt: list[int] | str, suffix: str, slot: int,
+                cancel: CancelFlag) -> tuple[RemoteGeneration, CursorContext]:
+        """The server's generation after `prompt`, and the cursor it is post-processed at."""
+        options = self.config.generation
+        cursor = self.cursor_context(request, suffix)
+        with self._slot_lock(slot):
+            result = self.backend.generate(
+                prompt, slot, options.max_tokens, stops_for(cursor),
+                Sampling(options.temperature, options.top_k, options.top_p), options.time_budget_ms, cancel,
+                done=lambda text: cut_to_scope(text, cursor) != text)
+        return result, cursor
 
     def _slot_lock(self, slot: int) -> AbstractContextManager:
         """One request at a time in a pinned slot (two documents may share one): llama-server

@@ -17,10 +17,12 @@ FAST = {"generation": {"max_tokens": 16, "time_budget_ms": 0}}
 
 
 async def start(cache: Path, options: dict[str, Any] | None = None, client: str = "visual-studio-code",
-                encodings: list[str] | None = None, root: Path | None = None) -> LanguageClient:
-    """A client connected to a fresh server, initialized; the smol pair by default."""
+                encodings: list[str] | None = None, root: Path | None = None,
+                flags: tuple[str, ...] = ()) -> LanguageClient:
+    """A client connected to a fresh server (`flags` on its command line: the machine-level
+    options), initialized; the smol pair by default."""
     env = {**os.environ, "COMPLETER_CACHE_DIR": str(cache)}
-    lsp_client = await ClientServerConfig(server_command=SERVER, server_env=env).start()
+    lsp_client = await ClientServerConfig(server_command=[*SERVER, *flags], server_env=env).start()
     capabilities = client_capabilities(client)
     if encodings is not None:
         capabilities.general = types.GeneralClientCapabilities(position_encodings=encodings)

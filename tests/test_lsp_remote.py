@@ -31,12 +31,17 @@ def server(llama_server, smol, tmp_path_factory):
     process.stop()
 
 
-def remote(url: str, **options) -> dict:
-    return {**SAME_AS_LOCAL, "models": {"backend": "llama-server", "server_url": url}, **options}
+def remote(**options) -> dict:
+    return {**SAME_AS_LOCAL, **options}
 
 
-async def started(cache, options):
-    client = await start(cache, options)
+def served_by(url: str, backend: str = "llama-server") -> tuple[str, ...]:
+    """The server's flags for a team server: machine-level options, which no editor setting may choose."""
+    return ("--backend", backend, "--server-url", url)
+
+
+async def started(cache, options, flags: tuple[str, ...] = ()):
+    client = await start(cache, options, flags=flags)
     await wait_ready(client)
     return client
 
@@ -49,8 +54,8 @@ def slots(server: LlamaServer) -> list[dict]:
 async def test_the_server_completes_as_the_local_engine_and_typing_reuses_its_prompt_cache(server, smol, smol_cache):
     uri = "file:///project/stats.py"
     answers = {}
-    for backend, options in [("local", SAME_AS_LOCAL), ("llama-server", remote(server.url))]:
-        client = await started(smol_cache, options)
+    for backend, flags in [("local", ()), ("llama-server", served_by(server.url))]:
+        client = await started(smol_cache, SAME_AS_LOCAL, flags)
         open_document(client, uri, STATS_PY)
         answers[backend] = (await inline(client, uri, 5, 4)).items[0].insert_text
         if backend == "llama-server":
@@ -67,8 +72,7 @@ async def test_the_server_completes_as_the_local_engine_and_typing_reuses_its_pr
 
 @pytest.mark.parametrize("choice", ["server", "pin"])
 async def test_each_document_keeps_its_slot_so_a_switch_back_evaluates_nothing_again(server, smol_cache, choice):
-    options = remote(server.url)
-    client = await started(smol_cache, {**options, "models": {**options["models"], "server_slots": choice}})
+    client = await started(smol_cache, remote(models={"server_slots": choice}), served_by(server.url))
     first, second = "file:///project/first.py", "file:///project/second.py"
     open_document(client, first, STATS_PY)
     open_document(client, second, "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def ")
@@ -85,7 +89,7 @@ async def test_each_document_keeps_its_slot_so_a_switch_back_evaluates_nothing_a
 
 
 async def test_a_superseded_request_stops_the_servers_generation(server, smol_cache):
-    client = await started(smol_cache, remote(server.url, generation=LONG_RUN))
+    client = await started(smol_cache, remote(generation=LONG_RUN), served_by(server.url))
     uri = "file:///project/long.py"
     open_document(client, uri, LONG)
     cancels = server.log.read_text().count("cancel task")
@@ -103,7 +107,7 @@ async def test_a_superseded_request_stops_the_servers_generation(server, smol_ca
 async def test_a_server_killed_mid_request_is_one_message_then_completions_come_again(llama_server, smol,
                                                                                      smol_cache, tmp_path):
     server = LlamaServer(llama_server, smol.target, tmp_path / "server.log").start()
-    client = await started(smol_cache, remote(server.url, generation=LONG_RUN))
+    client = await started(smol_cache, remote(generation=LONG_RUN), served_by(server.url))
     uri = "file:///project/long.py"
     open_document(client, uri, LONG)
     request = asyncio.create_task(inline(client, uri, 5, 8))
@@ -132,7 +136,7 @@ async def test_a_server_killed_mid_request_is_one_message_then_completions_come_
 
 async def test_a_server_down_at_startup_is_ready_serving_nothing_with_one_message(smol_cache):
     url = f"http://127.0.0.1:{free_port()}"
-    client = await started(smol_cache, remote(url))
+    client = await started(smol_cache, remote(), served_by(url))
     open_document(client, "file:///project/a.py", STATS_PY)
     for _ in range(3):
         assert await inline(client, "file:///project/a.py", 5, 4) is None
@@ -145,17 +149,13 @@ async def test_the_openai_backend_completes_as_llama_servers_own_api_and_cancels
     uri = "file:///project/stats.py"
     answers = {}
     for backend in ("llama-server", "openai"):
-        options = remote(server.url)
-        options["models"] = {**options["models"], "backend": backend, "context_tokens": 2048}
-        client = await started(smol_cache, options)
+        client = await started(smol_cache, remote(), served_by(server.url, backend))
         open_document(client, uri, STATS_PY)
         answers[backend] = (await inline(client, uri, 5, 4)).items[0].insert_text
         await client.shutdown_session()
     assert answers["openai"] == answers["llama-server"] and answers["openai"].strip()
 
-    client = await started(smol_cache, {**remote(server.url, generation=LONG_RUN),
-                                        "models": {"backend": "openai", "server_url": server.url,
-                                                   "context_tokens": 2048}})
+    client = await started(smol_cache, remote(generation=LONG_RUN), served_by(server.url, "openai"))
     uri = "file:///project/long.py"
     open_document(client, uri, LONG)
     cancels = server.log.read_text().count("cancel task")
@@ -184,7 +184,7 @@ def client_document(word: str) -> str:
 async def typing_client(url: str, cache, word: str, requests: int) -> list[str | None]:
     """One editor typing into its own document: a request after each keystroke, and every
     fifth keystroke a second one at once (the first is then superseded)."""
-    client = await started(cache, remote(url))
+    client = await started(cache, remote(), served_by(url))
     uri = f"file:///project/{word}.py"
     text = client_document(word)
     open_document(client, uri, text)

@@ -4,17 +4,24 @@ the prompt cache kept per slot, cancellation that stops the server's generation,
 faults as one clear error each."""
 
 import json
+import sys
 import threading
 import time
+import urllib.request
 from dataclasses import replace
 from http.server import BaseHTTPRequestHandler, HTTPServer
 
+import numpy as np
 import pytest
 
-from completer.config import ModelOptions
+from completer.config import Config, GenerationOptions, ModelOptions, PromptOptions
+from completer.context import Workspace
 from completer.models.backend import LlamaContext, LlamaModel
-from completer.remote import CancelFlag, LlamaServerClient, ServerError, SlotMap, sends_key_safely
-from completer.remote_session import LlamaServerBackend, backend_for
+from completer.remote import (SAMPLERS, CancelFlag, LlamaServerClient, OpenAIClient, ServerError, SlotMap,
+                              completion_body, sends_key_safely)
+from completer.remote_session import LlamaServerBackend, OpenAIBackend, RemoteCompleter, backend_for
+from completer.session import CompletionRequest
+from completer.speculative import Sampling, probabilities
 from conftest import run_completer
 from llama_server_process import LlamaServer, free_port
 
@@ -205,3 +212,70 @@ def test_documents_keep_their_slot_and_a_new_one_takes_the_least_recently_used()
     slots.forget("a")
     assert slots.slot_for("d") == 0  # a's slot, freed
     assert slots.slot_for("c") == 1
+
+
+def test_the_server_samples_from_the_distribution_the_local_engine_samples_from(server, smol):
+    """One temperature and top-p, one distribution: llama-server runs the local engine's
+    samplers in its order (top-p over the tempered distribution), and its own post-sampling
+    probabilities of the first token equal speculative.probabilities' of the same logits."""
+    client, _ = server
+    prompt = client.tokenize(PROMPT)
+    sampling = Sampling(temperature=1.5, top_k=0, top_p=0.5)
+    body = {**completion_body(prompt, 1, 0, None, sampling.temperature, sampling.top_k, sampling.top_p),
+            "stream": False, "n_probs": 500, "post_sampling_probs": True}
+    request = urllib.request.Request(client.url + "/completion", json.dumps(body).encode(),
+                                     {"Content-Type": "application/json"})
+    answer = json.loads(urllib.request.urlopen(request, timeout=60).read())
+    served = {entry["id"]: entry["prob"] for entry in answer["completion_probabilities"][0]["top_probs"]}
+    target = LlamaModel(smol.target, 0)
+    local = probabilities(LlamaContext(target, n_ctx=512).eval(prompt, 0, logits_at=[-1]), sampling)[0]
+    kept = {int(token): float(local[token]) for token in np.flatnonzero(local)}
+    untempered_first = probabilities(LlamaContext(target, n_ctx=512).eval(prompt, 0, logits_at=[-1]),
+                                     Sampling(1.0, 0, sampling.top_p))[0]
+    assert np.count_nonzero(untempered_first) < len(kept) - 2  # the other order keeps fewer: the test can tell
+    # The two builds' logits differ in their last digits: a token at the top-p edge may go either way.
+    assert len(set(served) ^ set(kept)) <= 1, (sorted(served), sorted(kept))
+    for token in set(served) & set(kept):
+        assert served[token] == pytest.approx(kept[token], abs=0.01)
+    assert body["samplers"] == SAMPLERS == ["temperature", "top_k", "top_p"]  # the order the request names
+
+
+def test_a_prompt_the_server_finds_too_long_is_sent_again_shorter_and_the_server_stays_up(server):
+    """The openai backend estimates a prompt's length at 3 characters a token; Chinese text
+    takes more tokens than that, and the server refuses the prompt as past its context
+    (HTTP 400, exceed_context_size_error): the request is made once more, half as long."""
+    client, _ = server
+    config = Config(generation=GenerationOptions(max_tokens=8, time_budget_ms=0))
+    completer = RemoteCompleter(OpenAIBackend(OpenAIClient(client.url)), config)
+    text = "# " + "数据处理与分析" * 400 + "\n\n\ndef mean(values):\n    return "
+    model = completer.connect()
+    assert model.context_tokens == 2048  # llama-server's context per slot, from /v1/models
+    assert completer.prompt(CompletionRequest("a.py", "a.py", text, len(text)), model)[1] < 2048  # as estimated
+    completion = completer.complete(CompletionRequest("a.py", "a.py", text, len(text)))
+    assert completion.source == "model" and completion.remote.tokens_evaluated > 0
+    assert not completion.warning and not completer.stats().server_error
+
+
+def test_the_ring_of_context_chunks_loses_nothing_to_requests_on_several_threads(tmp_path):
+    """Requests for several documents run at once on worker threads, each adding the
+    chunk of the document left to the ring and selecting from it."""
+    config = Config(prompt=PromptOptions(chunks=1000))
+    completer = RemoteCompleter(OpenAIBackend(OpenAIClient("http://127.0.0.1:1")), config, Workspace([tmp_path]))
+
+    def requests(thread: int) -> None:
+        for index in range(40):
+            text = "".join(f"value_{thread}_{index}_{line} = {line}\n" for line in range(8))
+            assert completer.ring.add(str(tmp_path / f"file_{thread}_{index}.py"), text, 0)
+            completer.ring.select(10**6)
+
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads take turns as often as the interpreter can
+    try:
+        threads = [threading.Thread(target=requests, args=(thread,)) for thread in range(8)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(interval)
+    assert len(completer.ring.chunks) == 8 * 40

@@ -1,13 +1,17 @@
 """The editor side's prompt for a server: the FIM family from a served model's name, and
-a text prompt (OpenAI's API) in which a file cannot spell a control token."""
+a text prompt (OpenAI's API) in which a file cannot spell a special token, nested
+spellings and every family's special tokens included."""
+
+import re
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from completer.prompt import Segment, render
+from completer.prompt import TEMPLATES, Segment, render
 from completer.remote import OpenAIClient
-from completer.remote_session import OpenAIBackend, template_in_name, template_named
+from completer.remote_session import (SPECIAL_PATTERN, SPECIAL_TOKENS, OpenAIBackend, template_in_name, template_named,
+                                      without_special_tokens)
 
 
 @pytest.mark.parametrize("name, family", [
@@ -25,27 +29,63 @@ def test_a_served_models_name_says_its_family(name, family):
 
 
 def qwen_backend() -> OpenAIBackend:
-    backend = OpenAIBackend(OpenAIClient("http://127.0.0.1:1"), "qwen2.5-coder")
-    template = template_named("qwen2.5-coder")
-    backend.controls = (*template.required_tokens(), template.repo_name, template.file_separator)
-    return backend
+    return OpenAIBackend(OpenAIClient("http://127.0.0.1:1"), "qwen2.5-coder")
 
 
-CONTROLS = ["<|fim_prefix|>", "<|fim_suffix|>", "<|fim_middle|>", "<|file_sep|>", "<|repo_name|>"]
+# Every FIM family's control tokens, and special tokens of vocabularies no template names.
+CONTROLS = sorted({token for template in TEMPLATES for token in (*template.required_tokens(), template.repo_name,
+                                                                  template.file_separator) if token})
+OTHERS = ["<|endoftext|>", "<|fim_pad|>", "<|im_start|>", "<|im_end|>", "<|eot_id|>", "<｜end▁of▁sentence｜>",
+          "<jupyter_code>", "</s>", "[INST]", "[control_8]"]
+SPECIALS = CONTROLS + OTHERS
+SPELLS_ONE = re.compile("|".join(map(re.escape, SPECIAL_TOKENS)) + "|" + SPECIAL_PATTERN)
 
 
-@given(st.lists(st.sampled_from(["x = 1\n", "def f(", " ", "<", "|", ">", *CONTROLS]), max_size=12))
-def test_a_files_text_cannot_spell_a_control_token_into_a_text_prompt(pieces):
+def spelt_into(token: str, inner: str, at: int) -> str:
+    """`inner` put inside `token`'s spelling: taking `inner` out leaves `token` whole."""
+    at = at % (len(token) + 1)
+    return token[:at] + inner + token[at:]
+
+
+# A special token, or one with another such spelling nested in it, to any depth.
+NESTED = st.recursive(st.sampled_from(SPECIALS), lambda inner: st.builds(
+    spelt_into, st.sampled_from(SPECIALS), inner, st.integers(0, 40)), max_leaves=6)
+PIECES = st.one_of(st.sampled_from(["x = 1\n", "def f(", " ", "<", "|", ">", "[", "]", "▁", "｜"]), NESTED)
+
+
+@given(st.lists(PIECES, max_size=10))
+def test_a_files_text_cannot_spell_a_special_token_into_a_text_prompt(pieces):
     text = "".join(pieces)
-    backend = qwen_backend()
-    prompt, length = backend.encode(render(template_named("qwen2.5-coder"), "a.py", text, text))
+    prompt, length = qwen_backend().encode(render(template_named("qwen2.5-coder"), "a.py", text, text))
     body = prompt[len("<|fim_prefix|>"):prompt.rindex("<|fim_suffix|>")]
-    assert not any(control in body for control in CONTROLS)
+    assert not SPELLS_ONE.search(body), body
+    assert not any(special in body for special in SPECIALS)
     assert prompt.startswith("<|fim_prefix|>") and prompt.endswith("<|fim_middle|>")
     assert prompt.count("<|fim_suffix|>") == 1 and length * 3 >= len(prompt)
+
+
+@given(st.text(st.characters(blacklist_characters="<>[]")))
+def test_text_that_spells_no_special_token_reaches_the_prompt_unchanged(text):
+    assert without_special_tokens(text) == text
+
+
+@pytest.mark.parametrize("text, kept", [
+    ("<|fim_<|fim_middle|>middle|>", ""),  # one removal would leave <|fim_middle|>
+    ("a<|im_<|end<|endoftext|>oftext|>start|>b", "ab"),
+    ("<fim_<file_sep>prefix>x", "x"),
+    ("if a <| b |> c: pass", "if a <| b |> c: pass"),  # an operator, not a token's spelling
+    ("vector<int> v; x[i] = y[PREFIX_LEN]", "vector<int> v; x[i] = y[PREFIX_LEN]"),
+])
+def test_nested_spellings_are_taken_out_to_a_fixed_point(text, kept):
+    assert without_special_tokens(text) == kept
 
 
 def test_control_tokens_are_spelt_out_in_order():
     prompt, _ = qwen_backend().encode([Segment("<|fim_prefix|>", True), Segment("a<|fim_middle|>b"),
                                        Segment("<|fim_suffix|>", True), Segment("c"), Segment("<|fim_middle|>", True)])
     assert prompt == "<|fim_prefix|>ab<|fim_suffix|>c<|fim_middle|>"
+
+
+def test_two_plain_pieces_cannot_spell_a_token_across_their_seam():
+    prompt, _ = qwen_backend().encode([Segment("x<|im_"), Segment("start|>y")])
+    assert prompt == "xy"
