@@ -24,8 +24,26 @@ DRAFT_MODES: dict[str, tuple[str, ...]] = {
 }
 
 
-def option(default, doc: str, flag: str | None = None):
-    return field(default=default, metadata={"doc": doc, "flag": flag})
+def option(default, doc: str, flag: str | None = None, machine: bool = False):
+    """A Config field. `machine`: a machine-level option, which only the user's own
+    machine may set (the server's command-line flags, so it needs a `flag`; VS Code's
+    user settings, which the extension turns into those flags), never the editor's
+    settings over LSP: initializationOptions and didChangeConfiguration carry what a
+    checked-in workspace file says (VS Code merges .vscode/settings.json in, a Neovim
+    project-local config can set them), and the server refuses these there."""
+    return field(default=default, metadata={"doc": doc, "flag": flag, "machine": machine})
+
+
+# Machine-level, because a repository's settings must not choose them:
+#   models.backend, models.server_url  where the prompt, the user's code, is sent;
+#   models.api_key_env                 which environment variable's value goes out as a
+#                                      bearer token (GITHUB_TOKEN would do);
+#   models.rpc_servers                 hosts sent the model's tensors and activations;
+#   models.target, models.draft        a file anywhere on disk handed to llama.cpp's GGUF
+#                                      parser (a repository could ship a crafted one).
+# The rest are not: models.preset names a pair from the fixed table, downloaded from the
+# configured Hub; sizes, timeouts and sampling cost time or memory, not trust, and each
+# is validated when it loads.
 
 
 @dataclass
@@ -33,10 +51,11 @@ class ModelOptions:
     preset: str = option(
         DEFAULT_PRESET, "named target/draft pair; `completer models list` shows them", "--preset"
     )
-    target: str | None = option(None, "path to a target GGUF, used instead of the preset's", "--target")
+    target: str | None = option(None, "path to a target GGUF, used instead of the preset's", "--target",
+                                machine=True)
     draft: str | None = option(
         None, "path to a draft GGUF, instead of the preset's; it must share the target's vocabulary. "
-        "`distilled`: the draft `completer distill` trained for the target", "--draft"
+        "`distilled`: the draft `completer distill` trained for the target", "--draft", machine=True
     )
     target_gpu_layers: int | str = option(
         "auto", "target layers offloaded to the GPU; `auto` = all when llama.cpp can offload, else 0", "--gpu-layers"
@@ -52,11 +71,11 @@ class ModelOptions:
         "local", "where decoding runs: local (llama.cpp in this process, on the models above), llama-server (a "
         "llama-server at models.server_url, its own /completion API: its slots, prompt cache and speculative "
         "settings) or openai (an OpenAI-compatible /v1/completions there, as vLLM serves). The prompt, "
-        "post-processing and the forward cache stay here either way", "--backend"
+        "post-processing and the forward cache stay here either way", "--backend", machine=True
     )
     server_url: str = option(
         "", "the server of the llama-server and openai backends, as http://host:port (or https://)",
-        "--server-url"
+        "--server-url", machine=True
     )
     server_slots: str = option(
         "server", "which of a llama-server's slots (-np) a request takes. server: the server's choice, the idle "
@@ -66,7 +85,8 @@ class ModelOptions:
     )
     api_key_env: str = option(
         "", "the name of an environment variable holding the server's API key, sent as a bearer token only "
-        "over https or to this machine; the key itself never goes in settings, logs or stats. None = no key"
+        "over https or to this machine; the key itself never goes in settings, logs or stats. None = no key",
+        "--api-key-env", machine=True
     )
     prompt_family: str = option(
         "auto", "the FIM format of the server's model: auto = from the server (llama-server's vocabulary has the "
@@ -85,7 +105,8 @@ class ModelOptions:
         "", "llama.cpp RPC servers to offload layers to, as host:port,host:port: each is a ggml-rpc-server "
         "(`completer peers build` builds one) on a machine with a GPU, a device exactly as a local GPU is. "
         "None by default; an address off this machine gets a warning, since llama.cpp's RPC has no "
-        "authentication or encryption. One added stays a device until completer restarts", "--rpc"
+        "authentication or encryption. One taken out of the list gets no layers from the next load on", "--rpc",
+        machine=True
     )
 
 
@@ -227,6 +248,52 @@ CHOICES: dict[str, tuple[str, ...]] = {"models.preset": tuple(PRESETS), "generat
                                        "models.backend": BACKENDS, "models.prompt_family": PROMPT_FAMILIES,
                                        "models.server_slots": SERVER_SLOTS}
 
+# llama.cpp and llama-server read counts as C ints: no count option goes past this.
+INT_MAX = 2**31 - 1
+# Tokens the prompt needs besides the answer, at the least: the file's path and about 27
+# lines before the cursor (smol's vocabulary made 9.0 tokens a line of Python's standard
+# library, the median over its 158 modules of 50 lines or more; 10.6 at the 90th
+# percentile). Less is a prompt that cannot say what is being written.
+MIN_PROMPT_TOKENS = 256
+# Each numeric option's smallest and largest value, inclusive, and why; one not named
+# here takes 0 to INT_MAX. How options bound each other is `conflicts`.
+RANGES: dict[str, tuple[float, float]] = {
+    # A minimal prompt and one token; past the longest context of a preset's model
+    # (Qwen2.5-Coder: 32,768 trained, 131,072 with YaRN) the KV cache is memory spent.
+    "models.context_tokens": (MIN_PROMPT_TOKENS + 2, 131_072),
+    "models.threads": (0, 1024),  # more than any CPU's cores: threads that only contend
+    # 0 s is a connect that never waits, so it always fails; a minute is a server down.
+    "models.server_connect_timeout_s": (0.01, 60.0),
+    "models.server_timeout_s": (0.1, 3600.0),
+    "generation.max_tokens": (1, INT_MAX),  # 0 answers nothing; the most: what models.context_tokens leaves
+    "generation.temperature": (0.0, 10.0),  # far above 1 the distribution is near uniform: noise
+    "generation.time_budget_ms": (0.0, 600_000.0),  # 0 = no limit; past 10 minutes no user still waits
+    "generation.top_p": (0.0, 1.0),  # a probability
+    "prompt.chunk_lines": (3, INT_MAX),  # ChunkRing.add drops a chunk with fewer than 3 lines of code
+    "drafting.ngram_min_match": (1, INT_MAX),  # a match of 0 tokens is everywhere
+    "drafting.hybrid_min_match": (1, INT_MAX),
+    "drafting.tree_branches": (0, 4),  # engine.MAX_TREE_BRANCHES: the sequences the target's context has
+    "drafting.probe_every": (1, INT_MAX),  # 0 would probe every token
+    "drafting.margin": (0.0, 1.0),  # a share of plain decoding's speed
+    "drafting.index_mb": (0.0, 1_048_576.0),  # 1 TB: beyond, bytes overflow what the budget is counted in
+    "cache.budget_mb": (0.0, 1_048_576.0),
+    "server.debounce_ms": (0.0, 10_000.0),  # after 10 s the user has typed on: the answer would be thrown away
+}
+# Options where 0 is off and a value above it must be at least this. A temperature below
+# 0.001 samples as greedy decoding does, and below about 1e-306 logits / T overflow: smol
+# at 5e-324 wrote its last vocabulary token over and over.
+SMALLEST_ABOVE_ZERO: dict[str, float] = {"generation.temperature": 0.001}
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else str(value)
+
+
+def _brief(value: Any) -> str:
+    """`value` as a message quotes it: a hostile 1 MB string is not echoed whole."""
+    text = repr(value)
+    return text if len(text) <= 200 else f"{text[:120]}... ({len(text)} characters)"
+
 
 def _coerce(name: str, value: Any, kind: Any) -> Any:
     """`value` as the option's type, or ValueError saying what was expected."""
@@ -244,29 +311,38 @@ def _coerce(name: str, value: Any, kind: Any) -> Any:
             raise ValueError("a number or \"auto\"")
         return value
     numeric = isinstance(value, (int, float)) and not isinstance(value, bool)
-    if int in allowed and numeric and float(value).is_integer() and value >= 0:
-        return int(value)
-    if float in allowed and numeric and value >= 0:
-        return float(value)
+    if numeric and {int, float} & allowed:
+        # Compared as Python numbers: a 400-digit int or NaN (JSON as Python reads it) is
+        # out of range here, and float() of the int would raise OverflowError.
+        whole = isinstance(value, int) or value.is_integer()
+        low, high = RANGES.get(name, (0, INT_MAX))
+        smallest = SMALLEST_ABOVE_ZERO.get(name, 0)
+        if not (whole or float in allowed) or not low <= value <= high or 0 < value < smallest:
+            number = "a number" if float in allowed else "a whole number"
+            span = f"{number} from {_number(low)}" if not smallest else f"0 or {number} from {_number(smallest)}"
+            raise ValueError(f"{span} to {_number(high)}")
+        return float(value) if float in allowed else int(value)
     expected = " or ".join(sorted(t.__name__ for t in allowed if t is not type(None)))
     raise ValueError(f"a non-negative {expected}" if {int, float} & allowed else f"a {expected}")
 
 
 def config_from_dict(data: Any, base: Config | None = None) -> tuple[Config, list[str]]:
     """A Config from nested dicts ({"generation": {"max_tokens": 32}}, as editors send
-    initializationOptions and settings), on top of `base`. A bad value keeps the default
-    and yields a message naming the option, the value and what it should be."""
+    initializationOptions and settings), on top of `base`. A bad value keeps the value
+    it had and yields a message naming the option, the value and what it should be; so
+    do values that each fit but cannot work together (`conflicts`): those that changed
+    keep the values they had."""
     config = base or Config()
     problems: list[str] = []
     if not isinstance(data, dict):
-        return config, [] if data is None else [f"options must be an object, not {data!r}: using the defaults"]
+        return config, [] if data is None else [f"options must be an object, not {_brief(data)}: using the defaults"]
     groups = {group.name: group for group in fields(Config)}
     for group_name, values in data.items():
         if group_name not in groups:
-            problems.append(f"unknown option group {group_name!r}; groups: {', '.join(groups)}")
+            problems.append(f"unknown option group {_brief(group_name)}; groups: {', '.join(groups)}")
             continue
         if not isinstance(values, dict):
-            problems.append(f"{group_name} must be an object, not {values!r}")
+            problems.append(f"{group_name} must be an object, not {_brief(values)}")
             continue
         current = getattr(config, group_name)
         items = {item.name: item for item in fields(current)}
@@ -274,14 +350,103 @@ def config_from_dict(data: Any, base: Config | None = None) -> tuple[Config, lis
         for key, value in values.items():
             name = f"{group_name}.{key}"
             if key not in items:
-                problems.append(f"unknown option {name}; {group_name} has {', '.join(items)}")
+                problems.append(f"unknown option {group_name}.{_brief(key)}; {group_name} has {', '.join(items)}")
                 continue
             try:
                 changes[key] = _coerce(name, value, items[key].type)
             except ValueError as expected:
-                problems.append(f"{name} = {value!r} is not {expected}: keeping {getattr(current, key)!r}")
+                problems.append(f"{name} = {_brief(value)} is not {expected}: keeping {getattr(current, key)!r}")
         config = replace(config, **{group_name: replace(current, **changes)})
-    return config, problems
+    config, kept = _without_conflicts(config, base or Config())
+    return config, problems + kept
+
+
+def conflicts(config: Config) -> list[tuple[tuple[str, ...], str]]:
+    """Options whose values each fit but cannot work together: for each rule broken,
+    the options it relates and why, naming them all."""
+    models, generation, prompt, drafting = config.models, config.generation, config.prompt, config.drafting
+    found = []
+    room = models.context_tokens - generation.max_tokens - 1  # the prompt's, as the completers leave it
+    if room < MIN_PROMPT_TOKENS:
+        found.append((("generation.max_tokens", "models.context_tokens"),
+                      f"generation.max_tokens {generation.max_tokens} leaves {max(room, 0)} tokens of "
+                      f"models.context_tokens {models.context_tokens} for the prompt, which needs {MIN_PROMPT_TOKENS}"))
+    elif prompt.context_tokens > room - MIN_PROMPT_TOKENS:
+        found.append((("prompt.context_tokens", "generation.max_tokens", "models.context_tokens"),
+                      f"prompt.context_tokens {prompt.context_tokens} of other files' chunks leave less than "
+                      f"{MIN_PROMPT_TOKENS} tokens for the file's own lines in models.context_tokens "
+                      f"{models.context_tokens} less generation.max_tokens {generation.max_tokens}"))
+    if drafting.ngram_max_match < drafting.ngram_min_match:
+        found.append((("drafting.ngram_max_match", "drafting.ngram_min_match"),
+                      f"drafting.ngram_max_match {drafting.ngram_max_match} is below drafting.ngram_min_match "
+                      f"{drafting.ngram_min_match}: no match could be measured"))
+    if drafting.hybrid_min_match > drafting.ngram_max_match:
+        found.append((("drafting.hybrid_min_match", "drafting.ngram_max_match"),
+                      f"drafting.hybrid_min_match {drafting.hybrid_min_match} is above drafting.ngram_max_match "
+                      f"{drafting.ngram_max_match}: matches are measured only that far, so none would be trusted"))
+    if drafting.probe_max < drafting.probe_every:
+        found.append((("drafting.probe_max", "drafting.probe_every"),
+                      f"drafting.probe_max {drafting.probe_max} is below drafting.probe_every {drafting.probe_every}"))
+    if models.server_connect_timeout_s > models.server_timeout_s:
+        found.append((("models.server_connect_timeout_s", "models.server_timeout_s"),
+                      f"models.server_connect_timeout_s {models.server_connect_timeout_s} is above "
+                      f"models.server_timeout_s {models.server_timeout_s}, the whole request's"))
+    return found
+
+
+def problems(config: Config) -> list[str]:
+    """What is wrong with a Config made in code (the CLI's flags): each value out of its
+    range, then each rule of `conflicts` broken. config_from_dict's Configs have none."""
+    found = []
+    for group in fields(Config):
+        for item in fields(group.default_factory):
+            name, value = f"{group.name}.{item.name}", getattr(getattr(config, group.name), item.name)
+            try:
+                _coerce(name, value, item.type)
+            except ValueError as expected:
+                found.append(f"{name} = {_brief(value)} is not {expected}")
+    return found + [why for _, why in conflicts(config)]
+
+
+def _option(config: Config, name: str) -> Any:
+    group, key = name.split(".")
+    return getattr(getattr(config, group), key)
+
+
+def _with_option(config: Config, name: str, value: Any) -> Config:
+    group, key = name.split(".")
+    return replace(config, **{group: replace(getattr(config, group), **{key: value})})
+
+
+def _without_conflicts(config: Config, base: Config) -> tuple[Config, list[str]]:
+    """`config` with each broken rule's changed options back at `base`'s values, and a
+    message for each. Should `base` itself break a rule (a Config made in code), the
+    options of that rule take their defaults, which break none (tests/test_options.py)."""
+    config, kept = _settle(config, base, "keeping")
+    config, defaults = _settle(config, Config(), "using the default")
+    return config, kept + defaults
+
+
+def _settle(config: Config, towards: Config, kept_as: str) -> tuple[Config, list[str]]:
+    """Until no broken rule has an option that differs from `towards`, set those options
+    to its values. Options only ever move to `towards`, so this ends."""
+    messages = []
+    while True:
+        for names, why in conflicts(config):
+            changed = [name for name in names if _option(config, name) != _option(towards, name)]
+            if changed:
+                break
+        else:
+            return config, messages
+        for name in changed:
+            config = _with_option(config, name, _option(towards, name))
+        messages.append(f"{why}: {kept_as} " + ", ".join(f"{name} {_option(config, name)!r}" for name in changed))
+
+
+def machine_options() -> dict[str, str]:
+    """`group.option` -> its CLI flag, for every machine-level option (see `option`)."""
+    return {f"{group.name}.{item.name}": item.metadata["flag"] for group in fields(Config)
+            for item in fields(group.default_factory) if item.metadata["machine"]}
 
 
 def _schema_type(kind: Any) -> str | list[str]:
@@ -309,18 +474,22 @@ def settings_schema() -> dict[str, dict[str, Any]]:
             if schema["type"] in ("integer", "number"):
                 schema["minimum"] = 0
             schema["markdownDescription"] = item.metadata["doc"][0].upper() + item.metadata["doc"][1:] + "."
+            if item.metadata["machine"]:  # VS Code ignores it in workspace and folder settings
+                schema["scope"] = "machine"
+                schema["markdownDescription"] += " Machine-level: set only in your user settings, never a workspace's."
             properties[f"{group.name}.{camel_case(item.name)}"] = schema
     return properties
 
 
 def options_table() -> str:
     """The Markdown table of every option, as README.md shows it."""
-    rows = ["| option | CLI flag | default | meaning |", "|---|---|---|---|"]
+    rows = ["| option | CLI flag | default | set by | meaning |", "|---|---|---|---|---|"]
     for group in fields(Config):
         for item in fields(group.default_factory):
             default = "none" if item.default in (None, "") else f"`{item.default}`"
             flag = f"`{item.metadata['flag']}`" if item.metadata["flag"] else ""
-            rows.append(f"| `{group.name}.{item.name}` | {flag} | {default} | {item.metadata['doc']} |")
+            scope = "machine" if item.metadata["machine"] else "any"
+            rows.append(f"| `{group.name}.{item.name}` | {flag} | {default} | {scope} | {item.metadata['doc']} |")
     return "\n".join(rows)
 
 

@@ -16,11 +16,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from completer.config import Config, ModelOptions
+from completer.config import Config, ModelOptions, problems
 from completer.context import Workspace
 from completer.engine import Engine
 from completer.models.backend import ContextError, LlamaModel
-from completer.models.devices import add_rpc_servers
+from completer.models.devices import add_rpc_servers, offload_devices
 from completer.models.errors import ModelError
 from completer.models.gguf_file import check_same_vocabulary
 from completer.models.paths import distilled_draft_path
@@ -101,11 +101,12 @@ def load_pair(options: ModelOptions, with_draft: bool = True, report: Report = _
     report(f"finding the {options.preset} files (downloading them if needed)", 5)
     files = resolve(Preset.from_name(options.preset), options.target, options.draft, with_draft=with_draft)
     report(f"loading {files.target.name}", 40)
-    target = LlamaModel(files.target, options.target_gpu_layers)
+    devices = offload_devices(options.rpc_servers)  # not an RPC server dropped from the settings since
+    target = LlamaModel(files.target, options.target_gpu_layers, devices=devices)
     draft = None
     if files.draft is not None:
         report(f"loading {files.draft.name}", 60)
-        draft = LlamaModel(files.draft, options.draft_gpu_layers)
+        draft = LlamaModel(files.draft, options.draft_gpu_layers, devices=devices)
     return Pair(files, target, draft, rpc_warnings)
 
 
@@ -123,7 +124,10 @@ def load_completer(config: Config, roots: Sequence[Path] = (), report: Report = 
     """Resolve and load the pair, measure what a verify pass costs, and build the
     Completer that serves requests over the workspace `roots`; for a server backend,
     the RemoteCompleter, connected when the server answers (else it tries again as
-    requests come)."""
+    requests come). Options that cannot work (config.problems: a Config made from flags)
+    are a ModelError naming them, before anything loads."""
+    if found := problems(config):
+        raise ModelError("options that cannot work: " + "; ".join(found))
     if config.models.backend != "local":
         try:
             backend = backend_for(config.models, os.environ)

@@ -54,25 +54,44 @@ class Snapshot:
 
 
 class DocumentCaches:
+    """The live document's name and the others' saved caches. Switching runs with the
+    engine; `saved_bytes` is read from any thread (statistics), so `saved` changes and
+    is read only under its own lock."""
+
     def __init__(self, engine: Engine, budget_mb: float):
         self.engine = engine
         self.budget_bytes = int(budget_mb * 2**20)
         self.current: str | None = None
         self.saved: OrderedDict[str, Snapshot] = OrderedDict()  # least recently used first
+        self._lock = threading.Lock()
 
     @property
     def saved_bytes(self) -> int:
-        return sum(snapshot.size_bytes for snapshot in self.saved.values())
+        with self._lock:
+            snapshots = list(self.saved.values())
+        return sum(snapshot.size_bytes for snapshot in snapshots)
+
+    def forget(self, document: str) -> None:
+        with self._lock:
+            self.saved.pop(document, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.saved.clear()
+        self.current = None
 
     def activate(self, document: str) -> None:
         """Make `document`'s caches the live ones."""
         if document == self.current:
             return
-        snapshot = self.saved.pop(document, None)  # taken first: saving must not evict it
+        with self._lock:
+            snapshot = self.saved.pop(document, None)  # taken first: saving must not evict it
         if self.current is not None:
-            self.saved[self.current] = Snapshot([sequence.save() for sequence in self.engine.sequences])
-            while self.saved and self.saved_bytes > self.budget_bytes:
-                self.saved.popitem(last=False)
+            leaving = Snapshot([sequence.save() for sequence in self.engine.sequences])
+            with self._lock:
+                self.saved[self.current] = leaving
+                while self.saved and sum(saved.size_bytes for saved in self.saved.values()) > self.budget_bytes:
+                    self.saved.popitem(last=False)
         for index, sequence in enumerate(self.engine.sequences):
             if snapshot is not None:
                 sequence.restore(snapshot.sequences[index])
@@ -126,14 +145,17 @@ class CompletionRequest:
 @dataclass
 class Completion:
     text: str  # to insert at the cursor
-    source: str  # "model", "forward cache" or "superseded" (a newer request took over: show nothing)
+    # "model", "forward cache", "superseded" (a newer request took over: show nothing), or
+    # "no room" (no prompt fits the context: `warning` says which options to change)
+    source: str
     stop_reason: str = ""
     prompt: list[int] | str = field(default_factory=list)  # as rendered, before token healing (text for openai)
     evaluated_tokens: int = 0  # prompt tokens the target's cache lacked
     generation: Generation | None = None  # the local engine's
     remote: RemoteGeneration | None = None  # a server's, with its own timings
     # What the user should hear of once (the server says when it changes): why the draft
-    # model was dropped, or why the server cannot be used now; "" while all is well.
+    # model was dropped, why the server cannot be used now, or why no prompt fits; "" while
+    # all is well.
     warning: str = ""
 
     @property
@@ -235,20 +257,33 @@ def counted(tokens: list[int]) -> tuple[list[int], int]:
     return tokens, len(tokens)
 
 
+class PromptTooLong(ValueError):
+    """Not even the smallest prompt (the file's path and the format's tokens, with no
+    text around the cursor) fits the room left for it: no completion can be made."""
+
+    def __init__(self, smallest: int, room: int):
+        super().__init__(f"the smallest prompt takes {smallest} tokens and {max(room, 0)} are left for it")
+        self.smallest, self.room = smallest, room
+
+
 def fit_prompt(request: CompletionRequest, options: PromptOptions, template: FimTemplate | None, room: int,
                workspace: Workspace, ring: ChunkRing, encode: Callable[[list[Segment]], tuple[P, int]]
                ) -> tuple[P, int, str]:
     """The prompt as `encode` makes it of the rendered segments (token ids, or the text a
     server tokenizes), its length in tokens, and the suffix the cursor sees. Context
-    chunks, then prefix lines, give way until it fits in `room` tokens."""
+    chunks, then prefix lines, then the characters around the cursor give way until it
+    fits in `room` tokens; PromptTooLong when nothing is left to give. At most
+    chunks + log2(lines) + log2(characters) + 3 encodings, whatever `room` is."""
     path = workspace.relative(request.path) if workspace.contains(request.path) else request.path
     context = ring.select(options.context_tokens, exclude=path)
     repo = workspace.roots[0].name if workspace.roots else ""
-    prefix_lines, keep_chars = options.prefix_lines, None
+    # Halving from more lines than there are would only encode the same prompt again.
+    prefix_lines = min(options.prefix_lines, request.text.count("\n", 0, request.cursor))
+    keep_chars = None
     while True:
         prefix, suffix = cursor_sections(request.text, request.cursor, prefix_lines, options.suffix_lines)
         if keep_chars is not None:  # one huge line (minified code): keep what is nearest the cursor
-            prefix, suffix = prefix[len(prefix) - keep_chars:], suffix[:keep_chars]
+            prefix, suffix = prefix[max(0, len(prefix) - keep_chars):], suffix[:keep_chars]
         prompt, length = encode(render(template, path, prefix, suffix if template else "", context, repo))
         if length <= room:
             return prompt, length, suffix
@@ -256,8 +291,18 @@ def fit_prompt(request: CompletionRequest, options: PromptOptions, template: Fim
             context = context[1:]  # the oldest chunk first
         elif prefix_lines:
             prefix_lines //= 2
-        else:
+        elif prefix or suffix:
             keep_chars = max(len(prefix), len(suffix)) // 2
+        else:
+            raise PromptTooLong(length, room)
+
+
+def no_room(error: PromptTooLong, context: str, max_tokens: int) -> Completion:
+    """The empty answer when no prompt fits, saying why and what to change: `context`
+    names where the tokens are counted (models.context_tokens, or a server's slot)."""
+    return Completion("", "no room", "prompt too long", warning=(
+        f"no completion: {error}: {context} less generation.max_tokens {max_tokens}. Lower "
+        "generation.max_tokens or give the model a larger context"))
 
 
 class Completer:
@@ -272,16 +317,20 @@ class Completer:
         self.caches = DocumentCaches(engine, 0)
         self.ring = ChunkRing(self.workspace, lambda text: len(engine.model.tokenize(text)))
         self.index = WorkspaceIndex()
-        self.configure(config or Config())
+        self._index_cancel = threading.Event()  # the index build's under way
         self.sessions: dict[str, CompletionSession] = {}
         self.counters = Counters()
-        self._state = threading.Lock()  # sessions, running requests, counters
-        self._engine_lock = threading.Lock()  # one generation at a time
+        self._state = threading.Lock()  # sessions, running requests, counters, options to apply
+        # One generation at a time; the engine's state, the caches, the ring and the
+        # options in use change only under it.
+        self._engine_lock = threading.Lock()
+        self._new_config: Config | None = None  # options configure() got, applied when the engine is free
         self._running: dict[str, threading.Event] = {}  # document -> its newest request's cancel flag
         # Requests waiting for the engine: warming yields to them between its pieces.
         self._waiting = 0
         self._no_request_waiting = threading.Condition(self._state)
         self._warm_generation = 0  # a newer warm() stops an older one
+        self._apply(config or Config())
 
     def cancel(self, document: str) -> None:
         """Stop the document's running generation at its next round."""
@@ -293,9 +342,9 @@ class Completer:
         """The editor closed the document: its session, saved caches and text go; n-gram
         lookup drafts from the file as last saved again."""
         self.cancel(document)
-        with self._engine_lock, self._state:
+        with self._engine(), self._state:
             session = self.sessions.pop(document, None)
-            self.caches.saved.pop(document, None)
+            self.caches.forget(document)
             self.engine.ngram.remove_other_document(document)
             if session is not None and session.path not in self.engine.ngram.saved_files:
                 self.index.show(session.path)
@@ -306,13 +355,40 @@ class Completer:
         if not self.workspace.contains(path):
             return
         tokens = self.engine.model.tokenize(text)
-        with self._engine_lock:
+        with self._engine():
             self.index.hide(path)
             self.engine.ngram.set_saved_file(path, tokens)
 
     def configure(self, config: Config) -> None:
         """New options: they apply from the next request on (the models stay); a new
-        index size from the next index_workspace()."""
+        index size from the next index_workspace(). The language server calls this on its
+        event loop, which must not wait for a generation: when the engine is busy, the
+        options wait for whoever takes it next (`_engine`)."""
+        with self._state:
+            self._new_config = config
+        if self._engine_lock.acquire(blocking=False):
+            try:
+                self._apply_new_config()
+            finally:
+                self._engine_lock.release()
+
+    @contextmanager
+    def _engine(self):
+        """The engine lock, with the newest options applied first: a request, warming and
+        every other change of the engine's state take the engine through this."""
+        with self._engine_lock:
+            self._apply_new_config()
+            yield
+
+    def _apply_new_config(self) -> None:
+        """Under the engine lock: the options configure() got, if any."""
+        with self._state:
+            config, self._new_config = self._new_config, None
+        if config is not None:
+            self._apply(config)
+
+    def _apply(self, config: Config) -> None:
+        """Under the engine lock (or before any other thread has the Completer)."""
         self.config = config
         self.engine.configure(config.drafting)
         self.index.options = config.drafting
@@ -327,10 +403,17 @@ class Completer:
         if not self.workspace.roots or self.config.drafting.index_mb <= 0:
             return None
         saved = saved_index_path(self.engine.model.path, self.workspace.roots)
+        self.stop_indexing()
+        cancel = self._index_cancel = threading.Event()
         thread = threading.Thread(target=self.index.build, args=(self.workspace, self.engine.model.tokenize),
-                                  kwargs={"saved": saved}, name="completer-index", daemon=True)
+                                  kwargs={"cancel": cancel, "saved": saved}, name="completer-index", daemon=True)
         thread.start()
         return thread
+
+    def stop_indexing(self) -> None:
+        """End the index build under way at its next file: after a reload, a build nobody
+        waits for would hold the old model's tokenizer, and so its weights, until done."""
+        self._index_cancel.set()
 
     def warm(self, request: CompletionRequest) -> int:
         """Evaluate the prompt a request at this cursor would have, before it is asked (a
@@ -349,16 +432,20 @@ class Completer:
             with self._state:
                 while self._waiting:
                     self._no_request_waiting.wait()
-            with self._engine_lock:
+            with self._engine():
                 if generation != self._warm_generation:
                     break
                 if self._waiting:
                     continue  # a request came between: it goes first
                 if first:
-                    session = self.sessions.setdefault(request.document, CompletionSession(request.path))
+                    with self._state:
+                        session = self.sessions.setdefault(request.document, CompletionSession(request.path))
                     self._switch_to(request.document)
                     session.text, session.cursor = request.text, request.cursor
-                    prompt = self.prompt(request)[0]  # all but its last token is evaluated, as generate does
+                    try:
+                        prompt = self.prompt(request)[0]  # all but its last token is evaluated, as generate does
+                    except PromptTooLong:
+                        break  # the request will say so
                     first = False
                 elif self.caches.current != request.document:
                     break  # a request for another document took the caches: the user is there now
@@ -386,7 +473,7 @@ class Completer:
         """The completion at the request's cursor. `cancel` (from begin(), made here when
         not given) stops the generation at its next round; the result is then empty."""
         completion = self._complete(request, cancel)
-        completion.warning = self.engine.draft_failure
+        completion.warning = completion.warning or self.engine.draft_failure
         return completion
 
     def stats(self) -> CompleterStats:
@@ -402,10 +489,9 @@ class Completer:
 
     def reset(self) -> None:
         """Forget every document: sessions, forward caches and KV caches, as if just loaded."""
-        with self._engine_lock, self._state:
+        with self._engine(), self._state:
             self.sessions.clear()
-            self.caches.saved.clear()
-            self.caches.current = None
+            self.caches.clear()
             self.engine.reset()
             self.engine.ngram.others.clear()
 
@@ -449,6 +535,7 @@ class Completer:
                 if not self._waiting:
                     self._no_request_waiting.notify_all()
         try:
+            self._apply_new_config()
             yield
         finally:
             self._engine_lock.release()
@@ -479,7 +566,8 @@ class Completer:
         return CursorContext(line_before, suffix)
 
     def prompt(self, request: CompletionRequest) -> tuple[list[int], str]:
-        """The prompt's tokens, and the suffix the cursor sees."""
+        """The prompt's tokens, and the suffix the cursor sees; PromptTooLong when none
+        fits in the engine's context beside the answer."""
         room = self.engine.context_tokens - self.config.generation.max_tokens - 1
         tokens, _, suffix = fit_prompt(request, self.config.prompt, self.template, room, self.workspace, self.ring,
                                        lambda segments: counted(tokenize_segments(self.engine.model, segments)))
@@ -489,7 +577,11 @@ class Completer:
                   line_before: str, cancel: threading.Event) -> Completion:
         self._switch_to(request.document)
         session.text, session.cursor = request.text, request.cursor
-        prompt, suffix = self.prompt(request)
+        try:
+            prompt, suffix = self.prompt(request)
+        except PromptTooLong as error:
+            return no_room(error, f"models.context_tokens {self.engine.context_tokens}",
+                           self.config.generation.max_tokens)
         evaluated = len(prompt) - self.engine.cached_length(prompt)
         healed_prompt, healing = heal(prompt, self.engine.model, self.prefixes) if self.config.prompt.heal \
             else (prompt, None)

@@ -1,6 +1,8 @@
 """KV caches across keystrokes, edits and document switches, on the real smol pair.
 Counted in tokens the models evaluate, which is what caching saves."""
 
+import itertools
+import sys
 import sysconfig
 import threading
 import time
@@ -12,15 +14,18 @@ import pytest
 from hypothesis import example, given
 from hypothesis import strategies as st
 
-from completer.config import Config, DraftingOptions, GenerationOptions, PromptOptions
-from completer.context import Workspace
+from completer.config import CacheOptions, Config, DraftingOptions, GenerationOptions, PromptOptions
+from completer.context import ChunkRing, Workspace
 from completer.engine import Engine, generate
 from completer.kv import KVSequence
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.postprocess import CursorContext, postprocess
-from completer.prompt import path_header
+from completer.prompt import TEMPLATES, Segment, path_header, render
+from completer.remote import LlamaServerClient
+from completer.remote_session import LlamaServerBackend, RemoteCompleter
 from completer.session import (WARM_PIECE, Completer, CompletionRequest, DocumentCaches, ForwardCache, PositionError,
-                               cursor_offset)
+                               PromptTooLong, cursor_offset, fit_prompt)
+from llama_server_process import LlamaServer
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -395,11 +400,19 @@ def test_n_gram_lookup_drafts_from_workspace_documents_switched_away_from(engine
     assert proposed() == []
 
 
-def test_drafting_options_reach_the_engine_without_a_reload(engine):
-    completer = Completer(engine, completer_config())
-    drafting = DraftingOptions(hybrid_min_match=9, margin=0.2, probe_every=8)
-    completer.configure(replace(completer.config, drafting=drafting))
-    assert engine.drafting == engine.tuner.options == engine.ngram.options == drafting
+def test_drafting_options_change_what_is_drafted_without_a_reload(engine):
+    """n-gram lookup drafts the rest of a line written before; once it asks for a longer
+    match than the text has, the same engine drafts nothing."""
+    line = "        total = total + values[index] * weights[index] - offsets[index]\n"
+    text = "".join(f"def f{i}(values, weights, offsets):\n    total = 0\n    for index in range(3):\n{line}"
+                   for i in range(4)) + "def g(values, weights, offsets):\n    total = 0\n    for index in range(3):\n" \
+        + line[:20]
+    config = Config(generation=GenerationOptions(max_tokens=16, time_budget_ms=0, draft_mode="ngram"),
+                    prompt=PromptOptions(heal=False))
+    completer = Completer(engine, config)
+    assert completer.complete(request_at_end("a.py", text)).generation.stats.drafted > 0
+    completer.configure(replace(config, drafting=DraftingOptions(ngram_min_match=60)))
+    assert completer.complete(request_at_end("b.py", text)).generation.stats.drafted == 0
 
 
 def test_top_k_and_top_p_reach_the_sampler(engine, models):
@@ -493,3 +506,192 @@ def test_a_request_during_warming_goes_first_and_one_for_another_document_ends_i
     assert completer.caches.current == "small"
     # What it did was kept: the big document's caches were saved with its pieces in them.
     assert completer.complete(big).evaluated_tokens == len(prompt) - warmed["tokens"]
+
+
+class CountedEncodings:
+    """fit_prompt's `encode`, a token a character, counting its calls. Past `limit` calls
+    it raises: a loop that does not end fails the test instead of hanging it."""
+
+    def __init__(self, limit: int):
+        self.limit, self.calls = limit, 0
+
+    def __call__(self, segments: list[Segment]) -> tuple[str, int]:
+        self.calls += 1
+        if self.calls > self.limit:
+            raise AssertionError(f"fit_prompt encoded {self.calls} prompts and goes on")
+        text = "".join(segment.text for segment in segments)
+        return text, len(text)
+
+
+@st.composite
+def documents(draw) -> CompletionRequest:
+    text = draw(st.text(st.sampled_from("ab (\n\t"), max_size=3000) | st.just("x" * 20_000 + "\n" * 300))
+    return CompletionRequest("a.py", "/project/" + draw(st.sampled_from(["a.py", "d/" * 200 + "b.py"])), text,
+                             draw(st.integers(0, len(text))))
+
+
+ROOMS = st.integers(-2**31, -1) | st.integers(0, 100) | st.integers(0, 10**6) | st.just(10**18)
+
+
+@given(documents(), ROOMS, st.integers(0, 10**9), st.integers(0, 10**9), st.integers(0, 6),
+       st.sampled_from([None, *TEMPLATES]))
+def test_fitting_a_prompt_ends_for_any_room_and_any_text(request, room, prefix_lines, suffix_lines, chunks, template):
+    """Whatever the room (a context smaller than the answer leaves less than none), the
+    prompt fits in it or PromptTooLong says the smallest one does not, after a bounded
+    number of encodings: each chunk once, then halving the lines, then the characters."""
+    workspace = Workspace(["/project"])
+    ring = ChunkRing(workspace, len, capacity=chunks)
+    for i in range(chunks):
+        ring.add(f"/project/other{i}.py", "".join(f"def f{i}_{n}(): pass\n" for n in range(20)), 0)
+    options = PromptOptions(prefix_lines=prefix_lines, suffix_lines=suffix_lines, context_tokens=10**6)
+    lines, chars = request.text.count("\n"), len(request.text)
+    encode = CountedEncodings(len(ring.chunks) + lines.bit_length() + chars.bit_length() + 3)
+    try:
+        _, length, _ = fit_prompt(request, options, template, room, workspace, ring, encode)
+    except PromptTooLong as error:
+        smallest = encode(render(template, workspace.relative(request.path), "", "", (), "project"))[1]
+        assert smallest > room and error.room == room
+    else:
+        assert length <= room
+
+
+def within(seconds: float, function, *args):
+    """function(*args) from a thread, which must return within `seconds`: a hang fails
+    the test rather than hanging it (the thread is left behind as a daemon)."""
+    results: list = []
+    thread = threading.Thread(target=lambda: results.append(function(*args)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert results, f"{function.__name__} did not return within {seconds} s"
+    return results[0]
+
+
+def test_a_prompt_that_cannot_fit_gets_an_empty_answer_saying_why_and_the_engine_stays_free(engine):
+    """An answer as long as the context leaves no room for any prompt: fitting one looped
+    forever while holding the engine, and every later request waited behind it."""
+    completer = Completer(engine, completer_config(max_tokens=engine.context_tokens))
+    request = request_at_end("a.py", file_text("textwrap.py"))
+    completion = within(30, completer.complete, request)
+    assert (completion.text, completion.source, completion.stop_reason) == ("", "no room", "prompt too long")
+    assert f"models.context_tokens {engine.context_tokens} less generation.max_tokens {engine.context_tokens}" \
+        in completion.warning and completion.warning.startswith("no completion: the smallest prompt takes")
+    assert within(30, completer.warm, request) == 0
+    completer.configure(completer_config(max_tokens=8))
+    completion = within(120, completer.complete, request)
+    assert completion.source == "model" and completion.warning == ""
+
+
+def test_completions_settings_and_statistics_from_many_threads_at_once_all_answer(engine, tmp_path):
+    """The language server completes in worker threads while its event loop applies new
+    settings and reads the statistics. New match lengths rebuild every n-gram index (of
+    the documents switched away from too), and a small cache budget makes each switch
+    evict saved caches: nothing may fail, and every request is answered. Long documents
+    (indexed whole) with short prompts keep the rebuilds long and the requests quick, and
+    threads switch every 10 us instead of every 5 ms, so that the races show."""
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    completer = Completer(engine, completer_config(max_tokens=4, prefix_lines=16, context_tokens=0),
+                          Workspace([workspace]))
+    texts = [file_text(name, 20_000) for name in ("textwrap.py", "shlex.py", "string.py", "glob.py")]
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)
+    deadline = time.monotonic() + 15
+    answers: dict[str, list[str]] = {}
+    failures: list[BaseException] = []
+
+    def until_deadline(name: str, work) -> threading.Thread:
+        def run() -> None:
+            n = 0
+            try:
+                while time.monotonic() < deadline:
+                    answers.setdefault(name, []).append(work(n))
+                    n += 1
+            except BaseException as error:
+                failures.append(error)
+        thread = threading.Thread(target=run, name=name)
+        thread.start()
+        return thread
+
+    def completing(i: int):
+        # A new line each time: the forward cache cannot answer, the engine must.
+        return lambda n: completer.complete(request_at_end(f"doc{i}", texts[i] + f"\n# {n}\n",
+                                                          str(workspace / f"doc{i}.py"))).source
+
+    def configuring(n: int) -> str:
+        completer.configure(replace(completer.config, drafting=DraftingOptions(ngram_min_match=3 + n % 2),
+                                    cache=CacheOptions(budget_mb=(4, 64)[n % 2])))
+        time.sleep(0.001)
+        return "configured"
+
+    def statistics(n: int) -> str:
+        assert completer.stats().sessions <= len(texts)
+        return "stats"
+
+    threads = [until_deadline(f"complete {i}", completing(i)) for i in range(len(texts))]
+    threads += [until_deadline("configure", configuring), until_deadline("stats", statistics)]
+    for thread in threads:
+        thread.join(120)
+    sys.setswitchinterval(switch_interval)
+    assert not any(thread.is_alive() for thread in threads), "a thread did not end"
+    assert failures == []
+    for i in range(len(texts)):
+        assert answers[f"complete {i}"] and set(answers[f"complete {i}"]) <= {"model", "superseded"}
+    assert "model" in sum(answers.values(), []) and len(answers["configure"]) > 10
+    assert completer.stats().requests == sum(len(answers[f"complete {i}"]) for i in range(len(texts)))
+
+
+def test_the_saved_caches_size_is_read_safely_while_documents_switch(engine):
+    """completer/stats sums the saved caches from the event loop while a worker switches
+    documents, which saves one, restores another and evicts over the budget."""
+    caches = DocumentCaches(engine, budget_mb=1024)
+    for i in range(8):
+        caches.activate(f"doc{i}")
+        prepare(engine, f"value_{i} = {i}\n" * 4)
+    caches.budget_bytes = caches.saved_bytes * 3 // 4  # each switch now evicts too
+    deadline = time.monotonic() + 5
+    sums, failures = [], []
+
+    def switching() -> None:
+        for i in itertools.count():
+            if time.monotonic() > deadline:
+                return
+            caches.activate(f"doc{i % 8}")
+            prepare(engine, f"value_{i % 8} = {i}\n" * 4)
+
+    def reading() -> None:
+        try:
+            while time.monotonic() < deadline:
+                sums.append(caches.saved_bytes)
+        except RuntimeError as error:  # "OrderedDict mutated during iteration"
+            failures.append(error)
+
+    switch_interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        threads = [threading.Thread(target=switching), threading.Thread(target=reading)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join(60)
+    finally:
+        sys.setswitchinterval(switch_interval)
+    assert failures == [] and sums and caches.saved_bytes <= caches.budget_bytes
+
+
+def test_a_server_whose_slots_hold_no_prompt_gets_an_empty_answer_saying_why(llama_server, smol, tmp_path):
+    """llama-server -np 64 -c 4096 has slots of 256 tokens (the pinned build gives a slot
+    no fewer, though 4096 / 64 is 64): an answer of 256 leaves no room for any prompt, and
+    fitting one looped forever."""
+    process = LlamaServer(llama_server, smol.target, tmp_path / "server.log", slots=64, context=4096).start()
+    try:
+        completer = RemoteCompleter(LlamaServerBackend(LlamaServerClient(process.url)), completer_config(max_tokens=256))
+        request = request_at_end("a.py", file_text("textwrap.py"))
+        completion = within(30, completer.complete, request)
+        assert (completion.text, completion.source, completion.stop_reason) == ("", "no room", "prompt too long")
+        assert "the server's 256 tokens a slot less generation.max_tokens 256" in completion.warning
+        assert within(30, completer.warm, request) == 0
+        completer.configure(completer_config(max_tokens=8))  # 247 tokens for the prompt: the file's last lines
+        completion = within(60, completer.complete, request)
+        assert completion.source == "model" and completion.warning == "" and len(completion.prompt) <= 247
+    finally:
+        process.stop()
