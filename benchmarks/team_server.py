@@ -140,11 +140,12 @@ def measure_cancel(binary: Path, files, folder: Path, repeats: int = 3) -> dict:
 
 
 async def typing_client(url: str, cache: Path, word: str, requests: int) -> dict:
-    server = [str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "completer"), "serve", "--stdio"]
+    # Where decoding runs is machine-level: the server's flags, never initializationOptions.
+    server = [str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "completer"), "serve", "--stdio",
+              "--backend", "llama-server", "--server-url", url]
     client = await ClientServerConfig(server_command=server, server_env={"COMPLETER_CACHE_DIR": str(cache)}).start()
     await client.initialize_session(types.InitializeParams(
-        capabilities=client_capabilities("visual-studio-code"),
-        initialization_options={**OPTIONS, "models": {"backend": "llama-server", "server_url": url}}))
+        capabilities=client_capabilities("visual-studio-code"), initialization_options=OPTIONS))
     while not (await client.protocol.send_request_async(protocol.STATS, None)).ready:
         await asyncio.sleep(0.1)
     uri = f"file:///project/{word}.py"

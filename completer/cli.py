@@ -14,7 +14,8 @@ from rich.console import Console
 from completer import tables
 from completer.bench import DISTILLED_MODES, LLAMA_SERVER_PEERS
 from completer.bench import MODES as BENCH_MODES
-from completer.config import CHOICES, CacheOptions, Config, DraftingOptions, GenerationOptions, ModelOptions
+from completer.config import (CHOICES, CacheOptions, Config, DraftingOptions, GenerationOptions, ModelOptions,
+                              machine_options)
 from completer.models.distill_settings import INITS, LOSSES, PRECISIONS, QUANTIZE_TYPES, TEACHERS, DistillSettings
 from completer.models.errors import ModelError
 from completer.models.llama_server import BUILD_COMMAND
@@ -474,14 +475,19 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
 @click.option("--stdio", "transport", flag_value="stdio", default=True, help="Speak LSP on stdin/stdout (default).")
 @click.option("--tcp", "transport", flag_value="tcp", help="Listen on 127.0.0.1 instead (one client).")
 @click.option("--port", default=2087, show_default=True, type=click.IntRange(1, 65535), help="Port for --tcp.")
-def serve(transport: str, port: int) -> None:
+@_config_flags("models", only=tuple(name.removeprefix("models.") for name in machine_options()))
+def serve(transport: str, port: int, models: ModelOptions) -> None:
     """Run the language server; editors start it as `completer serve --stdio`.
 
-    Options come from the client's initializationOptions (the same names as the
-    README's option table); logs go to stderr and window/logMessage."""
+    Options come from the client's initializationOptions and didChangeConfiguration
+    (the names of the README's option table), but for the machine-level ones (where
+    code and keys go, which model files load): a workspace's settings reach the server
+    that way, so those come from these flags only. Logs go to stderr and
+    window/logMessage."""
     logging.getLogger("completer").setLevel(logging.INFO)
     from completer.lsp.server import ResyncingInput, keep_large_buffers_off_the_heap, server
 
+    server.config = Config(models=models)
     keep_large_buffers_off_the_heap()
     if transport == "tcp":
         server.start_tcp("127.0.0.1", port)  # loopback only: nothing leaves the machine
@@ -490,11 +496,11 @@ def serve(transport: str, port: int) -> None:
 
 
 def _repository_root() -> Path:
-    """The git work tree around the current directory, else the current directory."""
-    import subprocess
+    """The git work tree around the current directory, else the current directory (found
+    without running git: a repository's config can make git run its programs)."""
+    from completer.models.sources import work_tree_top
 
-    found = subprocess.run(["git", "rev-parse", "--show-toplevel"], capture_output=True, text=True)
-    return Path(found.stdout.strip()) if found.returncode == 0 else Path.cwd()
+    return work_tree_top(Path.cwd()) or Path.cwd()
 
 
 def _bench_modes(modes: str | None, llama_server: Path | None) -> tuple[str, ...]:
@@ -641,7 +647,7 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
 
     from completer.bench import modes_to_run, report
     from completer.bench.holes import holes_from_json, pick_holes
-    from completer.bench.run import Bench, Settings
+    from completer.bench.run import Bench, Settings, hidden_truth
     from completer.loading import load_distilled, load_pair
     from completer.models.llama_server import find
 
@@ -650,6 +656,8 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
     roots = list(paths) or [_repository_root()]
     try:
         holes = holes_from_json(json.loads(holes_file.read_text())) if holes_file else pick_holes(roots, count, seed)
+        for hole in holes:  # each still cut from its file as it is, before any model loads
+            hidden_truth(hole)
     except ValueError as error:
         raise click.UsageError(str(error)) from None
     if models.backend != "local":

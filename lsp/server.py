@@ -35,7 +35,7 @@ from pygls.protocol import LanguageServerProtocol
 from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
-from completer.config import Config, config_from_dict
+from completer.config import Config, config_from_dict, machine_options
 from completer.loading import Loaded, needs_reload
 from completer.session import CompleterStats
 from completer.lsp import protocol
@@ -220,8 +220,36 @@ def keep_large_buffers_off_the_heap() -> None:
 server = CompleterServer()
 
 
+def without_machine_options(data: Any, config: Config) -> tuple[Any, list[str]]:
+    """`data` (options as config_from_dict takes them) less its machine-level options, and
+    the names of those that would have changed `config`. Over LSP an option may come from
+    a workspace's settings, and those must not choose where code and keys go or which
+    model files load: the server takes these from its flags only (see config.option)."""
+    if not isinstance(data, dict):
+        return data, []
+    kept = {group: dict(values) if isinstance(values, dict) else values for group, values in data.items()}
+    refused = []
+    for name in machine_options():
+        group, key = name.split(".")
+        values = kept.get(group)
+        # The value the flags gave, sent back (an editor sending every setting), changes nothing.
+        if isinstance(values, dict) and key in values and values.pop(key) != getattr(getattr(config, group), key):
+            refused.append(name)
+    return kept, refused
+
+
+def refused_message(name: str) -> str:
+    return (f"{name} from the editor's settings is refused: a workspace's settings may not choose where code "
+            f"and keys go or which model files load. Set it where only you can: `completer serve --stdio "
+            f"{machine_options()[name]} ...` (Neovim: the cmd of setup(); VS Code: your user settings)")
+
+
 def apply_options(ls: CompleterServer, data: Any) -> bool:
-    """Options on top of the current ones; True when the models must be reloaded."""
+    """Options on top of the current ones, the machine-level ones refused with a warning;
+    True when the models must be reloaded."""
+    data, refused = without_machine_options(data, ls.config)
+    for name in refused:
+        ls.tell(types.MessageType.Warning, refused_message(name), show=True)
     config, problems = config_from_dict(data, ls.config)
     for problem in problems:
         ls.tell(types.MessageType.Warning, problem, show=True)
@@ -250,7 +278,10 @@ def initialized(ls: CompleterServer, params: types.InitializedParams) -> None:
 
 
 def start_loading(ls: CompleterServer) -> None:
-    """Load the models in a thread; serve empty answers meanwhile."""
+    """Load the models in a thread; serve empty answers meanwhile. The completer being
+    replaced stops its index build, which holds its model."""
+    if ls.completer is not None:
+        ls.completer.stop_indexing()
     ls.completer, ls.load_error = None, None
     ls.loads += 1
     load, config = ls.loads, ls.config

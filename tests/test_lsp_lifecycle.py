@@ -29,7 +29,7 @@ async def test_requests_before_the_models_are_ready_get_an_empty_answer(smol, sm
 
 async def test_a_wrong_model_path_is_shown_once_and_the_server_stays_up(smol_cache, tmp_path):
     missing = tmp_path / "missing.gguf"
-    client = await start(smol_cache, {"models": {"target": str(missing), "draft": str(missing)}})
+    client = await start(smol_cache, flags=("--target", str(missing), "--draft", str(missing)))  # machine-level
     for _ in range(100):
         if client.messages:
             break

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from completer.config import machine_options
 from completer.lsp import protocol
 from conftest import CLOSED_ENDPOINT
 
@@ -263,3 +264,26 @@ def test_the_doc_checks_can_fail():
     assert "debounce_ms" not in header_options(source.replace("--   debounce_ms:", "--   (gone)"))
     reworded = source.replace("Hides the suggestion.", "Hides it.")
     assert header_prose(reworded)["keymaps.dismiss"] != help_prose(text)["keymaps.dismiss"]
+
+
+def machine_table(text: str) -> dict[str, str]:
+    """The option -> flag table of `:help completer-machine` (and of init.lua's MACHINE_OPTIONS)."""
+    return dict(re.findall(r'^\s+\[?"?(models\.\w+)"?\]?\s+=?\s*"?(--[\w-]+)"?,?$', text, re.MULTILINE))
+
+
+def test_the_machine_level_options_of_the_help_and_the_plugin_are_the_servers():
+    assert machine_table(HELP.read_text()) == machine_options()
+    assert machine_table(MODULE.read_text()) == machine_options()
+    assert machine_table(HELP.read_text().replace("models.draft         --draft\n", "")) != machine_options()
+
+
+def test_setup_leaves_machine_level_init_options_out_and_says_where_they_go(tmp_path):
+    """A project-local config that names a team server, a key's variable and model files
+    in init_options: none of them reach the server, and one warning names each flag."""
+    answer = run_nvim("plugin_machine.lua", tmp_path, tmp_path / "cache", timeout_s=60, lua=True)
+    assert answer["init_options"] == {"models": {"preset": "smol"}, "generation": {"max_tokens": 8}}
+    assert answer["cmd"] == ["true"]
+    [warning] = answer["notifications"]
+    assert warning["level"] == WARN and ":help completer-machine" in warning["message"]
+    for name, flag in machine_options().items():
+        assert f"{name} ({flag})" in warning["message"]

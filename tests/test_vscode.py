@@ -1,8 +1,12 @@
 """The VS Code extension: its manifest and protocol module agree with the server, and
 the packaged .vsix gives a real inline suggestion in a real VS Code (code-server) in
 headless Chromium, accepted with Tab; a settings change reaches the server, and its
-model load error shows as a notification. `editor-extensions/vscode/scripts/build.sh` (run
-by `make test` first) builds the .vsix and installs the toolchain."""
+model load error shows as a notification. The workspace is a hostile one: its checked-in
+.vscode/settings.json names another host (a listener on 127.0.0.1) as the team server,
+the RPC server and where the key goes, and programs of its own to launch; nothing
+connects there and nothing of it runs, while its other settings still apply.
+`editor-extensions/vscode/scripts/build.sh` (run by `make test` first) builds the .vsix
+and installs the toolchain."""
 
 import json
 import os
@@ -11,8 +15,9 @@ import subprocess
 import sys
 from pathlib import Path
 
-from completer.config import settings_schema
+from completer.config import camel_case, machine_options, settings_schema
 from completer.lsp import protocol
+from listener import Listener
 
 EXTENSION = Path(__file__).resolve().parent.parent / "editor-extensions" / "vscode"
 MANIFEST = json.loads((EXTENSION / "package.json").read_text())
@@ -49,10 +54,46 @@ def test_the_protocol_module_matches_the_servers():
     assert tuple(re.findall(r"^  (\w+): ", stats_interface, re.MULTILINE)) == protocol.STATS_KEYS
 
 
+def setting_name(option: str) -> str:
+    """`models.server_url` -> `models.serverUrl`, as VS Code's settings are named."""
+    group, key = option.split(".")
+    return f"{group}.{camel_case(key)}"
+
+
+def test_the_extension_passes_the_servers_machine_level_options_as_its_flags():
+    source = (EXTENSION / "src" / "settings.ts").read_text()
+    table = source[source.index("MACHINE_FLAGS"):source.index("};")]
+    flags = dict(re.findall(r'"([\w.]+)": "(--[\w-]+)"', table))
+    assert flags == {setting_name(name): flag for name, flag in machine_options().items()}
+    machine = {key for key, schema in SETTINGS.items() if schema.get("scope") == "machine"}
+    assert machine == {f"completer.{key}" for key in flags} | {"completer.command", "completer.pythonPath"}
+
+
 def test_every_command_is_registered_and_every_contributed_command_exists():
     source = (EXTENSION / "src" / "extension.ts").read_text()
     registered = set(re.findall(r'registerCommand\("([\w.]+)"', source))
     assert registered == {command["command"] for command in MANIFEST["contributes"]["commands"]}
+
+
+# Stands for GITHUB_TOKEN, which code-server takes out of its extensions' environment.
+SECRET_VARIABLE = "COMPLETER_E2E_TOKEN"
+
+
+def hostile_workspace(workspace: Path, elsewhere: Listener) -> None:
+    """A checked-in .vscode/settings.json that sends the code and the user's token to
+    `elsewhere` and launches programs of its own (each would leave a `.ran` file), beside
+    a setting a workspace may set, with a bad value the server names in a notification."""
+    for name in ("command", "python"):
+        program = workspace / "tools" / name
+        program.parent.mkdir(exist_ok=True)
+        program.write_text('#!/bin/sh\ntouch "$0.ran"\n')
+        program.chmod(0o755)
+    settings = {"completer.models.backend": "llama-server", "completer.models.serverUrl": elsewhere.url,
+                "completer.models.apiKeyEnv": SECRET_VARIABLE, "completer.models.rpcServers": elsewhere.address,
+                "completer.models.target": "tools/model.gguf", "completer.command": str(workspace / "tools/command"),
+                "completer.pythonPath": str(workspace / "tools/python"), "completer.prompt.chunks": "many"}
+    (workspace / ".vscode").mkdir()
+    (workspace / ".vscode" / "settings.json").write_text(json.dumps(settings, indent=2))
 
 
 def test_a_real_vscode_shows_the_servers_suggestion_and_tab_accepts_it(smol, smol_cache, tmp_path):
@@ -67,12 +108,20 @@ def test_a_real_vscode_shows_the_servers_suggestion_and_tab_accepts_it(smol, smo
     env = {**os.environ, "CODE_SERVER": toolchain["code_server"], "VSIX": str(EXTENSION / "completer.vsix"),
            "COMPLETER": str(Path(sys.executable).with_name("completer")), "WORKSPACE": str(workspace),
            "FILE": "stats.py", "TYPED": typed, "ARTIFACTS": str(ARTIFACTS), "SERVER_OPTIONS": json.dumps(options),
+           "WORKSPACE_NOTICE": "prompt.chunks = 'many'", SECRET_VARIABLE: "not-for-elsewhere",
            "COMPLETER_CACHE_DIR": str(smol_cache), "HOME": str(tmp_path / "home")}
     (ARTIFACTS / "result.json").unlink(missing_ok=True)
-    run = subprocess.run([toolchain["node"], str(EXTENSION / "e2e" / "run.mjs")], env=env, cwd=EXTENSION,
-                         capture_output=True, text=True, timeout=900)
+    with Listener() as elsewhere:
+        hostile_workspace(workspace, elsewhere)
+        run = subprocess.run([toolchain["node"], str(EXTENSION / "e2e" / "run.mjs")], env=env, cwd=EXTENSION,
+                             capture_output=True, text=True, timeout=900)
+    # Nothing went to the host the workspace named, and none of its programs ran...
+    assert not list(workspace.glob("tools/*.ran")), run.stderr[-4000:]
+    assert elsewhere.accepted == 0, elsewhere.received
     assert run.returncode == 0, run.stderr[-4000:]
     result = json.loads((ARTIFACTS / "result.json").read_text())
+    # ... though its settings were read: its bad prompt.chunks reached the server.
+    assert "prompt.chunks = 'many' is not a non-negative int" in result["workspace_notice"]
 
     shown = "".join(result["shown"])
     assert shown.strip(), result

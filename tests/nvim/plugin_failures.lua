@@ -30,7 +30,8 @@ H.run(function()
   if failure == "no_server" then
     options.cmd = { "completer-no-such-program", "serve", "--stdio" }
   else
-    options.init_options.models.target = vim.fs.joinpath(os.getenv("WORKSPACE"), "missing.gguf")
+    -- A model file is machine-level: the server takes it as a flag only (:help completer-machine).
+    vim.list_extend(options.cmd, { "--target", vim.fs.joinpath(os.getenv("WORKSPACE"), "missing.gguf") })
   end
   completer.setup(options)
   vim.cmd.edit(vim.fs.joinpath(os.getenv("WORKSPACE"), "stats.py"))

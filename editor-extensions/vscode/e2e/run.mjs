@@ -8,7 +8,8 @@
 //
 // Environment: CODE_SERVER (its out/node/entry.js), VSIX, COMPLETER (the executable),
 // WORKSPACE (holds FILE), FILE, TYPED (text typed at the file's end), ARTIFACTS,
-// CHROMIUM (default /usr/bin/chromium), SERVER_OPTIONS (JSON settings under completer.).
+// CHROMIUM (default /usr/bin/chromium), SERVER_OPTIONS (JSON settings under completer.),
+// WORKSPACE_NOTICE (optional: a notification the workspace's own settings cause, waited for).
 import { spawn, spawnSync } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
@@ -42,11 +43,19 @@ async function freePort() {
   return port;
 }
 
+// The extension's settings of machine scope (the program, where code and keys go).
+const manifest = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
+const machineScoped = (key) => manifest.contributes.configuration.properties[key]?.scope === "machine";
+
+// The user's settings, split as VS Code reads them: code-server's window is a remote one,
+// where a machine-scoped setting comes from the remote machine's settings alone
+// (user-data/Machine/settings.json), the rest from the user's (user-data/User).
 function prepareProfile() {
   const home = mkdtempSync(join(tmpdir(), "completer-e2e-"));
   const userData = join(home, "user-data");
   const extensions = join(home, "extensions");
   mkdirSync(join(userData, "User"), { recursive: true });
+  mkdirSync(join(userData, "Machine"), { recursive: true });
   const settings = {
     "security.workspace.trust.enabled": false, // the test's own folder: trusted
     "workbench.startupEditor": "none",
@@ -70,7 +79,11 @@ function prepareProfile() {
       Object.entries(JSON.parse(env("SERVER_OPTIONS", "{}"))).map(([key, value]) => [`completer.${key}`, value]),
     ),
   };
-  writeFileSync(join(userData, "User", "settings.json"), JSON.stringify(settings, null, 2));
+  const entries = Object.entries(settings);
+  const user = Object.fromEntries(entries.filter(([key]) => !machineScoped(key)));
+  const machine = Object.fromEntries(entries.filter(([key]) => machineScoped(key)));
+  writeFileSync(join(userData, "User", "settings.json"), JSON.stringify(user, null, 2));
+  writeFileSync(join(userData, "Machine", "settings.json"), JSON.stringify(machine, null, 2));
   const install = spawnSync(
     process.execPath,
     [codeServer, "--user-data-dir", userData, "--extensions-dir", extensions, "--install-extension", env("VSIX")],
@@ -128,6 +141,15 @@ async function drive(url, profile) {
     await page.click(".monaco-editor .view-lines");
     log(`${file} open`);
 
+    // The workspace's own settings (a bad value of one it may set) reached the server.
+    let workspaceNotice = null;
+    if (process.env.WORKSPACE_NOTICE) {
+      const toast = page.locator(".notification-toast").filter({ hasText: process.env.WORKSPACE_NOTICE });
+      await toast.first().waitFor({ timeout: 30_000 });
+      workspaceNotice = (await toast.first().locator(".notification-list-item-message").textContent()).replace(/\u00a0/g, " ");
+      log(`workspace setting's notice: ${workspaceNotice}`);
+    }
+
     // The status bar item says "ready" (to a screen reader) once the models are loaded. Its
     // sparkle alone does not tell: it shows before the server starts too.
     await page.waitForSelector('.statusbar-item [aria-label^="completer: ready"], .statusbar-item[aria-label^="completer: ready"]',
@@ -156,13 +178,14 @@ async function drive(url, profile) {
     const status = await figures.first().textContent();
     await page.screenshot({ path: join(artifacts, "vscode-accepted.png") });
 
-    // A settings change reaches the running server (didChangeConfiguration): a model path
-    // that does not exist makes it reload and fail, which must surface as a notification.
-    // Edited as a user would, in the settings.json editor (on one line: no auto-indent).
-    const settings = JSON.parse(readFileSync(join(profile.userData, "User", "settings.json"), "utf8"));
+    // A settings change reaches the server: a model path that does not exist (machine-level:
+    // the server restarts with it as its --target flag) makes the load fail, which must
+    // surface as a notification. Edited as a user would, in the remote machine's
+    // settings.json editor (on one line: no auto-indent).
+    const settings = JSON.parse(readFileSync(join(profile.userData, "Machine", "settings.json"), "utf8"));
     await page.keyboard.press("Control+Shift+P");
-    await page.keyboard.type("Preferences: Open User Settings (JSON)");
-    await page.waitForSelector('.quick-input-list .monaco-list-row[aria-label*="Open User Settings (JSON)"]');
+    await page.keyboard.type("Preferences: Open Remote Settings (JSON)");
+    await page.waitForSelector('.quick-input-list .monaco-list-row[aria-label*="Open Remote Settings (JSON)"]');
     await page.keyboard.press("Enter");
     // (VS Code 1.139 opens it in a modal editor, older ones in a tab.)
     const settingsEditor = page.locator(".monaco-editor").filter({ hasText: '"completer.command"' });
@@ -176,7 +199,7 @@ async function drive(url, profile) {
     const notification = (await toast.first().locator(".notification-list-item-message").textContent()).replace(/\u00a0/g, " ");
     await page.locator(".statusbar-item:has(.codicon-error)").first().waitFor({ timeout: 30_000 });
     await page.screenshot({ path: join(artifacts, "vscode-load-error.png") });
-    return { shown, before, after, status, notification };
+    return { shown, before, after, status, notification, workspace_notice: workspaceNotice };
   } catch (error) {
     await page.screenshot({ path: join(artifacts, "vscode-failure.png") }).catch(() => {});
     throw error;

@@ -4,7 +4,16 @@
 import * as vscode from "vscode";
 import { DidChangeConfigurationNotification, LanguageClient, State } from "vscode-languageclient/node";
 import { SERVER_NAME, SETTINGS_SECTION, STATS, type Stats, WARM } from "./protocol";
-import { launch, pullArgs, RESTART_SETTINGS, serveArgs, serverOptions, type ServerOptions } from "./settings";
+import {
+  type Launch,
+  launch,
+  MACHINE_FLAGS,
+  pullArgs,
+  RESTART_SETTINGS,
+  serveArgs,
+  serverOptions,
+  type ServerOptions,
+} from "./settings";
 import { type ServerState, statsLines, statusView } from "./status";
 
 let extension: Extension | undefined;
@@ -20,6 +29,23 @@ export async function deactivate(): Promise<void> {
 
 function settings(): vscode.WorkspaceConfiguration {
   return vscode.workspace.getConfiguration(SETTINGS_SECTION);
+}
+
+// The user's own value of a setting (user settings, local or remote), never a workspace's
+// or a folder's: for what chooses the program launched, where code and keys go and which
+// model files load. Their "scope": "machine" makes VS Code ignore a workspace's value
+// already; this holds even where it would not.
+function userValue<T>(name: string): T | undefined {
+  return settings().inspect<T>(name)?.globalValue;
+}
+
+function program(): Launch {
+  return launch(userValue<string>("command") ?? "completer", userValue<string>("pythonPath") ?? "");
+}
+
+// The machine-level settings' values, from the user's settings: serveArgs makes them flags.
+function machineValues(): Record<string, unknown> {
+  return Object.fromEntries(Object.keys(MACHINE_FLAGS).map((name) => [name, userValue(name)]));
 }
 
 class Extension {
@@ -59,11 +85,12 @@ class Extension {
   }
 
   private async start(languages: string[]): Promise<void> {
-    const how = launch(settings().get<string>("command", "completer"), settings().get<string>("pythonPath", ""));
+    const how = program();
+    const args = serveArgs(how, machineValues());
     const client = new LanguageClient(
       SERVER_NAME,
       SERVER_NAME,
-      { command: how.command, args: serveArgs(how) },
+      { command: how.command, args },
       {
         documentSelector: languages.flatMap((language) => [
           { language, scheme: "file" },
@@ -88,11 +115,11 @@ class Extension {
       await client.start();
     } catch (error) {
       this.client = undefined;
-      const reason = `could not run \`${how.command} ${serveArgs(how).join(" ")}\`: ${String(error)}`;
+      const reason = `could not run \`${how.command} ${args.join(" ")}\`: ${String(error)}`;
       this.show({ kind: "stopped", reason });
       void vscode.window.showErrorMessage(
-        `completer: ${reason}. Install completer, or set completer.command to its full path ` +
-          "(or completer.pythonPath to an interpreter that has it).",
+        `completer: ${reason}. Install completer, or set completer.command in your user settings to its full ` +
+          "path (or completer.pythonPath to an interpreter that has it).",
       );
       return;
     }
@@ -183,7 +210,7 @@ class Extension {
   }
 
   private pullModels(): void {
-    const how = launch(settings().get<string>("command", "completer"), settings().get<string>("pythonPath", ""));
+    const how = program();
     const preset = settings().get<string>("models.preset", "");
     const terminal = vscode.window.createTerminal({
       name: "completer: pull models",

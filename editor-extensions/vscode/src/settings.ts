@@ -7,18 +7,38 @@ export const SERVER_GROUPS = ["models", "generation", "prompt", "drafting", "cac
 
 export type ServerOptions = Record<string, Record<string, unknown>>;
 
+// The server's machine-level options (completer/config.py: where code and keys go, which
+// model files load) as settings, each with the server's flag for it. A workspace must not
+// choose them: they are `"scope": "machine"` in package.json, read from the user's own
+// settings only, and reach the server only as these flags, never in initializationOptions
+// or didChangeConfiguration (where the server refuses them). tests/test_vscode.py keeps
+// this table equal to the server's.
+export const MACHINE_FLAGS: Readonly<Record<string, string>> = {
+  "models.target": "--target",
+  "models.draft": "--draft",
+  "models.backend": "--backend",
+  "models.serverUrl": "--server-url",
+  "models.apiKeyEnv": "--api-key-env",
+  "models.rpcServers": "--rpc",
+};
+
+// The extension's own settings that choose the program launched: machine scope too.
+export const PROGRAM_SETTINGS = ["command", "pythonPath"] as const;
+
 export function snakeCase(name: string): string {
   return name.replace(/[A-Z]/g, (letter) => "_" + letter.toLowerCase());
 }
 
 // `values` maps setting keys below `completer.` (e.g. "generation.maxTokens") to values.
-// Keys outside the server's groups (the extension's own settings) are left out.
+// Keys outside the server's groups (the extension's own settings) and the machine-level
+// ones (see MACHINE_FLAGS) are left out.
 export function serverOptions(values: Record<string, unknown>): ServerOptions {
   const options: ServerOptions = {};
   for (const [key, value] of Object.entries(values)) {
     const parts = key.split(".");
     const group = parts[0];
     if (parts.length !== 2 || !(SERVER_GROUPS as readonly string[]).includes(group)) continue;
+    if (Object.hasOwn(MACHINE_FLAGS, key)) continue;
     (options[group] ??= {})[snakeCase(parts[1])] = value;
   }
   return options;
@@ -36,14 +56,25 @@ export function launch(command: string, pythonPath: string): Launch {
   return { command: command.trim() || "completer", prefix: [] };
 }
 
-export function serveArgs(how: Launch): string[] {
-  return [...how.prefix, "serve", "--stdio"];
+// `machine` maps MACHINE_FLAGS' settings to the user's values (undefined: not set); each
+// one set becomes its flag.
+export function serveArgs(how: Launch, machine: Record<string, unknown> = {}): string[] {
+  const flags = Object.entries(MACHINE_FLAGS).flatMap(([key, flag]) => {
+    const value = machine[key];
+    return value === undefined || value === null || value === "" ? [] : [flag, String(value)];
+  });
+  return [...how.prefix, "serve", "--stdio", ...flags];
 }
 
 export function pullArgs(how: Launch, preset: string): string[] {
   return [...how.prefix, "models", "pull", preset];
 }
 
-// Settings whose change needs a new server process (or none); the rest reach the running
-// server as workspace/didChangeConfiguration.
-export const RESTART_SETTINGS = ["enable", "languages", "command", "pythonPath"] as const;
+// Settings whose change needs a new server process (or none): the program, its flags; the
+// rest reach the running server as workspace/didChangeConfiguration.
+export const RESTART_SETTINGS: readonly string[] = [
+  "enable",
+  "languages",
+  ...PROGRAM_SETTINGS,
+  ...Object.keys(MACHINE_FLAGS),
+];

@@ -1,9 +1,18 @@
 import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
-import { launch, pullArgs, serveArgs, serverOptions, snakeCase } from "../src/settings";
+import {
+  launch,
+  MACHINE_FLAGS,
+  PROGRAM_SETTINGS,
+  pullArgs,
+  RESTART_SETTINGS,
+  serveArgs,
+  serverOptions,
+  snakeCase,
+} from "../src/settings";
 
 const manifest = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
-const declared: Record<string, { default: unknown }> = manifest.contributes.configuration.properties;
+const declared: Record<string, { default: unknown; scope?: string }> = manifest.contributes.configuration.properties;
 
 describe("serverOptions", () => {
   it("nests group settings under their group, in the server's snake_case", () => {
@@ -26,10 +35,18 @@ describe("serverOptions", () => {
     expect(serverOptions({ enable: true, languages: ["python"], command: "completer", "editor.fontSize": 3 })).toEqual({});
   });
 
-  it("sends null model paths as null, so the preset's files are used", () => {
-    expect(serverOptions({ "models.target": null, "models.draft": null })).toEqual({
-      models: { target: null, draft: null },
-    });
+  it("leaves out the machine-level settings, whatever their value: they go as flags", () => {
+    expect(
+      serverOptions({
+        "models.preset": "smol",
+        "models.serverUrl": "https://elsewhere",
+        "models.backend": "openai",
+        "models.apiKeyEnv": "GITHUB_TOKEN",
+        "models.rpcServers": "10.0.0.9:50052",
+        "models.target": null,
+        "models.draft": "/tmp/draft.gguf",
+      }),
+    ).toEqual({ models: { preset: "smol" } });
   });
 
   it("maps every declared server setting of package.json, with its default", () => {
@@ -38,7 +55,7 @@ describe("serverOptions", () => {
     );
     const options = serverOptions(defaults);
     const sent = Object.values(options).reduce((count, group) => count + Object.keys(group).length, 0);
-    const serverKeys = Object.keys(defaults).filter((key) => key.includes("."));
+    const serverKeys = Object.keys(defaults).filter((key) => key.includes(".") && !(key in MACHINE_FLAGS));
     expect(sent).toBe(serverKeys.length);
     expect(options.generation?.max_tokens).toBe(declared["completer.generation.maxTokens"]?.default);
   });
@@ -46,6 +63,28 @@ describe("serverOptions", () => {
   it("turns camelCase into snake_case", () => {
     expect(snakeCase("targetGpuLayers")).toBe("target_gpu_layers");
     expect(snakeCase("preset")).toBe("preset");
+  });
+});
+
+describe("machine-level settings", () => {
+  it("are exactly the settings of machine scope in package.json", () => {
+    const machine = Object.keys(declared)
+      .filter((key) => declared[key]?.scope === "machine")
+      .map((key) => key.slice("completer.".length));
+    expect(machine.sort()).toEqual([...PROGRAM_SETTINGS, ...Object.keys(MACHINE_FLAGS)].sort());
+  });
+
+  it("become the server's flags when set, and nothing when not", () => {
+    const how = launch("completer", "");
+    const values = { "models.serverUrl": "http://127.0.0.1:8012", "models.backend": "llama-server",
+      "models.apiKeyEnv": "COMPLETER_API_KEY", "models.target": undefined, "models.draft": null, "models.rpcServers": "" };
+    expect(serveArgs(how, values)).toEqual(["serve", "--stdio", "--backend", "llama-server", "--server-url",
+      "http://127.0.0.1:8012", "--api-key-env", "COMPLETER_API_KEY"]);
+    expect(serveArgs(how, {})).toEqual(["serve", "--stdio"]);
+  });
+
+  it("restart the server when they change", () => {
+    for (const name of [...PROGRAM_SETTINGS, ...Object.keys(MACHINE_FLAGS)]) expect(RESTART_SETTINGS).toContain(name);
   });
 });
 

@@ -26,7 +26,9 @@
 --   init_options:        The server's options, as nested tables, passed as they are in
 --                        the `initializationOptions` of `initialize`. The groups are
 --                        models, generation, prompt, drafting, cache and server;
---                        completer's README lists every option.
+--                        completer's README lists every option. The machine-level
+--                        ones are left out, with a warning (see completer-machine):
+--                        they go in cmd, as the server's flags.
 --   debounce_ms:         Milliseconds to wait after the last keystroke before asking
 --                        for a suggestion: long enough to skip the keystrokes of a
 --                        word typed at speed, short enough to feel immediate. A newer
@@ -54,6 +56,19 @@ local M = {}
 local NAME = "completer" -- the LSP config name, and the server's
 local STATS = "completer/stats"
 local WARM = "completer/warm"
+
+-- The server's machine-level options (completer/config.py) and its flag for each: where
+-- code and keys go, which model files load. A project's files must not choose them, so
+-- the server refuses them over LSP; setup() leaves them out of init_options and says to
+-- put the flag in cmd. tests/test_nvim_plugin.py keeps this table equal to the server's.
+local MACHINE_OPTIONS = {
+  ["models.target"] = "--target",
+  ["models.draft"] = "--draft",
+  ["models.backend"] = "--backend",
+  ["models.server_url"] = "--server-url",
+  ["models.api_key_env"] = "--api-key-env",
+  ["models.rpc_servers"] = "--rpc",
+}
 
 local defaults = {
   enabled = true,
@@ -127,6 +142,21 @@ local function merge(base, user, prefix, problems)
     end
   end
   return result
+end
+
+--- `options` (init_options) without the machine-level options, and "name (flag)" of each
+--- one left out.
+local function without_machine_options(options)
+  local kept, dropped = vim.deepcopy(options), {}
+  for name, flag in pairs(MACHINE_OPTIONS) do
+    local group, key = name:match("^(%w+)%.(.+)$")
+    if type(kept[group]) == "table" and kept[group][key] ~= nil then
+      kept[group][key] = nil
+      dropped[#dropped + 1] = string.format("%s (%s)", name, flag)
+    end
+  end
+  table.sort(dropped)
+  return kept, dropped
 end
 
 -- One server serves every buffer (see reuse_client in setup).
@@ -452,6 +482,11 @@ function M.setup(opts)
     table.sort(problems)
     notify(table.concat(problems, "; ") .. " (see :help completer-options)", vim.log.levels.WARN)
   end
+  local init_options, dropped = without_machine_options(M.config.init_options)
+  if #dropped > 0 then
+    notify("init_options " .. table.concat(dropped, ", ") .. " left out: the server takes machine-level "
+      .. "options only as its flags, in cmd (see :help completer-machine)", vim.log.levels.WARN)
+  end
 
   local group = vim.api.nvim_create_augroup("completer", { clear = true })
   local function link_ghost()
@@ -512,7 +547,7 @@ function M.setup(opts)
     cmd = cmd,
     filetypes = #M.config.filetypes > 0 and M.config.filetypes or nil,
     root_markers = M.config.root_markers,
-    init_options = as_object(M.config.init_options),
+    init_options = as_object(init_options),
     handlers = { ["window/showMessage"] = show_message },
     -- One server for every buffer, whatever its root: each server loads its own models.
     reuse_client = function(client, config)

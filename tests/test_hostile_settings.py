@@ -1,0 +1,87 @@
+"""Settings a workspace can write never choose where code and keys go: the real
+`completer serve --stdio`, driven by pytest-lsp, is sent a team server's URL, backend,
+API key variable and RPC server over LSP (initializationOptions and
+workspace/didChangeConfiguration carry what a checked-in .vscode/settings.json or a
+Neovim project-local config says). It refuses each with a warning naming it, completes
+locally, and nothing connects to the host they name. The same values as the server's
+own flags are used."""
+
+import asyncio
+import time
+
+import pytest
+from lsprotocol import types
+
+from completer.config import machine_options
+from completer.lsp import protocol
+from listener import Listener
+from lsp_session import inline, open_document, start, stats, wait_ready
+
+STATS_PY = "def mean(values):\n    return sum(values) / len(values)\n\n\ndef variance(values):\n    "
+URI = "file:///project/stats.py"
+KEY_VARIABLE = "COMPLETER_TEST_API_KEY"  # stands for GITHUB_TOKEN: a secret in the user's environment
+KEY = "not-for-elsewhere"
+
+
+def elsewhere(listener: Listener) -> dict:
+    """What a hostile workspace's settings say: decode on, and send the key to, its host."""
+    return {"backend": "llama-server", "server_url": listener.url, "api_key_env": KEY_VARIABLE,
+            "rpc_servers": listener.address}
+
+
+@pytest.fixture(autouse=True)
+def a_secret_in_the_environment(monkeypatch):
+    monkeypatch.setenv(KEY_VARIABLE, KEY)
+
+
+def refusals(client) -> set[str]:
+    """The options the server said it refused (window/showMessage warnings)."""
+    return {name for message in client.messages if message.type == types.MessageType.Warning
+            for name in machine_options() if message.message.startswith(f"completer: {name} from the editor")}
+
+
+async def test_machine_level_options_over_lsp_are_refused_and_nothing_reaches_their_host(smol_cache):
+    with Listener() as listener:
+        client = await start(smol_cache, {"models": {"preset": "smol", **elsewhere(listener)}})
+        ready = await wait_ready(client)
+        assert ready["backend"] == "local" and ready["target"]
+        assert refusals(client) == {"models.backend", "models.server_url", "models.api_key_env",
+                                    "models.rpc_servers"}
+        warning = next(m.message for m in client.messages if "models.server_url" in m.message)
+        assert "--server-url" in warning  # where to set it instead
+        open_document(client, URI, STATS_PY)
+        assert (await inline(client, URI, 5, 4)).items[0].insert_text.strip()
+
+        # The same through a settings change, as VS Code sends one: refused again, no reload.
+        client.messages.clear()
+        client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+            {protocol.SETTINGS_SECTION: {"models": {**elsewhere(listener), "backend": "openai"},
+                                         "generation": {"max_tokens": 8}}}))
+        for _ in range(50):
+            if refusals(client):
+                break
+            await asyncio.sleep(0.1)
+        assert refusals(client) == {"models.backend", "models.server_url", "models.api_key_env",
+                                    "models.rpc_servers"}
+        current = await stats(client)
+        assert current["ready"] and current["backend"] == "local"
+        assert (await inline(client, URI, 5, 4)).items[0].insert_text.strip()
+        await client.shutdown_session()
+        assert listener.accepted == 0, listener.received
+
+
+async def test_the_same_options_as_the_servers_own_flags_are_used(smol_cache):
+    """What the user set on the command line (VS Code's user settings become these flags):
+    the server connects to that host at load, with the key from that variable."""
+    with Listener() as listener:
+        flags = ("--backend", "llama-server", "--server-url", listener.url, "--api-key-env", KEY_VARIABLE)
+        # The editor sending those values back as settings (as an older extension did) is no refusal.
+        client = await start(smol_cache, {"models": {"backend": "llama-server", "server_url": listener.url}},
+                             flags=flags)
+        deadline = time.monotonic() + 30
+        while not listener.received and time.monotonic() < deadline:
+            await asyncio.sleep(0.1)
+        assert listener.received and f"Authorization: Bearer {KEY}".encode() in listener.received[0]
+        assert (await stats(client))["backend"] == "llama-server"
+        assert refusals(client) == set()
+        await client.shutdown_session()
