@@ -12,9 +12,11 @@ import ctypes
 import itertools
 import logging
 import os
+import re
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,7 +24,7 @@ import gguf
 import llama_cpp
 import numpy as np
 
-from completer.models.devices import offload_devices
+from completer.models.devices import Device, device_array, offload_devices
 from completer.models.errors import ModelError
 from completer.models.gguf_file import check_gguf
 
@@ -80,11 +82,20 @@ def default_threads() -> int:
     return max(1, len(os.sched_getaffinity(0)))
 
 
-def resolve_gpu_layers(n_gpu_layers: int | str, n_layers: int) -> int:
-    """`auto` offloads every layer when llama.cpp has a device for them, else none."""
+def resolve_gpu_layers(n_gpu_layers: int | str, n_layers: int, devices: list[Device] | None = None) -> int:
+    """`auto` offloads every layer when llama.cpp has a device for them (among `devices`,
+    when given), else none."""
     if n_gpu_layers == "auto":
-        return n_layers + 1 if gpu_offload_supported() else 0  # +1: the output layer
+        has_device = bool(devices) if devices is not None else gpu_offload_supported()
+        return n_layers + 1 if has_device else 0  # +1: the output layer
     return int(n_gpu_layers)
+
+
+def ran_out_of_memory(errors: Iterable[str]) -> bool:
+    """Whether llama.cpp's error lines say a buffer could not be allocated: its loader
+    says "unable to allocate CUDA0 buffer", ggml-alloc "failed to allocate ... buffer of
+    size", CUDA itself "out of memory"."""
+    return any(re.search(r"\ballocate\b|out of memory", line, re.IGNORECASE) for line in errors)
 
 
 def fewer_gpu_layers(requested: int) -> list[int]:
@@ -130,14 +141,21 @@ class ContextError(ModelError):
 class LlamaModel:
     """A GGUF file loaded by llama.cpp: weights (unless vocab_only) and vocabulary."""
 
-    def __init__(self, path: str | Path, n_gpu_layers: int | str = "auto", vocab_only: bool = False):
+    def __init__(self, path: str | Path, n_gpu_layers: int | str = "auto", vocab_only: bool = False,
+                 devices: list[Device] | None = None):
+        """`devices`: the ones layers may go to (devices.offload_devices); None = every
+        device llama.cpp has."""
         self._model = None  # set first: __del__ runs even when loading fails
         self.path = Path(path)
+        self.devices = devices
         header = check_gguf(self.path)  # a clear error before llama.cpp sees a broken file
         _init_backend()
         params = llama_cpp.llama_model_default_params()
         params.vocab_only = vocab_only
-        requested = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers, header.layers)
+        if devices is not None:
+            chosen = device_array(devices)  # llama.cpp copies the list while loading
+            params.devices = ctypes.cast(chosen, ctypes.c_void_p)
+        requested = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers, header.layers, devices)
         self.asked_gpu_layers = requested
         self.gpu_fallback = ""  # what was given up when the GPU could not hold the layers asked for
         started = time.perf_counter()
@@ -145,8 +163,8 @@ class LlamaModel:
             params.n_gpu_layers = self.gpu_layers
             _recent_llama_errors.clear()
             self._model = llama_cpp.llama_model_load_from_file(str(self.path).encode(), params)
-            if self._model or self.gpu_layers == 0:
-                break
+            if self._model or self.gpu_layers == 0 or not ran_out_of_memory(_recent_llama_errors):
+                break  # fewer layers cannot mend anything but memory (a corrupt file fails alike)
             log.warning("%s: %d layers on the GPU failed (%s); trying fewer", self.path.name, self.gpu_layers,
                         "; ".join(_recent_llama_errors) or "out of memory?")
         if self._model and self.gpu_layers < requested:
@@ -192,7 +210,7 @@ class LlamaModel:
         log.warning("%s: a context of %d tokens did not fit beside %d layers on the GPU; trying %d", self.path.name,
                     n_ctx, self.gpu_layers, fewer)
         self.close()
-        model = LlamaModel(self.path, fewer)
+        model = LlamaModel(self.path, fewer, devices=self.devices)
         model.asked_gpu_layers = self.asked_gpu_layers
         model.gpu_fallback = model._fallback_message(f" beside a KV cache of {n_ctx} tokens")
         return model

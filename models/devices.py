@@ -119,8 +119,23 @@ def devices() -> list[Device]:
     return found
 
 
-def offload_devices() -> list[Device]:
-    return [device for device in devices() if device.offloads]
+def offload_devices(rpc_servers: str | None = None) -> list[Device]:
+    """The devices llama.cpp may put layers on: every GPU, and of the RPC servers added
+    in this process those `rpc_servers` (host:port,...) names; None = every one added.
+    ggml cannot remove a device once added, so an RPC server taken out of the settings
+    is left out here instead, and a model loaded with this list never uses it."""
+    named = None if rpc_servers is None else {f"{host}:{port}" for host, port in parse_rpc_servers(rpc_servers)}
+    return [device for device in devices()
+            if device.offloads and (device.backend != "RPC" or named is None or device.description in named)]
+
+
+def device_array(chosen: list[Device]) -> ctypes.Array:
+    """The chosen devices as llama_model_params.devices takes them: their ggml handles,
+    NULL-terminated."""
+    names = {device.name for device in chosen}
+    handles = [_dev_get(i) for i in range(_dev_count())]
+    picked = [handle for handle in handles if _dev_name(handle).decode() in names]
+    return (ctypes.c_void_p * (len(picked) + 1))(*picked, None)
 
 
 def parse_rpc_servers(text: str) -> list[tuple[str, int]]:

@@ -17,7 +17,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from completer.config import ModelOptions
 from completer.engine import Engine, generate
+from completer.loading import load_pair
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.models.devices import (RpcServerError, add_rpc_servers, backends, devices, greet_rpc_server,
                                       is_loopback)
@@ -127,6 +129,19 @@ def test_the_rpc_server_is_a_device_and_auto_offloads_every_layer_of_both_models
         assert f"{device.name}[{rpc_device}] KV buffer size" in caplog.text  # and so does the KV cache
         context.close()
         model.close()
+
+
+def test_an_rpc_server_taken_out_of_the_settings_gets_no_layers_after_a_reload(rpc_device, smol, caplog):
+    """ggml keeps a device once added; the next load must leave it out all the same."""
+    caplog.set_level(logging.DEBUG, logger="completer.llama")
+    kept = load_pair(ModelOptions(target=str(smol.target), rpc_servers=rpc_device), with_draft=False)
+    assert kept.target.gpu_layers == kept.target.n_layers + 1
+    kept.target.close()
+    caplog.clear()
+    dropped = load_pair(ModelOptions(target=str(smol.target), rpc_servers=""), with_draft=False)
+    assert dropped.target.gpu_layers == 0
+    assert f"[{rpc_device}] model buffer size" not in caplog.text
+    dropped.target.close()
 
 
 @pytest.mark.parametrize("draft_name", ["derived", "tempered"])

@@ -5,7 +5,7 @@ import shutil
 
 import pytest
 
-from completer.models.backend import LlamaModel
+from completer.models.backend import LlamaModel, ran_out_of_memory
 from completer.models.derive import derive_draft, rewrite_gguf
 from completer.models.errors import ModelError
 from completer.models.gguf_file import check_gguf, check_same_vocabulary, read_gguf
@@ -105,3 +105,19 @@ def test_a_valid_copy_still_loads(smol, tmp_path):
     copy = tmp_path / "copy.gguf"
     shutil.copy(smol.draft, copy)
     assert LlamaModel(copy).n_layers == 4
+
+
+def test_a_file_llama_cpp_refuses_is_tried_once_not_again_with_fewer_gpu_layers(smol, tmp_path, caplog):
+    """Only running out of memory is mended by putting fewer layers on the GPU."""
+    missing = rewrite_gguf(smol.draft, tmp_path / "no-output-norm.gguf",
+                           keep_tensor=lambda tensor: tensor.name != "output_norm.weight")
+    with pytest.raises(ModelError, match="output_norm"):
+        LlamaModel(missing, n_gpu_layers=16)
+    assert "trying fewer" not in caplog.text
+
+
+def test_running_out_of_memory_is_told_apart_from_other_load_failures():
+    assert ran_out_of_memory(["llama_model_load: error loading model: unable to allocate CUDA0 buffer"])
+    assert ran_out_of_memory(["alloc_tensor_range: failed to allocate RPC0[127.0.0.1:50112] buffer of size 15"])
+    assert ran_out_of_memory(["ggml_cuda_device_malloc: CUDA error: out of memory"])
+    assert not ran_out_of_memory(["llama_model_load: error loading model: missing tensor 'output_norm.weight'"])

@@ -29,7 +29,7 @@ from completer.context import Workspace
 from completer.engine import Engine, generate
 from completer.models.backend import LlamaModel
 from completer.postprocess import CursorContext, postprocess
-from completer.session import Completer, CompletionRequest, cursor_offset
+from completer.session import Completer, CompletionRequest, PositionError, cursor_offset
 from completer.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap
 from completer.workspace_index import IndexStats, saved_index_path
 
@@ -54,10 +54,14 @@ class Settings:
 
 def hidden_truth(hole: Hole) -> tuple[CompletionRequest, str]:
     """The request at the hole, its truth taken out of the file, and the cursor's line before it."""
-    text = hole.path.read_text(encoding="utf-8", errors="replace")
-    offset = cursor_offset(text, hole.line, hole.column)
+    where = f"the hole at {hole.file} line {hole.line + 1} column {hole.column + 1}"
+    try:
+        text = hole.path.read_text(encoding="utf-8", errors="replace")
+        offset = cursor_offset(text, hole.line, hole.column)
+    except (OSError, PositionError) as error:
+        raise ValueError(f"{where}: {error}; pick new holes") from None
     if not text.startswith(hole.truth, offset):
-        raise ValueError(f"{hole.file} changed since its holes were picked: pick new ones")
+        raise ValueError(f"{where}: the file changed since its holes were picked; pick new ones")
     hidden = text[:offset] + text[offset + len(hole.truth):]
     request = CompletionRequest(str(hole.path), hole.file, hidden, offset, hole.language)
     return request, hidden[hidden.rfind("\n", 0, offset) + 1 : offset]
