@@ -6,6 +6,12 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from completer.models.backend import LlamaContext, LlamaModel, fewer_gpu_layers
+from completer.speculative import NEAR_TIE_LOGITS
+
+# How far a kept branch's logits may lie from a fresh evaluation's: measured up to 0.55
+# on an AVX-512 CPU and 1.11 on an AVX2 one (the same rows), where a cache holding a stale
+# continuation was 5.98 off.
+KEPT_CELLS_LOGITS = 2.0
 
 CODE = '''def fibonacci(n):
     """Return the n-th Fibonacci number."""
@@ -126,7 +132,8 @@ def test_a_token_trees_branch_scores_as_its_own_text_and_is_kept_as_if_it_had_be
     kept, the cache holds that text, the draft's tokens after the fork gone: it is as
     long, and what follows scores as after a fresh evaluation. Not to the last bit: the
     kept cells sit after the draft's freed ones in llama.cpp's pool, and attention sums
-    over cells in pool order (measured up to 0.55 apart here, every argmax the same)."""
+    over cells in pool order. So the logits are within KEPT_CELLS_LOGITS, and a row's
+    argmax may flip only where the fresh evaluation's top two are that close."""
     tokens = target.tokenize(CODE)
     prompt, draft, branch = tokens[:40], tokens[40:48], tokens[44:47][::-1] + tokens[50:53]
     fork = 3  # the branch replaces draft[fork - 1:]: the draft's tokens it shares are [last, d1, d2]
@@ -146,8 +153,11 @@ def test_a_token_trees_branch_scores_as_its_own_text_and_is_kept_as_if_it_had_be
     got = tree.eval(following, len(text), range(len(following)))
     fresh = LlamaContext(target, n_ctx=512, single_token_eval=True).eval(text + following, 0,
                                                                        range(len(text), len(text) + len(following)))
-    assert (got.argmax(axis=1) == fresh.argmax(axis=1)).all()
-    assert np.abs(got - fresh).max() < 1.0
+    rows = np.arange(len(following))
+    fresh_best, got_best = fresh.argmax(axis=1), got.argmax(axis=1)  # [n]
+    gaps = fresh[rows, fresh_best] - fresh[rows, got_best]  # [n], 0 where both chose the same token
+    assert (gaps < NEAR_TIE_LOGITS).all(), f"the kept branch parted from a fresh evaluation by {gaps.max()}"
+    assert np.abs(got - fresh).max() < KEPT_CELLS_LOGITS
 
 
 def test_a_stale_cache_is_caught_by_that_tolerance(target):
@@ -161,7 +171,7 @@ def test_a_stale_cache_is_caught_by_that_tolerance(target):
     stale = LlamaContext(target, n_ctx=1024)
     stale.eval(tokens, 0)
     got = stale.eval(edited[edit_at:], len(tokens), logits_at=[-1])  # appended after the old text
-    assert np.abs(got - expected).max() > 1.0
+    assert np.abs(got - expected).max() > KEPT_CELLS_LOGITS
 
 
 def test_a_saved_state_comes_back_after_another_document_used_the_cache(target):

@@ -73,6 +73,16 @@ def test_no_source_files_is_a_clear_error(tmp_path):
         pick_holes([tmp_path], 3, seed=1)
 
 
+def test_holes_of_a_file_changed_since_are_a_usage_error_naming_the_hole(repository, tmp_path):
+    holes = tmp_path / "holes.json"
+    holes.write_text(json.dumps([hole.to_json() for hole in pick_holes([repository], 3, seed=1)]))
+    (repository / "pkg" / "shapes.py").write_text(("#" * 100 + "\n") * 200)
+    result = run_completer("bench", "--preset", "smol", "--holes", str(holes), "--modes", "ngram")
+    assert result.returncode == 2, result.stderr
+    assert "Traceback" not in result.stderr
+    assert "the hole at pkg/shapes.py line" in result.stderr and "changed since" in result.stderr
+
+
 def record(hole, mode, tokens, ms, **more):
     return {"hole": hole, "kind": "rest of line", "mode": mode, "tokens": list(range(tokens)), "ms": ms,
             "identical": True, "shown": "x = 1", "truth": "x = 1", **more}
@@ -163,7 +173,10 @@ def test_a_tiny_real_bench_writes_json_a_figure_and_replays_its_holes(repository
         assert "\t".join(row) in lines
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
     typing = report["typing"]
-    assert typing["keystrokes"] > 10 and typing["cold_p50_ms"] > 0 and typing["cached_p50_ms"] >= 0
+    assert typing["keystrokes"] > 10
+    # A keystroke on warm caches evaluates a few tokens, a cold one the whole prompt:
+    # prefill of a file's prompt takes seconds here, a warm keystroke's tokens well under one.
+    assert 0 < typing["cached_model_p50_ms"] < typing["cold_p50_ms"]
     assert typing["tokens_per_keystroke"] <= 3  # 0 when the typed text is what the cache already holds
     replay = tmp_path / "replay.json"
     result = run_completer("bench", "--preset", "smol", "--holes", str(out), "--modes", "ngram,auto", "--exact",

@@ -2,13 +2,15 @@
 
 import json
 import os
-from dataclasses import fields
+from dataclasses import fields, replace
 
+import click
 import pytest
+from click.testing import CliRunner
 
 from completer.models.presets import PRESETS
-from completer.cli import bench, complete
-from completer.config import Config
+from completer.cli import _config_flags, bench, complete, serve
+from completer.config import CHOICES, Config
 from completer.tables import plain_rows
 from conftest import REPO, run_completer
 
@@ -151,16 +153,45 @@ def test_a_missing_model_file_is_one_clear_line(tmp_path):
     assert "Traceback" not in result.stderr
 
 
-def test_every_flag_the_config_tree_names_is_a_flag_of_complete_or_bench_with_its_default():
-    """The flags are made from the Config tree; this holds them to it. `complete` takes
-    the model and generation options; bench also the workspace index's size and the
-    token trees' branches."""
-    flags = {parameter.opts[0]: parameter for command in (bench, complete) for parameter in command.params}
-    named = [item for group in fields(Config) for item in fields(group.default_factory) if item.metadata["flag"]]
-    assert len(named) == 16
-    for item in named:
-        assert flags[item.metadata["flag"]].default == item.default, item.name
-        assert flags[item.metadata["flag"]].help.lower().startswith(item.metadata["doc"][:20].lower())
+def another_value(name: str, item) -> object:
+    """A value of the option other than its default, as its flag takes it."""
+    if name in CHOICES:
+        return next(choice for choice in CHOICES[name] if choice != item.default)
+    if item.type == int | str:
+        return 3
+    if item.type == str | None:
+        return "other.gguf"
+    if item.type is bool:
+        return not item.default
+    return item.default + 2 if item.type in (int, float) else "other"
+
+
+@pytest.mark.parametrize("group", [group.name for group in fields(Config)])
+def test_each_flag_of_the_config_tree_sets_its_option_and_every_other_keeps_its_default(group):
+    kind = next(item.default_factory for item in fields(Config) if item.name == group)
+    flagged = [item for item in fields(kind) if item.metadata["flag"]]
+    received = {}
+
+    @click.command()
+    @_config_flags(group)
+    def probe(**options):
+        received.update(options)
+
+    arguments, expected = [], {}
+    for item in flagged:
+        expected[item.name] = another_value(f"{group}.{item.name}", item)
+        arguments += [item.metadata["flag"], str(expected[item.name])]
+    result = CliRunner().invoke(probe, arguments)
+    assert result.exit_code == 0, result.output
+    assert received[group] == replace(kind(), **expected)
+
+
+def test_every_flag_the_config_tree_names_is_a_flag_of_a_command_with_the_options_reason():
+    flags = {parameter.opts[0]: parameter for command in (bench, complete, serve) for parameter in command.params}
+    for group in fields(Config):
+        for item in fields(group.default_factory):
+            if item.metadata["flag"]:
+                assert flags[item.metadata["flag"]].help.lower().startswith(item.metadata["doc"][:20].lower())
 
 
 def test_an_unknown_preset_names_the_known_ones():
