@@ -406,12 +406,14 @@ def test_drafting_options_change_what_is_drafted_without_a_reload(engine):
     line = "        total = total + values[index] * weights[index] - offsets[index]\n"
     text = "".join(f"def f{i}(values, weights, offsets):\n    total = 0\n    for index in range(3):\n{line}"
                    for i in range(4)) + "def g(values, weights, offsets):\n    total = 0\n    for index in range(3):\n" \
-        + line[:20]
+        + line[:line.index(" +")]  # the cursor after `total = total`, at a token's end
+    # A probe every token: whatever the shared engine's tuner learnt before, a match is drafted.
+    probing = DraftingOptions(probe_every=1, probe_max=1)
     config = Config(generation=GenerationOptions(max_tokens=16, time_budget_ms=0, draft_mode="ngram"),
-                    prompt=PromptOptions(heal=False))
+                    prompt=PromptOptions(heal=False), drafting=probing)
     completer = Completer(engine, config)
     assert completer.complete(request_at_end("a.py", text)).generation.stats.drafted > 0
-    completer.configure(replace(config, drafting=DraftingOptions(ngram_min_match=60)))
+    completer.configure(replace(config, drafting=replace(probing, ngram_min_match=60)))
     assert completer.complete(request_at_end("b.py", text)).generation.stats.drafted == 0
 
 
