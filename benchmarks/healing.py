@@ -15,10 +15,10 @@ import re
 import sysconfig
 from pathlib import Path
 
-from completer.config import ModelOptions
-from completer.engine import Engine, generate
+from completer.config import Config, GenerationOptions, ModelOptions
+from completer.engine import generate
 from completer.healing import TokenPrefixes, heal
-from completer.loading import load_pair
+from completer.loading import load_engine
 from completer.prompt import path_header
 
 
@@ -28,8 +28,11 @@ def main() -> None:
     parser.add_argument("--preset", default="smol")
     args = parser.parse_args()
     lines = (Path(sysconfig.get_paths()["stdlib"]) / args.file).read_text().splitlines(keepends=True)
-    model = load_pair(ModelOptions(preset=args.preset), with_draft=False).target
-    engine = Engine(model, None, n_ctx=2048, calibrate_s=0)
+    # Plain decoding alone: no draft is loaded, no verify cost measured.
+    config = Config(models=ModelOptions(preset=args.preset, context_tokens=2048),
+                    generation=GenerationOptions(draft_mode="target"))
+    engine, pair = load_engine(config)
+    model = pair.target
     prefixes = TokenPrefixes(model, model.n_vocab)
     cursors = plain = healed = 0
     for number in range(40, min(300, len(lines)), 7):

@@ -19,14 +19,15 @@ any of them a swap of the top two would be judged a near tie.
 
 import argparse
 import sysconfig
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
 
 from completer.bench.holes import Hole, pick_holes
-from completer.config import ModelOptions
+from completer.config import Config, ModelOptions
 from completer.engine import Engine, generate
-from completer.loading import load_pair
+from completer.loading import engine_for, load_pair
 from completer.prompt import path_header
 from completer.speculative import NEAR_TIE_LOGITS, first_parting, parting_gap
 
@@ -83,8 +84,10 @@ def main() -> None:
     parser.add_argument("--preset", default="smol")
     parser.add_argument("--bounds", type=float, nargs="*", default=[0.25, 0.5, NEAR_TIE_LOGITS, 0.75])
     args = parser.parse_args()
-    model = load_pair(ModelOptions(preset=args.preset), with_draft=False).target
-    engine = Engine(model, model, n_ctx=2048)
+    config = Config(models=ModelOptions(preset=args.preset, context_tokens=2048))
+    pair = load_pair(config.models, with_draft=False)
+    engine, pair = engine_for(replace(pair, draft=pair.target), config)
+    model = pair.target
     gaps, positions, runs = [], [], 0
     for hole in pick_holes([Path(sysconfig.get_paths()["stdlib"])], args.holes, args.seed):
         prompt = model.tokenize(hole_prompt(hole))[-1500:]

@@ -6,7 +6,7 @@
 Algorithm:
     switch    two standard library files as two documents, typed into in turn (one
               character, then a completion, then the other file), through
-              RemoteCompleter, on: one slot (as llama.vim and llama.vscode use a
+              the Completer over a ServerDecoder, on: one slot (as llama.vim and llama.vscode use a
               server), two slots the server chooses between, two slots pinned per
               document; each also with llama-server's RAM prompt cache off. Per
               request: latency and the prompt tokens the server evaluated (its
@@ -42,13 +42,15 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, client_capabilities
 
 from completer.config import Config, config_from_dict
+from completer.loading import server_backend
 from completer.lsp import protocol
 from completer.models.llama_server import BUILD_COMMAND, find
 from completer.models.presets import Preset
 from completer.models.resolve import resolve
-from completer.remote import CancelFlag, LlamaServerClient
-from completer.remote_session import RemoteCompleter, backend_for
-from completer.session import CompletionRequest, ForwardCache
+from completer.remote import LlamaServerClient
+from completer.requests import CancelFlag, CompletionRequest, Source
+from completer.server_decoder import ServerDecoder
+from completer.session import Completer
 from tests.llama_server_process import LlamaServer
 
 FILES = ("textwrap.py", "shlex.py")
@@ -65,16 +67,16 @@ def server_for(binary: Path, files, log: Path, slots: int, *args: str) -> LlamaS
                        slots=slots, context=4096 * slots).start()
 
 
-def completer_on(url: str, slot_choice: str) -> RemoteCompleter:
+def completer_on(url: str, slot_choice: str) -> Completer:
     config, problems = config_from_dict({**OPTIONS, "models": {"backend": "llama-server", "server_url": url,
                                                                 "server_slots": slot_choice}}, Config())
     assert not problems, problems
-    completer = RemoteCompleter(backend_for(config.models, {}), config)
-    assert completer.connect() is not None, completer.link.error
-    return completer
+    decoder = ServerDecoder(server_backend(config.models, {}))
+    assert decoder.server_model() is not None, decoder.warning
+    return Completer(decoder, config)
 
 
-def switching(completer: RemoteCompleter, rounds: int) -> dict:
+def switching(completer: Completer, rounds: int) -> dict:
     """Type into the two documents in turn; each request's latency and evaluated tokens."""
     stdlib = Path(sysconfig.get_paths()["stdlib"])
     texts = {name: (stdlib / name).read_text() for name in FILES}
@@ -85,13 +87,12 @@ def switching(completer: RemoteCompleter, rounds: int) -> dict:
             text, cursor = texts[name], cursors[name]
             texts[name] = text[:cursor] + "#" + text[cursor:]  # one keystroke: not what was shown
             cursors[name] += 1
-            if name in completer.sessions:  # every request goes to the server, none to the forward cache
-                completer.sessions[name].forward = ForwardCache()
+            completer.forget_shown(name)  # every request goes to the server, none to the forward cache
             started = time.perf_counter()
             completion = completer.complete(CompletionRequest(name, name, texts[name], cursors[name], "py"))
             elapsed = (time.perf_counter() - started) * 1000
-            assert completion.source == "model" and completion.remote.timings, completion
-            remote = completion.remote
+            assert completion.source == Source.MODEL and completion.result.timings, completion
+            remote = completion.result
             (cold if round_ == 0 else back).append((elapsed, remote.tokens_evaluated, remote.tokens_cached))
     return {"cold_ms": statistics.median(c[0] for c in cold), "cold_evaluated": statistics.median(c[1] for c in cold),
             "prompt_tokens": statistics.median(c[1] + c[2] for c in cold),

@@ -9,6 +9,7 @@ from importlib.metadata import version
 from pathlib import Path
 
 import click
+from click.core import ParameterSource
 from rich.console import Console
 
 from completer import tables
@@ -384,11 +385,11 @@ def _doctor_rows(rpc_servers: str) -> list[tuple[str, str]]:
 def _server_row(models: ModelOptions) -> tuple[str, str]:
     """The configured server: reachable, its model, slots, FIM family and the speculative
     settings it reports; or why it cannot be used."""
+    from completer.loading import server_backend
     from completer.remote import ServerError
-    from completer.remote_session import backend_for
 
     try:
-        backend = backend_for(models, dict(os.environ))
+        backend = server_backend(models, os.environ)
         return f"server ({models.backend})", f"{backend.url}: {backend.connect().summary()}"
     except ServerError as error:
         return f"server ({models.backend})", f"cannot be used: {error}"
@@ -401,8 +402,10 @@ def doctor(as_json: bool, models: ModelOptions) -> None:
     """llama.cpp build, GPU offload, threads, cache directory and each preset's state, and
     the devices llama.cpp sees (with --rpc, RPC servers' too); with --backend and
     --server-url, the server: its model, slots and speculative settings."""
+    from completer.loading import SERVER_APIS
+
     rows = _doctor_rows(models.rpc_servers)
-    if models.backend != "local":
+    if models.backend in SERVER_APIS:
         rows.insert(0, _server_row(models))
     tables.show(console, None, rows, as_json=as_json)
 
@@ -421,8 +424,7 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
              models: ModelOptions) -> None:
     """Print a completion of FILE at the cursor, decoded speculatively."""
     from completer.loading import load_completer
-    from completer.remote import RemoteGeneration
-    from completer.session import CompletionRequest, PositionError, cursor_offset
+    from completer.requests import CompletionRequest, PositionError, Source, cursor_offset
 
     config = replace(Config(), models=models, generation=generation)
     text = file.read_text(encoding="utf-8", errors="replace")
@@ -436,39 +438,37 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
         errors.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
     request = CompletionRequest(str(file), str(file), text, cursor, file.suffix.lstrip("."))
     completion = loaded.completer.complete(request)
-    if completion.source == "server down":
+    if completion.source == Source.SERVER_DOWN:
         raise click.ClickException(completion.warning)
     click.echo(completion.text)
-    if loaded.pair is None:
-        if show_prompt:
-            errors.print(loaded.completer.backend.text_of(completion.prompt), markup=False,
-                         highlight=False, soft_wrap=True)
-        if stats:
-            remote = completion.remote or RemoteGeneration("", [], "", 0, 0)
-            timings = remote.timings
-            errors.print(
-                f"{remote.tokens_cached + remote.tokens_evaluated} prompt tokens ({remote.tokens_evaluated} "
-                f"evaluated by the server); {timings.get('predicted_n', 0)} tokens, "
-                f"{timings.get('predicted_per_second', 0):.1f} tok/s on the server, "
-                f"{timings.get('draft_n_accepted', 0)}/{timings.get('draft_n', 0)} drafted tokens accepted; "
-                f"stop: {completion.stop_reason}; {loaded.names[0]} at {loaded.completer.backend.url}",
-                highlight=False, soft_wrap=True)
-        return
-    target = loaded.pair.target
     if show_prompt:
-        errors.print(target.detokenize(completion.prompt, special=True), markup=False, highlight=False,
-                     soft_wrap=True)
-    if stats:
-        s = completion.generation.stats
+        errors.print(loaded.completer.prompt_text(completion.prompt), markup=False, highlight=False, soft_wrap=True)
+    if not stats:
+        return
+    if completion.result is None:  # no prompt fits, a refusal: the warning said why
+        errors.print(f"nothing decoded ({completion.source}); {completion.warning}", highlight=False, soft_wrap=True)
+        return
+    if loaded.pair is None:
+        remote = completion.result
+        timings = remote.timings
         errors.print(
-            f"{completion.prompt_tokens} prompt tokens; {s.tokens} tokens in {s.total_ms:.0f} ms "
-            f"({s.tokens_per_second:.1f} tok/s, mode {generation.draft_mode}, {s.target_passes} target passes, "
-            f"{s.accepted}/{s.drafted} drafted "
-            f"tokens accepted; stop: {completion.stop_reason}; target {loaded.pair.files.target.name}, "
-            f"load {target.load_ms:.0f} ms)",
-            highlight=False,
-            soft_wrap=True,
-        )
+            f"{remote.tokens_cached + remote.tokens_evaluated} prompt tokens ({remote.tokens_evaluated} "
+            f"evaluated by the server); {timings.get('predicted_n', 0)} tokens, "
+            f"{timings.get('predicted_per_second', 0):.1f} tok/s on the server, "
+            f"{timings.get('draft_n_accepted', 0)}/{timings.get('draft_n', 0)} drafted tokens accepted; "
+            f"stop: {completion.stop_reason}; {loaded.names[0]} at {loaded.decoder.url}",
+            highlight=False, soft_wrap=True)
+        return
+    s = completion.result.stats
+    errors.print(
+        f"{completion.prompt_tokens} prompt tokens; {s.tokens} tokens in {s.total_ms:.0f} ms "
+        f"({s.tokens_per_second:.1f} tok/s, mode {generation.draft_mode}, {s.target_passes} target passes, "
+        f"{s.accepted}/{s.drafted} drafted "
+        f"tokens accepted; stop: {completion.stop_reason}; target {loaded.pair.files.target.name}, "
+        f"load {loaded.pair.target.load_ms:.0f} ms)",
+        highlight=False,
+        soft_wrap=True,
+    )
 
 
 @main.command()
@@ -549,6 +549,10 @@ def _run_holes(runner, holes: list, modes: int) -> list[dict]:
     return records
 
 
+# bench's options for our own engines, which a server's bench cannot take.
+SERVER_BENCH_REFUSES = ("modes", "llama_server_path", "profile", "plot_path", "typing", "exact")
+
+
 def _bench_server(models: ModelOptions, baseline_url: str | None, holes: list, max_tokens: int, temperature: float,
                   as_json: bool, report_path: Path) -> None:
     """`bench --backend llama-server`: the holes on the server, and on the baseline server when given."""
@@ -556,30 +560,35 @@ def _bench_server(models: ModelOptions, baseline_url: str | None, holes: list, m
 
     from completer.bench.peers import PeerFailed
     from completer.bench.server_run import BASELINE, SERVER, ServerBench, TeamServer, summarize
+    from completer.loading import server_backend
     from completer.remote import ServerError
-    from completer.remote_session import RemoteCompleter, backend_for
+    from completer.server_decoder import ServerDecoder
+    from completer.session import Completer
 
     if models.backend != "llama-server":
         raise click.UsageError("bench measures a server through llama-server's own API (its tokens and timings): "
                                "--backend llama-server")
+    _refuse_given(SERVER_BENCH_REFUSES, "not with --backend llama-server, which times the server's own decoding "
+                  "alone (its row, and target with --baseline-url): no local modes, peers, typing replay, exact "
+                  "verification, profile or figure")
     try:
-        completer = RemoteCompleter(backend_for(models, dict(os.environ)), Config(models=models))
+        decoder = ServerDecoder(server_backend(models, os.environ))
     except ServerError as error:  # no URL, a key's variable unset, a key to send unsafely
         raise click.UsageError(str(error)) from None
-    model = completer.connect()
+    model = decoder.server_model()
     if model is None:
-        raise click.ClickException(completer.link.error)
-    rows = {SERVER: TeamServer(completer.backend.url), **({BASELINE: TeamServer(baseline_url)} if baseline_url else {})}
-    runner = ServerBench(completer, model, rows, max_tokens, temperature)
+        raise click.ClickException(decoder.warning)
+    rows = {SERVER: TeamServer(decoder.url), **({BASELINE: TeamServer(baseline_url)} if baseline_url else {})}
+    runner = ServerBench(Completer(decoder, Config(models=models)), decoder.connect(), rows, max_tokens, temperature)
     try:
         records = _run_holes(runner, holes, len(rows))
     except PeerFailed as error:
         raise click.ClickException(str(error)) from None
     summary = summarize(records, runner.modes)
     _show_bench_table(summary, f"{len(holes)} holes; {max_tokens} tokens; T={temperature}; {model.summary()} at "
-                               f"{completer.backend.url}" + (f"; baseline {baseline_url}" if baseline_url else ""),
+                               f"{decoder.url}" + (f"; baseline {baseline_url}" if baseline_url else ""),
                       as_json)
-    report_path.write_text(json.dumps({"server": completer.backend.url, "model": model.summary(),
+    report_path.write_text(json.dumps({"server": decoder.url, "model": model.summary(),
                                        "baseline": baseline_url, "summary": summary,
                                        "holes": [hole.to_json() for hole in holes], "records": records}, indent=1))
 
@@ -646,56 +655,84 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
     import json
 
     from completer.bench import modes_to_run, report
-    from completer.bench.holes import holes_from_json, pick_holes
-    from completer.bench.run import Bench, Settings, hidden_truth
-    from completer.loading import load_distilled, load_pair
+    from completer.bench.run import Bench, Settings
+    from completer.loading import SERVER_APIS, load_distilled, load_pair
     from completer.models.llama_server import find
 
-    count = count or (6 if quick else 40)
     max_tokens = max_tokens or (24 if quick else 48)
     roots = list(paths) or [_repository_root()]
-    try:
-        holes = holes_from_json(json.loads(holes_file.read_text())) if holes_file else pick_holes(roots, count, seed)
-        for hole in holes:  # each still cut from its file as it is, before any model loads
-            hidden_truth(hole)
-    except ValueError as error:
-        raise click.UsageError(str(error)) from None
-    if models.backend != "local":
+    holes = _bench_holes(roots, holes_file, count or (6 if quick else 40), seed)
+    if models.backend in SERVER_APIS:
         _bench_server(models, baseline_url, holes, max_tokens, temperature, as_json, report_path)
         return
+    _refuse_given(("baseline_url",), "only with --backend llama-server, whose rows it adds to")
     llama_server = find(llama_server_path)
     asked = _bench_modes(modes, llama_server)
     pair = load_pair(models)
     distilled = load_distilled(pair, models)
-    chosen = modes_to_run(asked, distilled is not None, drafting.index_mb > 0)
-    settings = Settings(models.preset, chosen, max_tokens, temperature, models.context_tokens, exact,
-                        drafting.index_mb, drafting.tree_branches)
+    config = Config(models=models, generation=GenerationOptions(max_tokens=max_tokens, temperature=temperature),
+                    drafting=drafting)
+    settings = Settings(config, modes_to_run(asked, distilled is not None, drafting.index_mb > 0), exact)
     hole_roots = sorted({Path(h.root) for h in holes})
     with errors.status("indexing the workspace, measuring the verify cost, starting the peers"):
-        runner = Bench(pair.target, pair.draft, settings, distilled, llama_server, hole_roots)
+        runner = Bench(pair, settings, distilled, llama_server, hole_roots)
     notes = errors if as_json else console  # with --json, stdout holds the JSON alone
     notes.print(report.index_line(runner.index_stats), soft_wrap=True, highlight=False)
     try:
-        records = _run_holes(runner, holes, len(chosen))
+        records = _run_holes(runner, holes, len(settings.modes))
     finally:  # the peers' servers stop, also on Ctrl-C
         runner.close()
-    summary = report.summarize(records, chosen, runner.engine.costs)
+    summary = report.summarize(records, settings.modes, runner.engine.costs)
     _show_bench_table(summary, f"{len(holes)} holes in {', '.join(map(str, hole_roots))}; {max_tokens} tokens; "
                                f"T={temperature}; preset {models.preset}{'; exact verification' if exact else ''}",
                       as_json)
     for line in report.notes(summary, records, profile):
         notes.print(line, soft_wrap=True, highlight=False)
-    result = report.document(settings, seed, roots, pair.files, distilled.path if distilled else None,
-                             runner.engine.costs, summary, holes, records, runner.index_stats)
+    result = report.document(runner, seed, roots, distilled.path if distilled else None, summary, holes, records)
     if typing:
-        from completer.bench.typing import replay_files
-
-        typed_files = list(dict.fromkeys(h.path for h in holes))[:2]
-        with errors.status("replaying typing"):
-            result["typing"] = replay_files(pair.target, pair.draft, typed_files, models.context_tokens)
-        notes.print(report.typing_line(result["typing"], len(typed_files)), soft_wrap=True)
+        _bench_typing(result, runner.pair, models, holes, notes)
     report_path.write_text(json.dumps(result, indent=1))
     notes.print(f"every record: {report_path}", soft_wrap=True)
     if plot_path:
         report.plot(plot_path, summary, records)
         notes.print(f"figure: {plot_path}", soft_wrap=True)
+
+
+def _bench_holes(roots: list[Path], holes_file: Path | None, count: int, seed: int) -> list:
+    """The holes of an earlier report, or `count` new ones in the roots; a usage error
+    naming a hole no longer cut from its file as it is, before any model loads."""
+    import json
+
+    from completer.bench.holes import holes_from_json, pick_holes
+    from completer.bench.run import hidden_truth
+
+    try:
+        holes = holes_from_json(json.loads(holes_file.read_text())) if holes_file else pick_holes(roots, count, seed)
+        for hole in holes:
+            hidden_truth(hole)
+    except ValueError as error:
+        raise click.UsageError(str(error)) from None
+    return holes
+
+
+def _bench_typing(result: dict, pair, models: ModelOptions, holes: list, notes: Console) -> None:
+    """--typing: the typing replay over the first two files with holes, into the report;
+    the threads its engines ran with go beside the bench's, in its settings."""
+    from completer.bench import report
+    from completer.bench.keystrokes import replay_files
+
+    typed_files = list(dict.fromkeys(h.path for h in holes))[:2]
+    with errors.status("replaying typing"):
+        result["typing"] = replay_files(pair, models, typed_files)
+    result["settings"]["threads"] |= result["typing"].pop("threads")
+    notes.print(report.typing_line(result["typing"], len(typed_files)), soft_wrap=True)
+
+
+def _refuse_given(names: tuple[str, ...], why: str) -> None:
+    """A usage error naming each of the command's options `names` given on the command
+    line, which cannot apply: `why`."""
+    context = click.get_current_context()
+    given = [param.opts[0] for param in context.command.params
+             if param.name in names and context.get_parameter_source(param.name) is ParameterSource.COMMANDLINE]
+    if given:
+        raise click.UsageError(f"{', '.join(given)}: {why}", context)

@@ -46,7 +46,7 @@ def option(default, doc: str, flag: str | None = None, machine: bool = False):
 # is validated when it loads.
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelOptions:
     preset: str = option(
         DEFAULT_PRESET, "named target/draft pair; `completer models list` shows them", "--preset"
@@ -110,7 +110,7 @@ class ModelOptions:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class GenerationOptions:
     max_tokens: int = option(
         64, "most tokens in one completion: a few lines, shown before the user types on", "--max-tokens"
@@ -146,7 +146,7 @@ class GenerationOptions:
         return self.draft_mode != "target"
 
 
-@dataclass
+@dataclass(frozen=True)
 class PromptOptions:
     prefix_lines: int = option(
         256, "lines before the cursor in the prompt (llama.vim's n_prefix): the function being written and "
@@ -155,11 +155,12 @@ class PromptOptions:
     suffix_lines: int = option(
         8, "lines after the cursor. PSM families (all but Codestral) put them after the prefix, so every "
         "keystroke re-evaluates them: 8 lines show what comes next at a bounded cost (`python -m "
-        "benchmarks.typing` prints it in tokens)"
+        "benchmarks.keystrokes` prints it in tokens)"
     )
-    context_tokens: int = option(
+    cross_file_tokens: int = option(
         1024, "tokens of other open files' chunks in the prompt (llama.vim's ring of chunks), newest first; "
-        "0 = none. Only files inside the workspace are used"
+        "0 = none. Only files inside the workspace are used. Its old name, prompt.context_tokens, is still "
+        "taken, with a warning"
     )
     chunk_lines: int = option(64, "lines in one chunk of another file, taken around where its cursor last was")
     chunks: int = option(16, "chunks kept in the ring; the oldest goes first, and a near-copy replaces its twin")
@@ -171,12 +172,11 @@ class PromptOptions:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class DraftingOptions:
     ngram_min_match: int = option(
         3, "n-gram lookup drafts only after a match of at least this many tokens: on stdlib code, drafting after "
-        "matches of 1 to 4 tokens was accepted 19% of the time and ran at 0.68x plain decoding, after 3 to 6 "
-        "tokens 44% and 1.11x (smol, T=0)"
+        "matches of 1 to 4 tokens was accepted 19% of the time, after 3 to 6 tokens 44% (smol, T=0)"
     )
     ngram_max_match: int = option(
         64, "matches are measured up to this many tokens: the tuner trusts a long copy further (a match of 32+ "
@@ -209,7 +209,7 @@ class DraftingOptions:
                             "never pays costs ever less")
 
 
-@dataclass
+@dataclass(frozen=True)
 class CacheOptions:
     budget_mb: float = option(
         1024.0,
@@ -218,7 +218,7 @@ class CacheOptions:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class ServerOptions:
     debounce_ms: float = option(
         0.0, "language server: wait this long after a request before generating; a newer request in the "
@@ -227,7 +227,7 @@ class ServerOptions:
     )
 
 
-@dataclass
+@dataclass(frozen=True)
 class Config:
     models: ModelOptions = field(default_factory=ModelOptions)
     generation: GenerationOptions = field(default_factory=GenerationOptions)
@@ -247,6 +247,10 @@ SERVER_SLOTS = ("server", "pin")
 CHOICES: dict[str, tuple[str, ...]] = {"models.preset": tuple(PRESETS), "generation.draft_mode": tuple(DRAFT_MODES),
                                        "models.backend": BACKENDS, "models.prompt_family": PROMPT_FAMILIES,
                                        "models.server_slots": SERVER_SLOTS}
+
+# Options still taken under an old name, old -> new. The old name gets a warning naming
+# the new one; both given with different values, neither is taken.
+RENAMED: dict[str, str] = {"prompt.context_tokens": "prompt.cross_file_tokens"}
 
 # llama.cpp and llama-server read counts as C ints: no count option goes past this.
 INT_MAX = 2**31 - 1
@@ -346,6 +350,8 @@ def config_from_dict(data: Any, base: Config | None = None) -> tuple[Config, lis
             continue
         current = getattr(config, group_name)
         items = {item.name: item for item in fields(current)}
+        values, renames = _under_new_names(group_name, values, current)
+        problems += renames
         changes = {}
         for key, value in values.items():
             name = f"{group_name}.{key}"
@@ -361,6 +367,30 @@ def config_from_dict(data: Any, base: Config | None = None) -> tuple[Config, lis
     return config, problems + kept
 
 
+def _under_new_names(group_name: str, values: dict, current: Any) -> tuple[dict, list[str]]:
+    """One group's `values` with each old name (RENAMED) given under its new one, and a
+    message for each: a warning naming the new name or, when both names are given with
+    different values, why neither is taken (`current` keeps its value). A null under an
+    old name is no value: VS Code sends its deprecated setting, unset, as null."""
+    values, messages = dict(values), []
+    for old, new in RENAMED.items():
+        (group, old_key), new_key = old.split("."), new.split(".")[1]
+        if group != group_name or old_key not in values:
+            continue
+        value = values.pop(old_key)
+        if value is None:
+            continue
+        if new_key in values and values[new_key] != value:
+            messages.append(f"{old} = {_brief(value)} and {new} = {_brief(values.pop(new_key))} are one option, "
+                            f"under its old name and its new one, given two values: set {new} alone; keeping "
+                            f"{getattr(current, new_key)!r}")
+        else:
+            values[new_key] = value
+            messages.append(f"{old} is deprecated: its value is read as {new}, its new name; rename it where "
+                            "it is set")
+    return values, messages
+
+
 def conflicts(config: Config) -> list[tuple[tuple[str, ...], str]]:
     """Options whose values each fit but cannot work together: for each rule broken,
     the options it relates and why, naming them all."""
@@ -371,9 +401,9 @@ def conflicts(config: Config) -> list[tuple[tuple[str, ...], str]]:
         found.append((("generation.max_tokens", "models.context_tokens"),
                       f"generation.max_tokens {generation.max_tokens} leaves {max(room, 0)} tokens of "
                       f"models.context_tokens {models.context_tokens} for the prompt, which needs {MIN_PROMPT_TOKENS}"))
-    elif prompt.context_tokens > room - MIN_PROMPT_TOKENS:
-        found.append((("prompt.context_tokens", "generation.max_tokens", "models.context_tokens"),
-                      f"prompt.context_tokens {prompt.context_tokens} of other files' chunks leave less than "
+    elif prompt.cross_file_tokens > room - MIN_PROMPT_TOKENS:
+        found.append((("prompt.cross_file_tokens", "generation.max_tokens", "models.context_tokens"),
+                      f"prompt.cross_file_tokens {prompt.cross_file_tokens} of other files' chunks leave less than "
                       f"{MIN_PROMPT_TOKENS} tokens for the file's own lines in models.context_tokens "
                       f"{models.context_tokens} less generation.max_tokens {generation.max_tokens}"))
     if drafting.ngram_max_match < drafting.ngram_min_match:
@@ -477,8 +507,27 @@ def settings_schema() -> dict[str, dict[str, Any]]:
             if item.metadata["machine"]:  # VS Code ignores it in workspace and folder settings
                 schema["scope"] = "machine"
                 schema["markdownDescription"] += " Machine-level: set only in your user settings, never a workspace's."
-            properties[f"{group.name}.{camel_case(item.name)}"] = schema
+            properties[setting_name(name)] = schema
+            for old in (old for old, new in RENAMED.items() if new == name):
+                properties[setting_name(old)] = _deprecated_setting(name, schema)
     return properties
+
+
+def setting_name(name: str) -> str:
+    """`group.option_name` as editors' settings are named: `group.optionName`."""
+    group, key = name.split(".")
+    return f"{group}.{camel_case(key)}"
+
+
+def _deprecated_setting(new: str, schema: dict[str, Any]) -> dict[str, Any]:
+    """The setting under an old name of `new` (RENAMED), whose schema is `schema`. Its
+    default is null, which the server reads as unset: VS Code sends every declared
+    setting, and an old name's default would otherwise be a value."""
+    kinds = [schema["type"]] if isinstance(schema["type"], str) else schema["type"]
+    use = f"completer.{setting_name(new)}"
+    return {"type": [*kinds, "null"], "default": None,
+            "markdownDescription": f"The old name of `{use}`, still taken with a warning; null = unset.",
+            "deprecationMessage": f"Renamed: use {use}."}
 
 
 def options_table() -> str:

@@ -12,6 +12,7 @@ from elsewhere (a system header, another project's secrets) never reaches a prom
 No file is read from disk: chunks come from what the editor sent.
 """
 
+import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,6 +67,10 @@ def similarity(a: str, b: str) -> float:
 
 
 class ChunkRing:
+    """The chunks, as requests on several worker threads share them: one change or
+    selection at a time (an add builds the ring's new list from the old one, so two at
+    once would lose one's chunk, and a select would read a list being cut)."""
+
     def __init__(self, workspace: Workspace, count_tokens: Callable[[str], int], capacity: int = 16,
                  chunk_lines: int = 64):
         self.workspace = workspace
@@ -73,26 +78,38 @@ class ChunkRing:
         self.capacity = capacity
         self.chunk_lines = chunk_lines
         self.chunks: list[Chunk] = []  # oldest first
+        self._lock = threading.Lock()
 
-    def add(self, path: str, text: str, cursor: int) -> bool:
+    def resize(self, capacity: int, chunk_lines: int) -> None:
+        with self._lock:
+            self.capacity, self.chunk_lines = capacity, chunk_lines
+            del self.chunks[: max(0, len(self.chunks) - self.capacity)]
+
+    def add(self, path: str, text: str, cursor: int, count_tokens: Callable[[str], int] | None = None) -> bool:
         """Take a chunk of `path`'s `text` around the cursor's line; False when the path is
-        outside the workspace or the chunk holds too little code to help."""
+        outside the workspace or the chunk holds too little code to help. Its tokens are
+        counted with `count_tokens` (a server's /tokenize under the request's cancel flag),
+        by default the ring's own, outside the lock."""
         if not self.workspace.contains(path):
             return False
         chunk_text = chunk_around(text, cursor, self.chunk_lines)
         if sum(1 for line_text in chunk_text.splitlines() if line_text.strip()) < 3:
             return False
-        self.chunks = [c for c in self.chunks if similarity(c.text, chunk_text) < SIMILAR]
-        self.chunks.append(Chunk(self.workspace.relative(path), chunk_text, self.count_tokens(chunk_text)))
-        del self.chunks[: max(0, len(self.chunks) - self.capacity)]
+        chunk = Chunk(self.workspace.relative(path), chunk_text, (count_tokens or self.count_tokens)(chunk_text))
+        with self._lock:
+            self.chunks = [c for c in self.chunks if similarity(c.text, chunk_text) < SIMILAR]
+            self.chunks.append(chunk)
+            del self.chunks[: max(0, len(self.chunks) - self.capacity)]
         return True
 
     def select(self, budget_tokens: int, exclude: str = "") -> tuple[ContextFile, ...]:
         """The newest chunks (not of `exclude`, the path being completed) that fit
         `budget_tokens`, oldest first."""
+        with self._lock:
+            chunks = list(self.chunks)
         chosen: list[Chunk] = []
         used = 0
-        for chunk in reversed(self.chunks):
+        for chunk in reversed(chunks):
             if chunk.path == exclude or used + chunk.tokens > budget_tokens:
                 continue
             chosen.append(chunk)

@@ -160,6 +160,16 @@ class NgramDrafter:
     def set_saved_file(self, path: str, tokens: list[int]) -> None:
         self.saved_files[path] = self._index(tokens)
 
+    def has_saved_file(self, path: str) -> bool:
+        return path in self.saved_files
+
+    def forget_other_documents(self) -> None:
+        self.others.clear()
+
+    def use_index(self, workspace: WorkspaceIndex | None) -> None:
+        """Look up in this workspace index from now on (None: in no index)."""
+        self.workspace = workspace
+
     def lookup(self, tokens: list[int], k: int) -> Match:
         """The proposal for the text `tokens`: what followed its longest match in this
         document, another open one, or a file saved since the index was built."""

@@ -6,6 +6,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import numpy as np
 
@@ -15,8 +16,8 @@ from completer.workspace_index import NO_MATCH
 from completer.healing import Healing, mask_to
 from completer.kv import KVSequence, common_prefix_length
 from completer.models.backend import LlamaContext, LlamaModel
-from completer.speculative import (Sampling, TreeVerdict, accept_greedy, accept_tree, probabilities, verify_greedy,
-                                   verify_sampled)
+from completer.speculative import (Branch, Sampling, TreeVerdict, accept_greedy, accept_tree, probabilities,
+                                   verify_greedy, verify_sampled)
 from completer.tuning import MAX_DRAFT, Candidate, CostModel, Plan, Tuner, calibrate, match_bucket
 
 log = logging.getLogger("completer.engine")
@@ -66,6 +67,41 @@ class GenerationStats:
     @property
     def tokens_per_second(self) -> float:
         return self.tokens / self.total_ms * 1000 if self.total_ms else 0.0
+
+
+class RoundStats(NamedTuple):
+    """What one round did: one target pass, and the draft it verified."""
+
+    provider: str | None  # None: a plain step, nothing drafted
+    drafted: int
+    accepted: int  # drafted tokens the target kept
+    produced: int  # tokens the round added: the accepted ones, a branch's, the target's own
+    match_length: int  # the n-gram match behind the draft; 0 for other providers
+    predicted_tokens: float  # what the tuner expected the round to produce (1 for a plain step)
+    verify_ms: float
+    draft_ms: float  # proposing, and the draft model's catching up on text it had not seen
+    branch_rows: int  # rows verified for token-tree branches beside the draft
+    branch_taken: bool  # a branch carried the round
+    # Where the draft parted from the target at an offered branch's step: whether that
+    # branch's first token was the target's. None elsewhere.
+    branch_hit: bool | None
+
+
+def summarize(mode: str, rounds: list[RoundStats], tokens: int, total_ms: float) -> GenerationStats:
+    """A generation's statistics from its rounds'; `tokens` it returned (a round may run
+    past the limit), in `total_ms`."""
+    speculative = [r for r in rounds if r.provider is not None]
+    return GenerationStats(
+        mode, tokens, target_passes=len(rounds), speculative_rounds=len(speculative),
+        drafted=sum(r.drafted for r in speculative), accepted=sum(r.accepted for r in speculative),
+        tokens_in_speculative_rounds=sum(r.produced for r in speculative),
+        branch_points=sum(r.branch_hit is not None for r in speculative),
+        branch_hits=sum(bool(r.branch_hit) for r in speculative),
+        tree_rounds=sum(r.branch_rows > 0 for r in speculative), branch_rows=sum(r.branch_rows for r in speculative),
+        branches_taken=sum(r.branch_taken for r in speculative),
+        predicted_tokens=sum(r.predicted_tokens for r in speculative),
+        draft_ms=sum(r.draft_ms for r in speculative), verify_ms=sum(r.verify_ms for r in rounds), total_ms=total_ms,
+        rounds=[(r.provider, r.drafted, r.match_length, r.predicted_tokens, r.produced) for r in rounds])
 
 
 @dataclass
@@ -180,11 +216,10 @@ class _Round:
     # An n-gram proposal the tuner passed over: scored against the token the target
     # produces anyway, it teaches the acceptance estimate for free.
     shadow: Proposal | None = None
-    # Where the workspace index's occurrences went on otherwise: draft step -> what the
-    # runner-up went on with (workspace_index.Match.branches).
-    forks: dict[int, list[int]] = field(default_factory=dict)
-    # The branches verified beside the draft (the plan's): (draft step, tokens).
-    branches: list[tuple[int, list[int]]] = field(default_factory=list)
+    # The branches the proposal came with: where the workspace index's occurrences went
+    # on otherwise, what the runner-up went on with. The plan's branches, those verified,
+    # are the first tokens of some of them.
+    offered: tuple[Branch, ...] = ()
 
 
 PLAIN_ROUND = _Round(Plan(None, 0, 1.0, 0.0), None, NO_PROPOSAL)
@@ -213,9 +248,9 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
     looks_up = bool({"ngram", "hybrid"} & set(allowed))
     found = engine.ngram.lookup(tokens, most) if looks_up else NO_MATCH
     # The workspace index is its own provider: its matches are worse bets than the open
-    # documents' at the same length (on the standard library, acceptance 0.45 with it
-    # against 0.51 without, when one estimate served both), so the tuner learns it apart.
-    # After a local match of 9+ tokens, the best bet there is, it is not looked in.
+    # documents' at the same length (docs/bench.md, "The workspace index and long
+    # copies"), so the tuner learns it apart. After a local match of 9+ tokens, the best
+    # bet there is, it is not looked in.
     indexed = (engine.ngram.lookup_workspace(tokens, most, engine.model.n_vocab, found.length)
                if looks_up and found.length < INDEX_AFTER_MATCH else NO_MATCH)
     lookup_ms = (time.perf_counter() - lookup_started) * 1000
@@ -234,14 +269,13 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
         return _Round(plan, None, NO_PROPOSAL, shadow)
     if plan.provider in LOOKUPS:
         match = found if plan.provider == "ngram" else indexed
-        if tree and match.branches and asked.draft_length is None:
-            forks = {step: len(branch) for step, branch in list(match.branches.items())[:MAX_TREE_BRANCHES]}
+        offered = tuple(Branch(step, continuation) for step, continuation in match.branches.items())
+        if tree and offered and asked.draft_length is None:
             rows = engine.context_tokens - len(tokens) - plan.k  # the context's cells the tree may still take
-            plan = engine.tuner.branched(plan, forks, asked.document, asked.language, match_bucket(match.length),
-                                         most, rows)
+            plan = engine.tuner.branched(plan, offered[:MAX_TREE_BRANCHES], asked.document, asked.language,
+                                         match_bucket(match.length), most, rows)
         proposal = Proposal(match.tokens[: plan.k], None, lookup_ms, match.length)
-        branches = [(step, match.branches[step][:length]) for step, length in plan.branches]
-        return _Round(plan, plan.provider, proposal, forks=match.branches, branches=branches)
+        return _Round(plan, plan.provider, proposal, offered=offered)
     try:
         return _Round(plan, "draft", engine.drafter.propose(tokens, plan.k, asked.sampling, rng))
     except (RuntimeError, ValueError) as error:  # llama_decode failed, or the draft's context is full
@@ -261,14 +295,15 @@ def _verify(engine: Engine, tokens: list[int], chosen: _Round, sampling: Samplin
     scored = [tokens[-1], *draft]
     positions = list(range(len(scored)))
     rows = None
-    if chosen.branches:  # greedy, as _choose only offers branches then
+    branches = chosen.plan.branches
+    if branches:  # greedy, as _choose only plans branches then
         # A branch replacing the draft from step s replaces scored[s + 1:].
-        best, branch_best = engine.target.extend_tree(scored, [(step + 1, branch) for step, branch in chosen.branches])
-        verdict = accept_tree(best, draft, chosen.branches, branch_best)
-        if verdict.branch is None:
+        best, branch_best = engine.target.extend_tree(scored, [(b.step + 1, b.tokens) for b in branches])
+        verdict = accept_tree(best, draft, branches, branch_best)
+        if verdict.branch_index is None:
             engine.target.drop_branches()
         else:
-            engine.target.take_branch(verdict.branch + 1, len(tokens) + verdict.accepted, verdict.branch_tokens)
+            engine.target.take_branch(verdict.branch_index, len(tokens) + verdict.accepted, verdict.branch_tokens)
     elif sampling.greedy and allowed is None and not keep_rows:  # the argmax of each row is all it takes
         accepted, next_token = accept_greedy(engine.target.extend(scored, positions, argmax=True), draft)
         verdict = TreeVerdict(accepted, None, [], next_token)
@@ -294,24 +329,26 @@ def _verify(engine: Engine, tokens: list[int], chosen: _Round, sampling: Samplin
 
 
 def speculative_round(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, rng: np.random.Generator,
-                      stats: GenerationStats, allowed: np.ndarray | None = None,
-                      keep_rows: bool = False) -> tuple[list[int], np.ndarray | None]:
+                      allowed: np.ndarray | None = None,
+                      keep_rows: bool = False) -> tuple[list[int], np.ndarray | None, RoundStats]:
     """One round: draft (the tuner picks the provider and k, at most `room`), verify,
-    accept, truncate, and learn from it. A first token constrained by healing
-    (`allowed`) is a plain step: drafts know nothing of the constraint. Returns the new
-    tokens and, with `keep_rows`, the target's rows that chose them [len(new), V]."""
+    accept, truncate, and teach the tuner what it did. A first token constrained by
+    healing (`allowed`) is a plain step: drafts know nothing of the constraint. Returns
+    the new tokens, with `keep_rows` the target's rows that chose them [len(new), V]
+    (else None), and what the round did."""
     # Branches only at temperature 0: their rule is greedy, and without kept rows (accept_tree
     # reads argmaxes). Not with single-token verification: a kept branch's cells sit after
     # the draft's freed ones in llama.cpp's pool, attention sums over cells in pool order,
-    # and later logits then differ from plain steps' in the last bits (up to 0.55 measured
-    # on smol), so output would no longer be plain decoding's exactly.
+    # and later logits then differ from plain steps' in the last bits (up to 0.55 on smol,
+    # on a 2-core AMD EPYC with AVX-512), so output would not be plain decoding's exactly.
     tree = (asked.sampling.greedy and not keep_rows and engine.drafting.tree_branches > 0
             and not engine.target.context.single_token_eval)
     chosen = PLAIN_ROUND if allowed is not None else _choose(engine, tokens, room, asked, rng, tree)
     verdict, rows, verify_ms = _verify(engine, tokens, chosen, asked.sampling, rng, allowed, keep_rows)
     new = [*chosen.proposal.tokens[:verdict.accepted], *verdict.branch_tokens, verdict.next_token]
-    _record(engine, stats, chosen, verdict, len(new), verify_ms, asked)
-    return new, rows
+    made = _round_stats(chosen, verdict, len(new), verify_ms)
+    _learn(engine, chosen, made, verdict.next_token, asked)
+    return new, rows, made
 
 
 def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str, ...] = (),
@@ -335,7 +372,7 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
         raise ValueError(f"unknown draft mode {mode!r}; modes: {', '.join(DRAFT_MODES)}")
     started = time.perf_counter()
     asked = RoundSettings(mode, sampling, document, language, draft_length)
-    rng, stats = np.random.default_rng(sampling.seed), GenerationStats(mode)
+    rng, rounds = np.random.default_rng(sampling.seed), []  # rounds: what each round did (RoundStats)
     n_ctx = engine.context_tokens
     tokens = list(prompt[-(n_ctx - 1):])  # a prompt longer than the context keeps its end
     prompt_length = len(tokens)
@@ -354,8 +391,9 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
         if stop_reason != "max_tokens":
             break
         allowed = healing.allowed if healing is not None and len(tokens) == prompt_length else None
-        new, logits = speculative_round(engine, tokens, room, asked, rng, stats, allowed, keep_logits)
+        new, logits, made = speculative_round(engine, tokens, room, asked, rng, allowed, keep_logits)
         tokens.extend(new)
+        rounds.append(made)
         if keep_logits:
             rows.append(logits)
         end_token = next((t for t in new if engine.model.is_end_of_generation(t)), None)
@@ -366,8 +404,7 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     generated = tokens[prompt_length:]
     if stop_reason != "stop":
         text = _text(engine, generated, healing)
-    stats.tokens = len(generated)
-    stats.total_ms = (time.perf_counter() - started) * 1000
+    stats = summarize(mode, rounds, len(generated), (time.perf_counter() - started) * 1000)
     kept = None
     if keep_logits:
         kept = np.concatenate([np.empty((0, engine.model.n_vocab), np.float32), *rows])
@@ -399,37 +436,30 @@ def _text(engine: Engine, generated: list[int], healing: Healing | None) -> str:
     return text[len(healing.text):] if healing is not None else text
 
 
-def _record(engine: Engine, stats: GenerationStats, chosen: _Round, verdict: TreeVerdict, produced: int,
-            verify_ms: float, asked: RoundSettings) -> None:
-    """The round into the generation's statistics and the tuner."""
+def _round_stats(chosen: _Round, verdict: TreeVerdict, produced: int, verify_ms: float) -> RoundStats:
+    """What the round did, from what it chose and what the target accepted."""
     drafted, accepted = len(chosen.proposal.tokens), verdict.accepted
     provider = chosen.provider if drafted else None
-    bucket = match_bucket(chosen.proposal.match_length) if provider in LOOKUPS else 0
-    branch_rows = sum(len(branch) for _, branch in chosen.branches)
-    engine.tuner.observe(provider, bucket, drafted, accepted, produced, verify_ms, chosen.proposal.draft_ms,
-                         asked.document, asked.language, branch_rows)
+    offered = next((b for b in chosen.offered if b.step == accepted), None) if accepted < drafted else None
+    # The target's token where the draft parted: a branch's first, if one was taken.
+    parted = verdict.branch_tokens[0] if verdict.branch_index is not None else verdict.next_token
+    return RoundStats(provider, drafted, accepted, produced,
+                      match_length=chosen.proposal.match_length if provider in LOOKUPS else 0,
+                      predicted_tokens=chosen.plan.predicted_tokens if provider else 1.0,
+                      verify_ms=verify_ms, draft_ms=chosen.proposal.draft_ms + chosen.proposal.catch_up_ms,
+                      branch_rows=sum(len(branch.tokens) for branch in chosen.plan.branches),
+                      branch_taken=verdict.branch_index is not None,
+                      branch_hit=None if offered is None else parted == offered.tokens[0])
+
+
+def _learn(engine: Engine, chosen: _Round, made: RoundStats, next_token: int, asked: RoundSettings) -> None:
+    """The round into the tuner: its costs and acceptance, whether a proposal it passed
+    over would have held, and whether an offered branch started with the target's token."""
+    bucket = match_bucket(made.match_length) if made.provider in LOOKUPS else 0
+    engine.tuner.observe(made.provider, bucket, made.drafted, made.accepted, made.produced, made.verify_ms,
+                         chosen.proposal.draft_ms, asked.document, asked.language, made.branch_rows)
     if chosen.shadow is not None:
-        engine.tuner.observe_shadow(match_bucket(chosen.shadow.match_length),
-                                    chosen.shadow.tokens[0] == verdict.next_token, asked.document, asked.language)
-    stats.rounds.append((provider, drafted, chosen.proposal.match_length if provider in LOOKUPS else 0,
-                         chosen.plan.predicted_tokens if provider else 1.0, produced))
-    stats.target_passes += 1
-    stats.verify_ms += verify_ms
-    if provider is None:
-        return
-    stats.speculative_rounds += 1
-    if accepted < drafted and accepted in chosen.forks:
-        # The target's token where the draft parted: a branch's first, if one was taken.
-        parted = verdict.branch_tokens[0] if verdict.branch is not None else verdict.next_token
-        hit = parted == chosen.forks[accepted][0]
-        engine.tuner.observe_branch(hit)
-        stats.branch_points += 1
-        stats.branch_hits += hit
-    stats.tree_rounds += bool(chosen.branches)
-    stats.branch_rows += branch_rows
-    stats.branches_taken += verdict.branch is not None
-    stats.drafted += drafted
-    stats.accepted += accepted
-    stats.tokens_in_speculative_rounds += produced
-    stats.predicted_tokens += chosen.plan.predicted_tokens
-    stats.draft_ms += chosen.proposal.draft_ms + chosen.proposal.catch_up_ms
+        engine.tuner.observe_shadow(match_bucket(chosen.shadow.match_length), chosen.shadow.tokens[0] == next_token,
+                                    asked.document, asked.language)
+    if made.branch_hit is not None:
+        engine.tuner.observe_branch(made.branch_hit)

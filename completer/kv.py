@@ -82,10 +82,11 @@ class KVSequence:
         self.evaluated += len(tokens) + sum(len(branch) for _, branch in branches)
         return best
 
-    def take_branch(self, number: int, at: int, kept: list[int]) -> None:
-        """The tokens from `at` on become `kept`, the first tokens of branch `number` of
-        the last extend_tree (1-based), whose cells hold them already."""
-        self.context.keep_branch(number, at, len(kept))
+    def take_branch(self, index: int, at: int, kept: list[int]) -> None:
+        """The tokens from `at` on become `kept`, the first tokens of the last
+        extend_tree's branch `index` (0-based, in its list), whose cells hold them already."""
+        # keep_branch numbers branches as their llama.cpp sequences: 0 is the text's.
+        self.context.keep_branch(index + 1, at, len(kept))
         self.tokens[at:] = kept
 
     def drop_branches(self) -> None:

@@ -4,15 +4,19 @@ complete`, `completer bench` and the benchmarks all load through here.
     load_pair       RPC servers added as devices; preset and paths -> files (downloaded,
                     converted or derived into the cache when needed, one vocabulary
                     checked) -> llama.cpp models
-    load_completer  the pair, the engine (its KV caches made to fit the GPU, its verify
-                    cost measured when it speculates) and the Completer over the
-                    workspace roots; or, with a server backend, the RemoteCompleter
+    load_completer  the decoder models.backend names (DECODERS): the pair and the engine
+                    (its KV caches made to fit the GPU, its verify cost measured when it
+                    speculates), or a server's client; and the Completer over it and
+                    the workspace roots
+    load_engine     the pair and the engine over it, without a completer (the benchmarks)
+    engine_for      another engine over a pair already loaded: its KV caches made to fit
+                    the GPU, its threads models.threads (every engine is built here)
     needs_reload    which option changes the loaded engine cannot take without loading
 """
 
 import gc
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -26,12 +30,15 @@ from completer.models.gguf_file import check_same_vocabulary
 from completer.models.paths import distilled_draft_path
 from completer.models.presets import Preset
 from completer.models.resolve import ModelFiles, resolve
+from completer.tuning import CostModel
+from completer.local_decoder import LocalDecoder
 from completer.remote import ServerError
-from completer.remote_session import RemoteCompleter, backend_for
+from completer.server_decoder import Backend, LlamaServerBackend, OpenAIBackend, ServerDecoder
 from completer.session import Completer
 
 # ModelError is what every loading failure raises, with what to run.
-__all__ = ["Loaded", "ModelError", "Pair", "load_completer", "load_distilled", "load_pair", "needs_reload"]
+__all__ = ["DECODERS", "Loaded", "ModelError", "Pair", "engine_for", "load_completer", "load_distilled", "load_engine",
+           "load_pair", "needs_reload", "server_backend"]
 
 # (what is happening, percent done): $/progress in the server, nothing elsewhere.
 Report = Callable[[str, int], None]
@@ -74,7 +81,8 @@ class Pair:
 
 @dataclass
 class Loaded:
-    completer: Completer | RemoteCompleter
+    completer: Completer
+    decoder: LocalDecoder | ServerDecoder  # the completer's
     pair: Pair | None  # None: a server decodes
     server_warning: str = ""  # why the server could not be used at load (the completer tries again)
 
@@ -83,12 +91,19 @@ class Loaded:
         """The target's and the draft's file names; a server's model and "" for a server."""
         if self.pair is not None:
             return self.pair.names
-        model = self.completer.link.model
+        model = self.decoder.server_model()
         return (model.name if model else "", "")
 
     @property
     def warnings(self) -> list[str]:
         return self.pair.warnings if self.pair is not None else [w for w in (self.server_warning,) if w]
+
+    def ready_message(self) -> str:
+        """What the user is told once the completer serves: its models, or its server's."""
+        target, draft = self.names
+        if self.pair is not None:
+            return f"ready: target {target}" + (f", draft {draft}" if draft else "")
+        return f"ready: {self.decoder.url}" + (f" ({target})" if target else ", which does not answer yet")
 
 
 def load_pair(options: ModelOptions, with_draft: bool = True, report: Report = _silent) -> Pair:
@@ -121,38 +136,80 @@ def load_distilled(pair: Pair, options: ModelOptions) -> LlamaModel | None:
 
 
 def load_completer(config: Config, roots: Sequence[Path] = (), report: Report = _silent) -> Loaded:
-    """Resolve and load the pair, measure what a verify pass costs, and build the
-    Completer that serves requests over the workspace `roots`; for a server backend,
-    the RemoteCompleter, connected when the server answers (else it tries again as
-    requests come). Options that cannot work (config.problems: a Config made from flags)
-    are a ModelError naming them, before anything loads."""
+    """The decoder models.backend names, and the Completer that serves requests over the
+    workspace `roots` with it: the local pair loaded (its verify pass measured), or a
+    server's client, connected when the server answers (else it tries again as requests
+    come). Options that cannot work (config.problems: a Config made from flags) are a
+    ModelError naming them, before anything loads."""
     if found := problems(config):
         raise ModelError("options that cannot work: " + "; ".join(found))
-    if config.models.backend != "local":
-        try:
-            backend = backend_for(config.models, os.environ)
-        except ServerError as error:
-            raise ModelError(str(error)) from None
-        report(f"connecting to {backend.url}", 50)
-        remote = RemoteCompleter(backend, config, Workspace(list(roots)))
-        remote.connect()
-        return Loaded(remote, None, remote.link.error)
-    speculative = config.generation.speculates
-    pair = load_pair(config.models, with_draft=speculative, report=report)
+    if config.models.backend not in DECODERS:
+        raise ModelError(f"models.backend {config.models.backend!r} is none of {', '.join(DECODERS)}")
+    decoder, pair = DECODERS[config.models.backend](config, report)
+    completer = Completer(decoder, config, Workspace(list(roots)))
+    return Loaded(completer, decoder, pair, "" if pair is not None else decoder.warning)
+
+
+def _load_local(config: Config, report: Report) -> tuple[LocalDecoder, Pair]:
+    engine, pair = load_engine(config, report)
+    return LocalDecoder(engine), pair
+
+
+def load_engine(config: Config, report: Report = _silent) -> tuple[Engine, Pair]:
+    """The pair config.models names (its draft only when config.generation speculates)
+    and the engine over it (engine_for), with the pair as the engine holds it."""
+    pair = load_pair(config.models, with_draft=config.generation.speculates, report=report)
     report("measuring the cost of a verify pass", 75)
-    engine, pair = _engine_that_fits(pair, config)
-    return Loaded(Completer(engine, config, Workspace(list(roots))), pair)
+    return engine_for(pair, config)
 
 
-def _engine_that_fits(pair: Pair, config: Config) -> tuple[Engine, Pair]:
-    """The engine over the pair. Where a model's KV cache does not fit on the GPU beside
-    its layers (llama.cpp cannot make the context), that model is loaded again with
-    fewer layers there, until the cache fits or none are left; the pair then holds it."""
+def _load_server(config: Config, report: Report) -> tuple[ServerDecoder, None]:
+    try:
+        backend = server_backend(config.models, os.environ)
+    except ServerError as error:
+        raise ModelError(str(error)) from None
+    report(f"connecting to {backend.url}", 50)
+    decoder = ServerDecoder(backend)
+    decoder.server_model()  # connected now if the server answers
+    return decoder, None
+
+
+# The servers' APIs, by models.backend.
+SERVER_APIS: dict[str, type[LlamaServerBackend] | type[OpenAIBackend]] = {
+    "llama-server": LlamaServerBackend, "openai": OpenAIBackend}
+# models.backend -> what loads its decoder: the one place a backend's name is looked up
+# (config.BACKENDS names the same, for the options' checks).
+DECODERS: dict[str, Callable[[Config, Report], tuple[LocalDecoder | ServerDecoder, Pair | None]]] = {
+    "local": _load_local, **{name: _load_server for name in SERVER_APIS}}
+
+
+def server_backend(options: ModelOptions, environ: Mapping[str, str]) -> Backend:
+    """The configured server's client; ServerError for settings that cannot work."""
+    if options.backend not in SERVER_APIS:
+        raise ServerError(f"models.backend {options.backend} is not a server's: one of {', '.join(SERVER_APIS)}")
+    if not options.server_url:
+        raise ServerError(f"models.backend {options.backend} needs models.server_url (http://host:port)")
+    api_key = ""
+    if options.api_key_env:
+        api_key = environ.get(options.api_key_env, "")
+        if not api_key:
+            raise ServerError(f"models.api_key_env names {options.api_key_env}, which is not set in the "
+                              "environment completer runs in")
+    return SERVER_APIS[options.backend].from_options(options, api_key)
+
+
+def engine_for(pair: Pair, config: Config, exact: bool = False, costs: CostModel | None = None) -> tuple[Engine, Pair]:
+    """The engine over the pair, with config.models' context size and threads and
+    config.drafting; its verify cost measured when config.generation speculates, unless
+    `costs` (another engine's) are given; `exact`: one token per target decode (Engine).
+    Where a model's KV cache does not fit on the GPU beside its layers (llama.cpp cannot
+    make the context), that model is loaded again with fewer layers there, until the
+    cache fits or none are left; the pair returned then holds it."""
     calibrate_s = CALIBRATION_S if config.generation.speculates else 0.0
     while True:
         try:
             return Engine(pair.target, pair.draft, n_ctx=config.models.context_tokens, threads=config.models.threads,
-                          calibrate_s=calibrate_s, drafting=config.drafting), pair
+                          calibrate_s=calibrate_s, exact=exact, costs=costs, drafting=config.drafting), pair
         except ContextError as error:
             if error.model.gpu_layers == 0:
                 raise

@@ -6,8 +6,8 @@ prompt, post-processing and everything else stay here.
                         /detokenize, and a streamed /completion that a cancel flag closes:
                         llama-server stops generating once it finds the connection gone
     OpenAIClient        /v1/models and a streamed /v1/completions (vLLM, llama-server)
-    CancelFlag          a request's cancel flag that closes its stream the moment it is
-                        set, even while the server is still evaluating the prompt
+    (requests.CancelFlag, a request's cancel flag, closes its stream the moment it is
+    set, even while the server is still evaluating the prompt)
     SlotMap             documents -> the server's slots, least recently used first out,
                         as the local engine keeps saved KV states per document
 
@@ -27,11 +27,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
-# A server on the LAN answers a connection in milliseconds; one that takes seconds is
-# down or unreachable, and the editor should hear so before the next keystroke.
-CONNECT_TIMEOUT_S = 2.0
-# A completion of a few lines on a busy team server: longer is a server in trouble.
-TOTAL_TIMEOUT_S = 30.0
+from completer.config import ModelOptions
+from completer.requests import CancelFlag, Cancelled
+
+# A client's deadlines unless it is given others: the options' defaults, where their
+# reasons are written (models.server_connect_timeout_s, models.server_timeout_s).
+_OPTION_DEFAULTS = ModelOptions()
 # What one answer may hold; a server sending more is broken or hostile, and reading on
 # would hold the editor's memory. The largest JSON asked for is /tokenize of a prompt
 # filling a 128k-token context (about 1 MB of ids); /props with a chat template, tens of KB.
@@ -62,42 +63,6 @@ class RequestRefused(ServerError):
     def __init__(self, message: str, context_exceeded: bool = False):
         super().__init__(message)
         self.context_exceeded = context_exceeded
-
-
-class Cancelled(Exception):
-    """A request's cancel flag closed its connection before the server answered."""
-
-
-class CancelFlag(threading.Event):
-    """A request's cancel flag (a threading.Event, as the local engine polls) that also
-    runs what was registered when it is set: a stream blocked reading, while the server
-    evaluates a long prompt, is closed at once rather than at its next token."""
-
-    def __init__(self):
-        super().__init__()
-        self._callbacks: list[Callable[[], None]] = []
-        self._callbacks_lock = threading.Lock()
-
-    def set(self) -> None:
-        with self._callbacks_lock:
-            super().set()
-            callbacks, self._callbacks = self._callbacks, []
-        for callback in callbacks:
-            callback()
-
-    def when_set(self, callback: Callable[[], None]) -> Callable[[], None]:
-        """Run `callback` when the flag is set (now, if it is); returns what unregisters it."""
-        with self._callbacks_lock:
-            if not self.is_set():
-                self._callbacks.append(callback)
-                return lambda: self._discard(callback)
-        callback()
-        return lambda: None
-
-    def _discard(self, callback: Callable[[], None]) -> None:
-        with self._callbacks_lock:
-            if callback in self._callbacks:
-                self._callbacks.remove(callback)
 
 
 def sends_key_safely(url: str) -> bool:
@@ -180,8 +145,9 @@ class HttpClient:
     """HTTP to one server: JSON requests, and streams of server-sent events that a cancel
     flag, a `done` check or the request's deadline closes."""
 
-    def __init__(self, url: str, api_key: str = "", connect_timeout_s: float = CONNECT_TIMEOUT_S,
-                 total_timeout_s: float = TOTAL_TIMEOUT_S):
+    def __init__(self, url: str, api_key: str = "",
+                 connect_timeout_s: float = _OPTION_DEFAULTS.server_connect_timeout_s,
+                 total_timeout_s: float = _OPTION_DEFAULTS.server_timeout_s):
         parts = urlsplit(url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ServerError(f"models.server_url {url!r}: give it as http://host:port or https://host:port")

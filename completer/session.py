@@ -1,103 +1,38 @@
-"""Completions for documents being edited: one engine, a session per document.
+"""Completions for documents being edited, the same for every backend: documents,
+prompts, the forward cache, newest-request-wins, post-processing and statistics, over
+one Decoder (local_decoder.LocalDecoder: this machine's engine; server_decoder.ServerDecoder:
+llama-server or an OpenAI-compatible server).
 
     request (document text, cursor)
-      -> forward cache: the user typed the start of what is shown? its rest, no model call
-      -> newest request wins: an older one for the document is cancelled
-      -> the document's caches made live (saved states of others, LRU within a budget)
-      -> prompt: other files' chunks, path, prefix [, suffix], stablest first
-      -> token healing at the cursor
-      -> generate (the live caches keep the longest common prefix with the prompt)
-      -> post-process, remember for the forward cache
-
-The engine serves one document at a time from its live caches. When the editor
-switches to another document, the live caches are saved to memory (llama.cpp's
-per-sequence state) and the other document's are put back, so returning to a
-recently used document evaluates only what changed.
+      -> forward cache: the user typed the start of what is shown? its rest, no decoding
+      -> newest request wins: an older one for the document is cancelled (its generation
+         stops at its next round, its stream is closed)
+      -> the decoder: connected, or an empty answer saying why (a server down)
+      -> under the decoder's turn: the document entered (the one left becomes a context
+         chunk), the prompt (other files' chunks, path, prefix [, suffix], stablest first)
+         fitted to the decoder's context, decoded (a prompt a server finds too long is
+         tried once more at half the length)
+      -> post-process, remember for the forward cache, count
 """
 
+import logging
 import threading
-from collections import OrderedDict
 from collections.abc import Callable
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TypeVar
 
 from completer.config import Config, PromptOptions
 from completer.context import ChunkRing, Workspace
-from completer.engine import Engine, Generation, generate
-from completer.healing import TokenPrefixes, heal
+from completer.decoder import Decode, DecodeCounts, Decoded, Decoder, DecoderModel, Refused, Unavailable
 from completer.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
-from completer.prompt import FimTemplate, Segment, cursor_sections, render, template_for, tokenize_segments
-from completer.remote import RemoteGeneration
+from completer.prompt import FimTemplate, Segment, cursor_sections, render
+from completer.requests import (CancelFlag, Cancelled, CompleterStats, Completion, CompletionRequest, Source,
+                                StopReason)
 from completer.speculative import Sampling
-from completer.workspace_index import WorkspaceIndex, saved_index_path
 
-# Tokens evaluated per turn of warming, between which a completion request takes the
-# engine. Measured on a 2-core AVX2 CPU with smol, 2,000-3,000 tokens into a prompt:
-# prefill runs at 150-190 tokens/s there, pieces of 64 at about 140, so a request waits
-# at most about 0.4 s for the piece under way; larger pieces would run faster and make
-# it wait longer.
-WARM_PIECE = 64
+log = logging.getLogger("completer.session")
 
-P = TypeVar("P")  # a prompt as a backend takes it
-
-
-@dataclass
-class Snapshot:
-    """A document's saved caches: (tokens, state) per live sequence."""
-
-    sequences: list[tuple[list[int], bytes]]
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(len(state) for _, state in self.sequences)
-
-
-class DocumentCaches:
-    """The live document's name and the others' saved caches. Switching runs with the
-    engine; `saved_bytes` is read from any thread (statistics), so `saved` changes and
-    is read only under its own lock."""
-
-    def __init__(self, engine: Engine, budget_mb: float):
-        self.engine = engine
-        self.budget_bytes = int(budget_mb * 2**20)
-        self.current: str | None = None
-        self.saved: OrderedDict[str, Snapshot] = OrderedDict()  # least recently used first
-        self._lock = threading.Lock()
-
-    @property
-    def saved_bytes(self) -> int:
-        with self._lock:
-            snapshots = list(self.saved.values())
-        return sum(snapshot.size_bytes for snapshot in snapshots)
-
-    def forget(self, document: str) -> None:
-        with self._lock:
-            self.saved.pop(document, None)
-
-    def clear(self) -> None:
-        with self._lock:
-            self.saved.clear()
-        self.current = None
-
-    def activate(self, document: str) -> None:
-        """Make `document`'s caches the live ones."""
-        if document == self.current:
-            return
-        with self._lock:
-            snapshot = self.saved.pop(document, None)  # taken first: saving must not evict it
-        if self.current is not None:
-            leaving = Snapshot([sequence.save() for sequence in self.engine.sequences])
-            with self._lock:
-                self.saved[self.current] = leaving
-                while self.saved and sum(saved.size_bytes for saved in self.saved.values()) > self.budget_bytes:
-                    self.saved.popitem(last=False)
-        for index, sequence in enumerate(self.engine.sequences):
-            if snapshot is not None:
-                sequence.restore(snapshot.sequences[index])
-            else:
-                sequence.truncate(0)
-        self.current = document
+P = TypeVar("P")  # a prompt as a decoder takes it
 
 
 @dataclass
@@ -129,58 +64,14 @@ class ForwardCache:
         return postprocess(self.generated[len(typed) :], cursor, timed_out=self.timed_out) or None
 
 
-class PositionError(ValueError):
-    """A cursor outside the document."""
-
-
-@dataclass(frozen=True)
-class CompletionRequest:
-    document: str  # the editor's name for it: a URI or a path
-    path: str  # its file path, for the prompt's header and the workspace check
-    text: str
-    cursor: int  # an offset into `text`, in characters (code points)
-    language: str = ""
-
-
 @dataclass
-class Completion:
-    text: str  # to insert at the cursor
-    # "model", "forward cache", "superseded" (a newer request took over: show nothing), or
-    # "no room" (no prompt fits the context: `warning` says which options to change)
-    source: str
-    stop_reason: str = ""
-    prompt: list[int] | str = field(default_factory=list)  # as rendered, before token healing (text for openai)
-    evaluated_tokens: int = 0  # prompt tokens the target's cache lacked
-    generation: Generation | None = None  # the local engine's
-    remote: RemoteGeneration | None = None  # a server's, with its own timings
-    # What the user should hear of once (the server says when it changes): why the draft
-    # model was dropped, why the server cannot be used now, or why no prompt fits; "" while
-    # all is well.
-    warning: str = ""
+class CompletionSession:
+    """What a document keeps between requests."""
 
-    @property
-    def prompt_tokens(self) -> int:
-        return len(self.prompt)
-
-
-@dataclass(frozen=True)
-class CompleterStats:
-    """The completer's part of `completer/stats` (lsp/protocol.py says what each is)."""
-
-    draft_failure: str = ""
-    server_error: str = ""
-    requests: int = 0
-    forward_cache_hits: int = 0
-    superseded: int = 0
-    cache_hit_rate: float = 0.0
-    draft_acceptance_rate: float = 0.0
-    tokens_per_second: float = 0.0
-    sessions: int = 0
-    saved_kv_mb: float = 0.0
-    warmed_tokens: int = 0
-    index_files: int = 0
-    index_tokens: int = 0
-    index_mb: float = 0.0
+    path: str
+    forward: ForwardCache = field(default_factory=ForwardCache)
+    text: str = ""  # the text of its last request
+    cursor: int = 0  # the cursor of its last request: where its context chunk is taken
 
 
 @dataclass
@@ -198,16 +89,6 @@ class Counters:
     accepted: int = 0
     warmed_tokens: int = 0  # prompt tokens evaluated ahead of a request (Completer.warm)
 
-    def add_remote(self, generation: RemoteGeneration) -> None:
-        """A server's own counts, from the timings a finished stream ends with: prompt
-        tokens it evaluated, what it generated and in how long, drafted and accepted."""
-        timings = generation.timings
-        self.evaluated_tokens += int(timings.get("prompt_n", 0))
-        self.generated_tokens += int(timings.get("predicted_n", 0))
-        self.generation_ms += float(timings.get("predicted_ms", 0.0)) + float(timings.get("prompt_ms", 0.0))
-        self.drafted += int(timings.get("draft_n", 0))
-        self.accepted += int(timings.get("draft_n_accepted", 0))
-
     def stats(self, **state) -> CompleterStats:
         """The counters as statistics, beside the completer's `state` (CompleterStats fields)."""
         return CompleterStats(
@@ -221,40 +102,13 @@ class Counters:
             **state,
         )
 
-    def add(self, generation: Generation) -> None:
-        stats = generation.stats
-        self.generated_tokens += stats.tokens
-        self.generation_ms += stats.total_ms
-        self.drafted += stats.drafted
-        self.accepted += stats.accepted
-
-
-@dataclass
-class CompletionSession:
-    """What a document keeps between requests."""
-
-    path: str
-    forward: ForwardCache = field(default_factory=ForwardCache)
-    text: str = ""  # the text of its last request
-    cursor: int = 0  # the cursor of its last request: where its context chunk is taken
-
-
-def cursor_offset(text: str, line: int, character: int) -> int:
-    """The offset of a 0-based line and character (lines end at "\n", a "\r" before it is
-    not a character of the line); PositionError when the cursor is outside the text. For
-    callers that count lines: the LSP layer has its own, as the protocol counts them."""
-    lines = text.split("\n")
-    if not 0 <= line < len(lines):
-        raise PositionError(f"line {line} is outside the document ({len(lines)} lines)")
-    current = lines[line].rstrip("\r")
-    if not 0 <= character <= len(current):
-        raise PositionError(f"character {character} is outside line {line} ({len(current)} characters)")
-    return sum(len(text_line) + 1 for text_line in lines[:line]) + character
-
-
-def counted(tokens: list[int]) -> tuple[list[int], int]:
-    """Token ids as fit_prompt's `encode` gives them: the prompt, and its length."""
-    return tokens, len(tokens)
+    def add(self, counts: DecodeCounts) -> None:
+        self.prompt_tokens += counts.prompt_tokens
+        self.evaluated_tokens += counts.evaluated_tokens
+        self.generated_tokens += counts.generated_tokens
+        self.generation_ms += counts.generation_ms
+        self.drafted += counts.drafted
+        self.accepted += counts.accepted
 
 
 class PromptTooLong(ValueError):
@@ -275,7 +129,7 @@ def fit_prompt(request: CompletionRequest, options: PromptOptions, template: Fim
     fits in `room` tokens; PromptTooLong when nothing is left to give. At most
     chunks + log2(lines) + log2(characters) + 3 encodings, whatever `room` is."""
     path = workspace.relative(request.path) if workspace.contains(request.path) else request.path
-    context = ring.select(options.context_tokens, exclude=path)
+    context = ring.select(options.cross_file_tokens, exclude=path)
     repo = workspace.roots[0].name if workspace.roots else ""
     # Halving from more lines than there are would only encode the same prompt again.
     prefix_lines = min(options.prefix_lines, request.text.count("\n", 0, request.cursor))
@@ -300,308 +154,228 @@ def fit_prompt(request: CompletionRequest, options: PromptOptions, template: Fim
 def no_room(error: PromptTooLong, context: str, max_tokens: int) -> Completion:
     """The empty answer when no prompt fits, saying why and what to change: `context`
     names where the tokens are counted (models.context_tokens, or a server's slot)."""
-    return Completion("", "no room", "prompt too long", warning=(
+    return Completion("", Source.NO_ROOM, StopReason.PROMPT_TOO_LONG, warning=(
         f"no completion: {error}: {context} less generation.max_tokens {max_tokens}. Lower "
         "generation.max_tokens or give the model a larger context"))
 
 
+def superseded() -> Completion:
+    """The empty answer to a request a newer one (or $/cancelRequest) took over."""
+    return Completion("", Source.SUPERSEDED, StopReason.CANCELLED)
+
+
 class Completer:
-    """Completions for every document, from one engine; the newest request for a
+    """Completions for every document, from one decoder; the newest request for a
     document wins. Thread-safe: the language server calls it from worker threads."""
 
-    def __init__(self, engine: Engine, config: Config | None = None, workspace: Workspace | None = None):
-        self.engine = engine
+    def __init__(self, decoder: Decoder, config: Config | None = None, workspace: Workspace | None = None):
+        self.decoder = decoder
         self.workspace = workspace or Workspace([])
-        self.template = template_for(engine.model)
-        self.prefixes = TokenPrefixes(engine.model, engine.model.n_vocab)
-        self.caches = DocumentCaches(engine, 0)
-        self.ring = ChunkRing(self.workspace, lambda text: len(engine.model.tokenize(text)))
-        self.index = WorkspaceIndex()
-        self._index_cancel = threading.Event()  # the index build's under way
+        self.ring = ChunkRing(self.workspace, decoder.count)
         self.sessions: dict[str, CompletionSession] = {}
         self.counters = Counters()
-        self._state = threading.Lock()  # sessions, running requests, counters, options to apply
-        # One generation at a time; the engine's state, the caches, the ring and the
-        # options in use change only under it.
-        self._engine_lock = threading.Lock()
-        self._new_config: Config | None = None  # options configure() got, applied when the engine is free
-        self._running: dict[str, threading.Event] = {}  # document -> its newest request's cancel flag
-        # Requests waiting for the engine: warming yields to them between its pieces.
-        self._waiting = 0
-        self._no_request_waiting = threading.Condition(self._state)
-        self._warm_generation = 0  # a newer warm() stops an older one
-        self._apply(config or Config())
-
-    def cancel(self, document: str) -> None:
-        """Stop the document's running generation at its next round."""
-        with self._state:
-            if document in self._running:
-                self._running[document].set()
-
-    def close(self, document: str) -> None:
-        """The editor closed the document: its session, saved caches and text go; n-gram
-        lookup drafts from the file as last saved again."""
-        self.cancel(document)
-        with self._engine(), self._state:
-            session = self.sessions.pop(document, None)
-            self.caches.forget(document)
-            self.engine.ngram.remove_other_document(document)
-            if session is not None and session.path not in self.engine.ngram.saved_files:
-                self.index.show(session.path)
-
-    def saved(self, path: str, text: str) -> None:
-        """The editor saved a workspace file: n-gram lookup drafts from this text of it
-        from now on, not the index's older copy."""
-        if not self.workspace.contains(path):
-            return
-        tokens = self.engine.model.tokenize(text)
-        with self._engine():
-            self.index.hide(path)
-            self.engine.ngram.set_saved_file(path, tokens)
+        self.current: str | None = None  # the document last entered: the one the user is in
+        self._state = threading.Lock()  # sessions, the current document, running requests, counters
+        self._running: dict[str, CancelFlag] = {}  # document -> its newest request's cancel flag
+        self.configure(config or Config())
 
     def configure(self, config: Config) -> None:
-        """New options: they apply from the next request on (the models stay); a new
-        index size from the next index_workspace(). The language server calls this on its
-        event loop, which must not wait for a generation: when the engine is busy, the
-        options wait for whoever takes it next (`_engine`)."""
-        with self._state:
-            self._new_config = config
-        if self._engine_lock.acquire(blocking=False):
-            try:
-                self._apply_new_config()
-            finally:
-                self._engine_lock.release()
-
-    @contextmanager
-    def _engine(self):
-        """The engine lock, with the newest options applied first: a request, warming and
-        every other change of the engine's state take the engine through this."""
-        with self._engine_lock:
-            self._apply_new_config()
-            yield
-
-    def _apply_new_config(self) -> None:
-        """Under the engine lock: the options configure() got, if any."""
-        with self._state:
-            config, self._new_config = self._new_config, None
-        if config is not None:
-            self._apply(config)
-
-    def _apply(self, config: Config) -> None:
-        """Under the engine lock (or before any other thread has the Completer)."""
+        """New options: each request takes the options in force when it starts (the
+        models stay); a new index size applies from the next index_workspace()."""
         self.config = config
-        self.engine.configure(config.drafting)
-        self.index.options = config.drafting
-        self.engine.ngram.workspace = self.index if config.drafting.index_mb > 0 else None
-        self.caches.budget_bytes = int(config.cache.budget_mb * 2**20)
-        self.ring.capacity, self.ring.chunk_lines = config.prompt.chunks, config.prompt.chunk_lines
+        self.ring.resize(config.prompt.chunks, config.prompt.chunk_lines)
+        self.decoder.configure(config)
 
-    def index_workspace(self) -> threading.Thread | None:
-        """Build the workspace index for n-gram lookup in a background thread (requests are
-        served meanwhile, drafting from open documents); None when there is nothing to
-        index or drafting.index_mb is 0."""
-        if not self.workspace.roots or self.config.drafting.index_mb <= 0:
-            return None
-        saved = saved_index_path(self.engine.model.path, self.workspace.roots)
-        self.stop_indexing()
-        cancel = self._index_cancel = threading.Event()
-        thread = threading.Thread(target=self.index.build, args=(self.workspace, self.engine.model.tokenize),
-                                  kwargs={"cancel": cancel, "saved": saved}, name="completer-index", daemon=True)
-        thread.start()
-        return thread
-
-    def stop_indexing(self) -> None:
-        """End the index build under way at its next file: after a reload, a build nobody
-        waits for would hold the old model's tokenizer, and so its weights, until done."""
-        self._index_cancel.set()
-
-    def warm(self, request: CompletionRequest) -> int:
-        """Evaluate the prompt a request at this cursor would have, before it is asked (a
-        document opened or made active, the user reading before typing), as llama.vim
-        pre-sends its prompt with n_predict 0. It goes WARM_PIECE tokens at a time and
-        yields the engine to any completion request between pieces; after one it goes
-        on only if that request was for this document (the caches are still its), and
-        a newer warm() stops it. Returns the prompt tokens it evaluated."""
-        with self._state:
-            self._warm_generation += 1
-            generation = self._warm_generation
-        if not 0 <= request.cursor <= len(request.text):
-            raise PositionError(f"offset {request.cursor} is outside the document ({len(request.text)} characters)")
-        warmed, first = 0, True
-        while True:
-            with self._state:
-                while self._waiting:
-                    self._no_request_waiting.wait()
-            with self._engine():
-                if generation != self._warm_generation:
-                    break
-                if self._waiting:
-                    continue  # a request came between: it goes first
-                if first:
-                    with self._state:
-                        session = self.sessions.setdefault(request.document, CompletionSession(request.path))
-                    self._switch_to(request.document)
-                    session.text, session.cursor = request.text, request.cursor
-                    try:
-                        prompt = self.prompt(request)[0]  # all but its last token is evaluated, as generate does
-                    except PromptTooLong:
-                        break  # the request will say so
-                    first = False
-                elif self.caches.current != request.document:
-                    break  # a request for another document took the caches: the user is there now
-                have = self.engine.cached_length(prompt)
-                if have >= len(prompt) - 1:
-                    break
-                self.engine.prefill(prompt[: have + WARM_PIECE + 1])
-                if self.engine.cached_length(prompt) <= have:
-                    break  # nothing went in (a failed evaluation, logged): leave it to the request
-                warmed += self.engine.cached_length(prompt) - have
-        with self._state:
-            self.counters.warmed_tokens += warmed
-        return warmed
-
-    def begin(self, document: str) -> threading.Event:
+    def new_request_flag(self, document: str) -> CancelFlag:
         """The cancel flag of a new request for `document`; older requests for it are
         cancelled (the newest request wins)."""
         with self._state:
             if document in self._running:
                 self._running[document].set()
-            cancel = self._running[document] = threading.Event()
+            cancel = self._running[document] = CancelFlag()
         return cancel
 
-    def complete(self, request: CompletionRequest, cancel: threading.Event | None = None) -> Completion:
-        """The completion at the request's cursor. `cancel` (from begin(), made here when
-        not given) stops the generation at its next round; the result is then empty."""
-        completion = self._complete(request, cancel)
-        completion.warning = completion.warning or self.engine.draft_failure
-        return completion
-
-    def stats(self) -> CompleterStats:
+    def cancel(self, document: str) -> None:
+        """Stop the document's running request (a generation at its next round, a stream at once)."""
         with self._state:
-            return self.counters.stats(
-                draft_failure=self.engine.draft_failure,
-                sessions=len(self.sessions),
-                saved_kv_mb=self.caches.saved_bytes / 2**20,
-                index_files=self.index.stats.files,
-                index_tokens=self.index.stats.tokens,
-                index_mb=self.index.stats.mb,
-            )
+            if document in self._running:
+                self._running[document].set()
+
+    def close(self, document: str) -> None:
+        """The editor closed the document: its session and the decoder's caches of it go."""
+        self.cancel(document)
+        with self._state:
+            session = self.sessions.pop(document, None)
+        self.decoder.close(document, session.path if session is not None else None)
+
+    def forget_shown(self, document: str) -> None:
+        """Forget the completion last shown in the document: the next request decodes."""
+        with self._state:
+            if document in self.sessions:
+                self.sessions[document].forward = ForwardCache()
+
+    def file_saved(self, path: str, text: str) -> None:
+        """The editor saved a file: inside the workspace, the decoder drafts from this text of it."""
+        if self.workspace.contains(path):
+            self.decoder.file_saved(path, text)
+
+    def index_workspace(self) -> threading.Thread | None:
+        """Start the decoder's index of the workspace (drafting from its files), if it keeps one."""
+        return self.decoder.index_workspace(self.workspace)
+
+    def stop_indexing(self) -> None:
+        self.decoder.stop_indexing()
 
     def reset(self) -> None:
-        """Forget every document: sessions, forward caches and KV caches, as if just loaded."""
-        with self._engine(), self._state:
+        """Forget every document: sessions, forward caches and the decoder's caches, as if just loaded."""
+        with self._state:
             self.sessions.clear()
-            self.caches.clear()
-            self.engine.reset()
-            self.engine.ngram.others.clear()
+            self.current = None
+        self.decoder.reset()
 
-    def _complete(self, request: CompletionRequest, cancel: threading.Event | None) -> Completion:
-        if not 0 <= request.cursor <= len(request.text):
-            raise PositionError(f"offset {request.cursor} is outside the document ({len(request.text)} characters)")
-        text_before = request.text[: request.cursor]
-        cursor = self.cursor_context(request)
-        cancel = cancel or self.begin(request.document)
+    def stats(self) -> CompleterStats:
+        decoder_stats = self.decoder.statistics()
+        with self._state:
+            return self.counters.stats(sessions=len(self.sessions), **decoder_stats)
+
+    def prompt_text(self, prompt: list[int] | str) -> str:
+        """A completion's prompt as the model saw it, control tokens spelt out."""
+        return self.decoder.prompt_text(prompt)
+
+    def cursor_context(self, request: CompletionRequest, suffix: str | None = None) -> CursorContext:
+        """The cursor as post-processing sees it, with the suffix the prompt would take."""
+        line_before, around = cursor_sections(request.text, request.cursor, 0, self.config.prompt.suffix_lines)
+        return CursorContext(line_before, around if suffix is None else suffix)
+
+    def prompt(self, request: CompletionRequest, model: DecoderModel, cancel: CancelFlag | None = None,
+               room: int | None = None) -> tuple[list[int] | str, int, str]:
+        """The request's prompt in at most `room` tokens (by default the decoder's context
+        less the answer's), its length and the suffix the cursor sees; PromptTooLong when
+        none fits. Its calls to the decoder stop at `cancel` (Cancelled)."""
+        if room is None:
+            room = model.context_tokens - self.config.generation.max_tokens - 1
+        return fit_prompt(request, self.config.prompt, model.template, room, self.workspace, self.ring,
+                          lambda segments: self.decoder.encode(segments, cancel))
+
+    def warm(self, request: CompletionRequest) -> int:
+        """Evaluate the prompt a request at this cursor would have, before it is asked (a
+        document opened or made active, the user reading before typing), as llama.vim
+        pre-sends its prompt with n_predict 0; the prompt tokens evaluated."""
+        request.check_cursor()
+        model = self.decoder.connect()
+        if model is None:
+            return 0
+
+        def prompt_for() -> list[int] | str:
+            self._enter(request, None)
+            return self.prompt(request, model)[0]
         try:
-            with self._state:
-                self.counters.requests += 1
-                session = self.sessions.setdefault(request.document, CompletionSession(request.path))
-                rest = session.forward.lookup(text_before, cursor)
-                if rest is not None:
-                    self.counters.forward_cache_hits += 1
-                    return Completion(rest, "forward cache")
-            with self._engine_for_request():
-                if cancel.is_set():
-                    return self._superseded()
-                completion = self._generate(request, session, text_before, cursor.line_before, cancel)
-            if completion.source == "superseded":
-                return self._superseded()
-            return completion
+            warmed = self.decoder.warm(request.document, prompt_for)
+        except (PromptTooLong, Unavailable):
+            return 0  # a request will say so
+        except Refused as error:
+            log.warning("%s (this request only: the server is up)", error)
+            return 0
+        with self._state:
+            self.counters.warmed_tokens += warmed
+        return warmed
+
+    def complete(self, request: CompletionRequest, cancel: CancelFlag | None = None) -> Completion:
+        """The completion at the request's cursor. `cancel` (from new_request_flag(), made
+        here when not given) stops it; the answer is then empty (Source.SUPERSEDED)."""
+        request.check_cursor()
+        cancel = cancel or self.new_request_flag(request.document)
+        try:
+            completion = self._complete(request, cancel)
         finally:
             with self._state:
                 if self._running.get(request.document) is cancel:
                     del self._running[request.document]
-
-    @contextmanager
-    def _engine_for_request(self):
-        """The engine, for a request: warming does not take it while a request waits
-        (a plain lock would let warming take it back between its pieces)."""
-        with self._state:
-            self._waiting += 1
-        try:
-            self._engine_lock.acquire()
-        finally:
+        if completion.source == Source.SUPERSEDED:
             with self._state:
-                self._waiting -= 1
-                if not self._waiting:
-                    self._no_request_waiting.notify_all()
-        try:
-            self._apply_new_config()
-            yield
-        finally:
-            self._engine_lock.release()
+                self.counters.superseded += 1
+        completion.warning = completion.warning or self.decoder.warning
+        return completion
 
-    def _superseded(self) -> Completion:
+    def _complete(self, request: CompletionRequest, cancel: CancelFlag) -> Completion:
+        text_before = request.text[: request.cursor]
         with self._state:
-            self.counters.superseded += 1
-        return Completion("", "superseded", "cancelled")
+            self.counters.requests += 1
+            session = self.sessions.setdefault(request.document, CompletionSession(request.path))
+            rest = session.forward.lookup(text_before, self.cursor_context(request))
+            if rest is not None:
+                self.counters.forward_cache_hits += 1
+                return Completion(rest, Source.FORWARD_CACHE)
+        model = self.decoder.connect()
+        if model is None:
+            return Completion("", Source.SERVER_DOWN, StopReason.UNAVAILABLE)
+        with self.decoder.turn():
+            if cancel.is_set():
+                return superseded()
+            try:
+                return self._decode(request, model, cancel)
+            except Cancelled:
+                return superseded()
+            except PromptTooLong as error:
+                return no_room(error, model.context_name, self.config.generation.max_tokens)
+            except Refused as error:
+                log.warning("%s (this request only: the server is up)", error)
+                return Completion("", Source.REFUSED, StopReason.UNAVAILABLE)
+            except Unavailable:
+                return Completion("", Source.SERVER_DOWN, StopReason.UNAVAILABLE)
 
-    def _switch_to(self, document: str) -> None:
-        """Make the document's caches live; the one left becomes a context chunk and, when
-        inside the workspace, text n-gram lookup drafts from."""
-        left_document = self.caches.current
-        left = self.sessions.get(left_document) if left_document is not None else None
-        if left is not None and left_document != document and left.text:
-            self.ring.add(left.path, left.text, left.cursor)
-            if self.workspace.contains(left.path):
-                self.engine.ngram.set_other_document(left_document, self.engine.model.tokenize(left.text))
-        self.engine.ngram.remove_other_document(document)  # it is the document now
-        session = self.sessions.get(document)
-        if session is not None and self.workspace.contains(session.path):
-            self.index.hide(session.path)  # the editor's text is newer than the index's copy
-        self.caches.activate(document)
-
-    def cursor_context(self, request: CompletionRequest) -> CursorContext:
-        """The cursor as post-processing sees it, with the suffix the prompt would take."""
-        line_before, suffix = cursor_sections(request.text, request.cursor, 0, self.config.prompt.suffix_lines)
-        return CursorContext(line_before, suffix)
-
-    def prompt(self, request: CompletionRequest) -> tuple[list[int], str]:
-        """The prompt's tokens, and the suffix the cursor sees; PromptTooLong when none
-        fits in the engine's context beside the answer."""
-        room = self.engine.context_tokens - self.config.generation.max_tokens - 1
-        tokens, _, suffix = fit_prompt(request, self.config.prompt, self.template, room, self.workspace, self.ring,
-                                       lambda segments: counted(tokenize_segments(self.engine.model, segments)))
-        return tokens, suffix
-
-    def _generate(self, request: CompletionRequest, session: CompletionSession, text_before: str,
-                  line_before: str, cancel: threading.Event) -> Completion:
-        self._switch_to(request.document)
-        session.text, session.cursor = request.text, request.cursor
+    def _decode(self, request: CompletionRequest, model: DecoderModel, cancel: CancelFlag) -> Completion:
+        """Under the decoder's turn: the document entered, its prompt decoded. A prompt the
+        decoder finds longer than its context (our count was an estimate, or a server's
+        slots shrank) is tried once more at half the length."""
+        session = self._enter(request, cancel)
+        prompt, length, suffix = self.prompt(request, model, cancel)
         try:
-            prompt, suffix = self.prompt(request)
-        except PromptTooLong as error:
-            return no_room(error, f"models.context_tokens {self.engine.context_tokens}",
-                           self.config.generation.max_tokens)
-        evaluated = len(prompt) - self.engine.cached_length(prompt)
-        healed_prompt, healing = heal(prompt, self.engine.model, self.prefixes) if self.config.prompt.heal \
-            else (prompt, None)
-        cursor = CursorContext(line_before, suffix)
-        generation_options = self.config.generation
-        result = generate(
-            self.engine, healed_prompt, generation_options.max_tokens, stop=stops_for(cursor),
-            time_budget_ms=generation_options.time_budget_ms or None,
-            sampling=Sampling(generation_options.temperature, generation_options.top_k, generation_options.top_p),
-            mode=generation_options.draft_mode,
-            cancel=cancel, document=request.document, language=request.language,
-            done=lambda text: cut_to_scope(text, cursor) != text, healing=healing,
-        )
-        if result.stop_reason == "cancelled":
-            return Completion("", "superseded", "cancelled")
-        timed_out = result.stop_reason == "time"
-        shown = postprocess(result.text, cursor, timed_out=timed_out)
+            decoded, cursor = self._decoded(request, prompt, length, suffix, cancel)
+        except Refused as refused:
+            if not refused.context_exceeded:
+                raise
+            log.info("%s: trying once more with a prompt of at most %d tokens", refused, length // 2)
+            prompt, length, suffix = self.prompt(request, model, cancel, room=length // 2)
+            decoded, cursor = self._decoded(request, prompt, length, suffix, cancel)
+        stop_reason = StopReason(decoded.stop_reason)
+        if stop_reason == StopReason.CANCELLED:
+            return superseded()
+        timed_out = stop_reason == StopReason.TIME
+        shown = postprocess(decoded.text, cursor, timed_out=timed_out)
         with self._state:
-            session.forward.remember(text_before, result.text, shown, timed_out)
-            self.counters.prompt_tokens += len(prompt)
-            self.counters.evaluated_tokens += evaluated
-            self.counters.add(result)
-        return Completion(shown, "model", result.stop_reason, prompt, evaluated, result)
+            session.forward.remember(request.text[: request.cursor], decoded.text, shown, timed_out)
+            if decoded.counts is not None:
+                self.counters.add(decoded.counts)
+        evaluated = decoded.counts.evaluated_tokens if decoded.counts is not None else 0
+        return Completion(shown, Source.MODEL, stop_reason, prompt, evaluated, decoded.result)
+
+    def _decoded(self, request: CompletionRequest, prompt: list[int] | str, length: int, suffix: str,
+                 cancel: CancelFlag) -> tuple[Decoded, CursorContext]:
+        """The decoder's answer to `prompt`, and the cursor it is post-processed at."""
+        options = self.config.generation
+        cursor = self.cursor_context(request, suffix)
+        decode = Decode(request.document, request.language, prompt, length, options.max_tokens,
+                        options.time_budget_ms, Sampling(options.temperature, options.top_k, options.top_p),
+                        options.draft_mode, self.config.prompt.heal, stops_for(cursor),
+                        lambda text: cut_to_scope(text, cursor) != text, cancel)
+        return self.decoder.decode(decode), cursor
+
+    def _enter(self, request: CompletionRequest, cancel: CancelFlag | None) -> CompletionSession:
+        """Under the decoder's turn: the request's document becomes the current one, and the
+        workspace document the user left a context chunk (measured in the decoder's
+        tokens, under the request's cancel flag) that the decoder may draft from."""
+        with self._state:
+            session = self.sessions.setdefault(request.document, CompletionSession(request.path))
+            left_document = self.current if self.current != request.document else None
+            left = self.sessions.get(left_document) if left_document is not None else None
+            self.current = request.document
+            session.text, session.cursor = request.text, request.cursor
+        left_for_drafting = None
+        if left is not None and left.text and self.workspace.contains(left.path):
+            self.ring.add(left.path, left.text, left.cursor, lambda text: self.decoder.count(text, cancel))
+            left_for_drafting = (left_document, left.text)
+        in_workspace = request.path if self.workspace.contains(request.path) else None
+        self.decoder.enter(request.document, in_workspace, left_for_drafting, cancel)
+        return session
+

@@ -12,6 +12,7 @@ A deterministic proposal (n-gram lookup) is a point mass: q(di) = 1, so di is
 accepted with probability p(di), and the residual is p without di.
 """
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
@@ -20,12 +21,12 @@ import numpy as np
 # At temperature 0, speculative output may part from plain decoding only where plain
 # decoding's own logits nearly tie the two tokens that parted: plain steps score one
 # token per pass and verification scores k+1 in one batch, and llama.cpp's kernels for
-# the two sum in other orders. Measured with `python -m benchmarks.numerics` (smol's
-# Q4_0 target on an AVX-512 CPU, 36 stdlib holes, 48 tokens, 6 configurations): 104
-# partings, their gap in plain's logits median 0.024 and 0.051 in the two sets of holes,
-# largest 0.123 and 0.422. The bound leaves room above that largest; it admits 14.6% of
-# plain positions (their top-2 gap is below it), the former bound of 0.75 on the top-2
-# gap 20.7%. With exact verification (LlamaContext single_token_eval) no parting is allowed.
+# the two sum in other orders. Measured with `python -m benchmarks.numerics` on a 2-core
+# Intel Xeon with AVX-512 (smol's Q4_0 target, 36 stdlib holes, 48 tokens, 6
+# configurations): 104 partings, their gap in plain's logits median 0.024 and 0.051 in
+# the two sets of holes, largest 0.123 and 0.422. The bound leaves room above that
+# largest; it admits 14.6% of plain positions (their top-2 gap is below it). With exact
+# verification (LlamaContext single_token_eval) no parting is allowed.
 NEAR_TIE_LOGITS = 0.5
 
 
@@ -87,26 +88,33 @@ def accept_greedy(best: np.ndarray, draft: list[int]) -> tuple[int, int]:
     return accepted, int(best[accepted])
 
 
+class Branch(NamedTuple):
+    """A token tree's branch: tokens that replace a draft from its step `step` on
+    (0-based: the draft's tokens before that step stay, `tokens[0]` stands for d(step+1))."""
+
+    step: int
+    tokens: list[int]
+
+
 class TreeVerdict(NamedTuple):
     accepted: int  # draft tokens accepted
-    branch: int | None  # the index of the branch taken after them, if one was
+    branch_index: int | None  # the taken branch's index in the verified branches (0-based), if one was
     branch_tokens: list[int]  # that branch's tokens accepted: its first is the target's token at the parting
     next_token: int  # the target's token after all of those
 
 
-def accept_tree(best: np.ndarray, draft: list[int], branches: list[tuple[int, list[int]]],
+def accept_tree(best: np.ndarray, draft: list[int], branches: Sequence[Branch],
                 branch_best: list[np.ndarray]) -> TreeVerdict:
-    """Temperature 0, a token tree: the draft d1..dk, and branches (step, b1..bm) that
-    replace the draft from d(step+1) on. best [k+1] is the target's argmax at each of
-    [last, d1..dk], branch_best[j] [m] at each of branch j's tokens. Where the draft
-    parts from the target at a step with a branch whose first token is the target's,
-    that branch goes on as a draft of its own; the result is the target's greedy text
-    either way."""
+    """Temperature 0, a token tree: the draft d1..dk, and branches beside it. best [k+1]
+    is the target's argmax at each of [last, d1..dk], branch_best[j] [m] at each of
+    branch j's m tokens. Where the draft parts from the target at a step with a branch
+    whose first token is the target's, that branch goes on as a draft of its own; the
+    result is the target's greedy text either way."""
     accepted, next_token = accept_greedy(best, draft)
-    for index, ((step, tokens), rows) in enumerate(zip(branches, branch_best)):
-        if step == accepted < len(draft) and tokens[0] == next_token:
-            more, next_token = accept_greedy(rows, tokens[1:])
-            return TreeVerdict(accepted, index, tokens[: more + 1], next_token)
+    for index, (branch, rows) in enumerate(zip(branches, branch_best)):
+        if branch.step == accepted < len(draft) and branch.tokens[0] == next_token:
+            more, next_token = accept_greedy(rows, branch.tokens[1:])
+            return TreeVerdict(accepted, index, branch.tokens[: more + 1], next_token)
     return TreeVerdict(accepted, None, [], next_token)
 
 

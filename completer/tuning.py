@@ -6,8 +6,8 @@ per token than plain steps:
     E(a, k) / (draft_ms(k) + verify_ms(k + 1))  >  1 / verify_ms(1)
 
 verify_ms(n) is measured per batch size: on a CPU it grows with n and is not even
-monotone (smol's Q4_0 target after 900 tokens: a batch of 8 costs 2.60 steps, one of
-7 costs 3.33, one of 32 6.66), so a k whose batch is cheap for its size can win.
+monotone (llama.cpp's batched kernels change at size thresholds: docs/bench.md shows
+measured curves and their machines), so a k whose batch is cheap for its size can win.
 
 E is not (1 - a^(k+1)) / (1 - a) with one rate a: a drafted token is accepted with a
 chance that depends on its place i in the draft, given that the ones before it were
@@ -22,9 +22,11 @@ import itertools
 import math
 import operator
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from completer.config import DraftingOptions
+from completer.speculative import Branch
 
 # Verify batches are calibrated up to 64 tokens (past that the cost curve is extrapolated),
 # and a completion asks for 64 tokens by default: a round never needs more.
@@ -118,7 +120,8 @@ class AcceptanceCurve:
 PRIORS = {"draft": 0.6, "ngram": 0.5, "index": 0.4}
 # Where an index draft was rejected at a step whose occurrences had gone on otherwise,
 # the target's token was one of theirs 17 times in 49 (40 standard-library holes, smol,
-# T=0): the chance a branch's first token is right, before any is measured.
+# T=0, on a 2-core AMD EPYC with AVX-512): the chance a branch's first token is right,
+# before any is measured.
 BRANCH_HIT_PRIOR = 0.35
 
 
@@ -161,30 +164,31 @@ class Plan:
     k: int
     predicted_tokens: float  # E for the plan (1 for a plain step)
     predicted_ms: float
-    # A token tree's branches verified beside the k drafted tokens: (the draft step they
-    # replace from, tokens of theirs).
-    branches: tuple[tuple[int, int], ...] = ()
+    # The token tree's branches to verify beside the k drafted tokens, each cut to the
+    # tokens of it that pay.
+    branches: tuple[Branch, ...] = ()
 
 
-def with_branches(costs: CostModel, plan: Plan, rates: list[float], forks: dict[int, int], hit: float,
+def with_branches(costs: CostModel, plan: Plan, rates: list[float], offered: Sequence[Branch], hit: float,
                   room: int, rows: int) -> Plan:
-    """`plan` with the branches that raise its expected tokens per ms. forks: draft step
-    -> tokens a branch from there can propose; rates: c(1).. of the plan's provider; hit:
-    the chance that where the draft parts from the target at a fork, the branch's first
-    token is the target's; room: the most tokens a round may draft (a branch from step s
-    is worth at most room - s); rows: the most the branches may add (the context's).
+    """`plan` with the branches that raise its expected tokens per ms, each cut to its
+    first tokens that do. offered: the branches the proposal came with (where its
+    occurrences went on otherwise); rates: c(1).. of the plan's provider; hit: the chance
+    that where the draft parts from the target at an offered branch's step, the branch's
+    first token is the target's; room: the most tokens a round may draft (a branch from
+    step s is worth at most room - s); rows: the most the branches may add (the context's).
 
     A branch from step s pays only when the draft is rejected at s + 1 and the branch is
     right there; then each further token of it is kept with the chance at its draft
     position. Every row costs what the cost curve says a wider batch costs."""
     width, tokens, ms = plan.k + 1, plan.predicted_tokens, plan.predicted_ms
     chosen = []
-    for step, available in sorted(forks.items()):
+    for step, proposed in sorted(offered, key=lambda branch: branch.step):
         if step >= plan.k or rows <= 0:
             break
         kept = math.prod(rates[:step]) * (1.0 - rates[step]) * hit  # the branch's first token is the target's
         gain, best_length, best_gain, best_ms = 0.0, 0, 0.0, ms
-        for length in range(1, min(available, room - step, rows) + 1):
+        for length in range(1, min(len(proposed), room - step, rows) + 1):
             if length > 1:
                 kept *= rates[min(step + length - 1, len(rates) - 1)]
             gain += kept
@@ -192,7 +196,7 @@ def with_branches(costs: CostModel, plan: Plan, rates: list[float], forks: dict[
             if (tokens + gain) / branched_ms > (tokens + best_gain) / best_ms:
                 best_length, best_gain, best_ms = length, gain, branched_ms
         if best_length:
-            chosen.append((step, best_length))
+            chosen.append(Branch(step, proposed[:best_length]))
             width, tokens, ms, rows = width + best_length, tokens + best_gain, best_ms, rows - best_length
     return Plan(plan.provider, plan.k, tokens, ms, tuple(chosen)) if chosen else plan
 
@@ -252,20 +256,21 @@ class Tuner:
             self.since_used[plan.provider] = 0
         return plan
 
-    def branched(self, plan: Plan, forks: dict[int, int], document: str, language: str, bucket: int,
+    def branched(self, plan: Plan, offered: Sequence[Branch], document: str, language: str, bucket: int,
                  room: int, rows: int) -> Plan:
-        """`plan` with the token-tree branches that pay (with_branches), from the forks
-        its proposal offers (draft step -> tokens a branch there can propose)."""
-        if not forks or plan.provider is None:
+        """`plan` with the token-tree branches that pay (with_branches), from those its
+        proposal offers."""
+        if not offered or plan.provider is None:
             return plan
-        most = plan.k + max(forks.values())
+        most = plan.k + max(len(branch.tokens) for branch in offered)
         rates = self.acceptance.curve(plan.provider, document, language, bucket).rates(
             most, PRIORS.get(plan.provider, 0.5))
         hit = self.branch_hits.rates(1, BRANCH_HIT_PRIOR)[0]
-        return with_branches(self.costs, plan, rates, forks, hit, room, rows)
+        return with_branches(self.costs, plan, rates, offered, hit, room, rows)
 
     def observe_branch(self, hit: bool) -> None:
-        """A draft rejected at a fork: whether the branch there started with the target's token."""
+        """A draft rejected at an offered branch's step: whether that branch started with
+        the target's token."""
         self.branch_hits.record(int(hit), 1)
 
     def observe(self, provider: str | None, bucket: int, drafted: int, accepted: int, produced: int,

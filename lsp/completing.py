@@ -11,7 +11,8 @@ from pygls.uris import to_fs_path
 
 from completer.lsp import protocol
 from completer.lsp.documents import Document
-from completer.session import Completer, Completion, CompletionRequest, PositionError
+from completer.requests import Completion, CompletionRequest, PositionError
+from completer.session import Completer
 
 # Runs a blocking call off the event loop (the server's worker threads).
 InWorker = Callable[..., Awaitable]
@@ -41,7 +42,7 @@ async def complete(completer: Completer, request: CompletionRequest, debounce_ms
                    in_worker: InWorker) -> Completion | None:
     """The completion, or None when a newer request for the document superseded it while
     it waited out the debounce."""
-    cancel = completer.begin(request.document)
+    cancel = completer.new_request_flag(request.document)
     if debounce_ms > 0:
         await asyncio.sleep(debounce_ms / 1000)
         if cancel.is_set():

@@ -1,4 +1,4 @@
-"""The language server: thin handlers over completer.session.Completer.
+"""The language server: thin handlers over the one completer.session.Completer.
 
     initialize         options -> Config (bad values: defaults and a showMessage)
     initialized        models load in a thread, reported with $/progress
@@ -37,11 +37,12 @@ from pygls.uris import to_fs_path
 
 from completer.config import Config, config_from_dict, machine_options
 from completer.loading import Loaded, needs_reload
-from completer.session import CompleterStats
 from completer.lsp import protocol
 from completer.lsp.completing import Answer, answer_for, complete, completion_items, inline_items, request_at
 from completer.lsp.documents import Document
 from completer.lsp.loading import LoadProgress, load_models
+from completer.requests import CompleterStats
+from completer.session import Completer
 
 log = logging.getLogger("completer.lsp")
 
@@ -51,11 +52,17 @@ class CompleterProtocol(LanguageServerProtocol):
     pygls's workspace, which splits lines where LSP does not (form feeds, U+2028); and
     an answer for every request pygls 2.1 would leave unanswered (which hangs a client):
     one before `initialize` (-32002), one after `shutdown` (-32600), one whose params do
-    not deserialize (-32602), and a body that is not JSON (-32700, id null)."""
+    not deserialize (-32602), and a body that is not JSON (-32700, id null).
+
+    pygls has no public way to answer a request outside a handler, so `reject` calls its
+    private `_send_response`; the rest overrides public methods. So pyproject.toml pins
+    pygls exactly, and tests/test_lsp_protocol.py checks that version has all used here."""
 
     initialized = False
+    shut_down = False  # ours, not pygls's private `_shutdown`: set once `shutdown` is handled
 
-    def _reject(self, msg_id: Any, error: JsonRpcException) -> None:
+    def reject(self, msg_id: Any, error: JsonRpcException) -> None:
+        """Answer a request with this error."""
         self._send_response(msg_id, error=error.to_response_error())
 
     def structure_message(self, data: dict[str, Any]):
@@ -66,7 +73,7 @@ class CompleterProtocol(LanguageServerProtocol):
                 cause = error.__cause__
                 why = "; ".join(transform_error(cause)) if isinstance(cause, ClassValidationError) else str(cause)
                 log.warning("%s with params that do not deserialize: %s", data["method"], why)
-                self._reject(data["id"], JsonRpcInvalidParams(f"{data['method']}: invalid params: {why}"))
+                self.reject(data["id"], JsonRpcInvalidParams(f"{data['method']}: invalid params: {why}"))
             return None
 
     def handle_message(self, message: Any) -> None:
@@ -78,12 +85,14 @@ class CompleterProtocol(LanguageServerProtocol):
             self.initialized = True
         elif not self.initialized and method not in (None, types.EXIT):
             if is_request:
-                self._reject(message.id, JsonRpcServerNotInitialized(f"{method} before initialize"))
+                self.reject(message.id, JsonRpcServerNotInitialized(f"{method} before initialize"))
             return  # a notification before initialize is dropped, as the protocol says
-        if self._shutdown and is_request and method != types.EXIT:
-            self._reject(message.id, JsonRpcInvalidRequest(f"{method} after shutdown"))
+        if self.shut_down and is_request and method != types.EXIT:
+            self.reject(message.id, JsonRpcInvalidRequest(f"{method} after shutdown"))
             return
         super().handle_message(message)
+        if method == types.SHUTDOWN:
+            self.shut_down = True
 
     def _user_handler(self, method: str, params: Any):
         if (handler := self.fm.features.get(method)) is not None:
@@ -144,7 +153,7 @@ class CompleterServer(LanguageServer):
         self.encoding = "utf-16"
         self.roots: list[Path] = []
         self.documents: dict[str, Document] = {}
-        self.completer = None  # completer.session.Completer once the models are loaded
+        self.completer: Completer | None = None  # once the models are loaded
         self.model_names = ("", "")
         self.load_error: str | None = None
         self.warning_shown = ""  # the completer's warning the user was last told (a dropped draft, a server down)
@@ -164,7 +173,7 @@ class CompleterServer(LanguageServer):
         JSON-RPC says, instead of pygls's pop-up; anything else: pygls's way."""
         if isinstance(error, (json.JSONDecodeError, UnicodeDecodeError)):
             log.warning("a message that is not JSON: %s", error)
-            self.protocol._send_response(None, error=JsonRpcParseError(f"not JSON: {error}").to_response_error())
+            self.protocol.reject(None, JsonRpcParseError(f"not JSON: {error}"))
             return
         super().report_server_error(error, source)
 
@@ -311,10 +320,7 @@ def finish_loading(ls: CompleterServer, load: int, loaded: Loaded | None, error:
     ls.completer.index_workspace()
     ls.warning_shown = loaded.server_warning
     progress.end("ready")
-    names = loaded.names
-    ls.tell(types.MessageType.Info, f"ready: target {names[0]}" + (f", draft {names[1]}" if names[1] else "")
-            if loaded.pair is not None else f"ready: {loaded.completer.backend.url}" +
-            (f" ({names[0]})" if names[0] else ", which does not answer yet"))
+    ls.tell(types.MessageType.Info, loaded.ready_message())
     if ls.pending_warm is not None:
         uri, position = ls.pending_warm
         ls.pending_warm = None
@@ -352,7 +358,7 @@ def did_change(ls: CompleterServer, params: types.DidChangeTextDocumentParams) -
 async def did_save(ls: CompleterServer, params: types.DidSaveTextDocumentParams) -> None:
     document = ls.documents.get(params.text_document.uri)
     if ls.completer is not None and document is not None:
-        await ls.in_worker(ls.completer.saved, to_fs_path(document.uri) or document.uri, document.text)
+        await ls.in_worker(ls.completer.file_saved, to_fs_path(document.uri) or document.uri, document.text)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)

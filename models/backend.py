@@ -315,6 +315,7 @@ class LlamaContext:
             )
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch = llama_cpp.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
+        self.n_threads = llama_cpp.llama_n_threads(self._ctx)  # as llama.cpp took the threads asked for
         self.n_vocab = model.n_vocab
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1 + branches)

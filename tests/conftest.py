@@ -44,6 +44,17 @@ def smol(smol_cache) -> ModelFiles:
         return resolve(Preset.from_name("smol"))
 
 
+@pytest.fixture(scope="session")
+def target(smol):
+    """The smol target on the CPU, loaded once per run and shared: tests build their own
+    contexts and engines over it, and nothing changes a loaded model (LlamaModel's fields
+    are read-only after loading; only close() and with_fewer_gpu_layers() free it, which
+    no test calls on this one)."""
+    from completer.models.backend import LlamaModel
+
+    return LlamaModel(smol.target, n_gpu_layers=0)
+
+
 # llama.cpp's own programs take minutes to build: made once per machine, as the VS Code
 # toolchain is.
 MACHINE_CACHE = Path.home() / ".cache" / "completer-e2e" / "llama-server-cache"
@@ -81,12 +92,10 @@ QUICK = DistillSettings(steps=20, window=128, batch=2, held_out_windows=6, holdo
 
 
 @pytest.fixture(scope="session")
-def corpus_and_target(smol):
+def corpus_and_target(target):
     from completer.bench.holes import LANGUAGES
-    from completer.models.backend import LlamaModel
     from completer.models.distill import build_corpus, corpus_files
 
-    target = LlamaModel(smol.target, 0)
     return build_corpus(corpus_files([REPO / "completer", REPO / "models"], LANGUAGES), target.tokenize, QUICK), target
 
 

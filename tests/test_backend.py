@@ -37,11 +37,6 @@ BATCH_TOLERANCE = 1e-3
 
 
 @pytest.fixture(scope="module")
-def target(smol):
-    return LlamaModel(smol.target, n_gpu_layers=0)
-
-
-@pytest.fixture(scope="module")
 def draft(smol):
     return LlamaModel(smol.draft, n_gpu_layers=0)
 

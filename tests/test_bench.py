@@ -2,15 +2,25 @@
 
 import json
 import subprocess
+from dataclasses import fields
 
+import llama_cpp
 import pytest
 
+from completer.bench import LOCAL
 from completer.bench import report as bench_report
 from completer.bench.holes import Hole, holes_from_json, is_code, pick_holes
 from completer.bench.metrics import (compared, edit_similarity, exact_first_line, figures_by_kind, rounds_by_match,
                                      summarize_mode)
+from completer.bench.run import Bench, Settings
+from completer.config import Config, GenerationOptions, ModelOptions
+from completer.loading import Pair
+from completer.models.backend import LlamaModel, default_threads
 from completer.tuning import CostModel
 from conftest import run_completer
+
+# A thread count llama.cpp would not take without being told: it takes every core otherwise.
+THREADS = 1 if default_threads() > 1 else 2
 
 CODE = "\n".join([
     '"""A module."""',
@@ -83,6 +93,41 @@ def test_holes_of_a_file_changed_since_are_a_usage_error_naming_the_hole(reposit
     assert "the hole at pkg/shapes.py line" in result.stderr and "changed since" in result.stderr
 
 
+@pytest.mark.parametrize("flag", ["--modes ngram", "--llama-server /bin/true", "--profile", "--plot bench.png",
+                                  "--typing", "--exact"])
+def test_a_server_bench_refuses_each_option_for_our_own_engines_naming_it(repository, flag):
+    # Refused before any connection: nothing listens at the discard port.
+    result = run_completer("bench", str(repository), "--backend", "llama-server", "--server-url", "http://127.0.0.1:9",
+                           *flag.split())
+    assert result.returncode == 2, result.stderr
+    assert f"{flag.split()[0]}: not with --backend llama-server" in result.stderr and "Traceback" not in result.stderr
+
+
+def test_a_local_bench_refuses_a_baseline_server(repository):
+    result = run_completer("bench", str(repository), "--baseline-url", "http://127.0.0.1:9")
+    assert result.returncode == 2, result.stderr
+    assert "--baseline-url: only with --backend llama-server" in result.stderr
+
+
+def test_the_bench_settings_repeat_no_option_of_the_config_tree():
+    """One source for every default: the Config's options (and defaults) are the bench's."""
+    options = {item.name for group in fields(Config) for item in fields(group.default_factory)}
+    assert not options & {item.name for item in fields(Settings)}
+    assert Settings().config == Config()
+
+
+def test_threads_reach_llama_cpp_in_every_engine_the_bench_builds(smol, target):
+    """models.threads (`--threads`) is what each context llama.cpp made runs with, read back from llama.cpp."""
+    pair = Pair(smol, target, LlamaModel(smol.draft, n_gpu_layers=0))
+    config = Config(models=ModelOptions(preset="smol", threads=THREADS), generation=GenerationOptions(max_tokens=4))
+    runner = Bench(pair, Settings(config, ("target", "auto", LOCAL)))
+    runner.close()
+    in_llama_cpp = {name or "main": [llama_cpp.llama_n_threads(sequence.context._ctx) for sequence in engine.sequences]
+                    for name, engine in runner.engines.items()}
+    assert in_llama_cpp == {"main": [THREADS, THREADS], "local": [THREADS, THREADS]}
+    assert runner.threads == in_llama_cpp  # what the report's settings record
+
+
 def record(hole, mode, tokens, ms, **more):
     return {"hole": hole, "kind": "rest of line", "mode": mode, "tokens": list(range(tokens)), "ms": ms,
             "identical": True, "shown": "x = 1", "truth": "x = 1", **more}
@@ -145,11 +190,13 @@ def test_quality_compares_first_lines_for_line_holes_and_whole_blocks():
 
 
 def test_a_tiny_real_bench_writes_json_a_figure_and_replays_its_holes(repository, smol_cache, tmp_path):
-    """Also the table's two forms for scripts (plain rows when piped, and --json), and --exact."""
+    """Also the table's two forms for scripts (plain rows when piped, and --json), --exact, and
+    --threads reaching every engine's contexts, the typing replay's too, as llama.cpp reads them back."""
     env = {"COMPLETER_CACHE_DIR": str(smol_cache)}
     out, figure = tmp_path / "bench.json", tmp_path / "bench.png"
     result = run_completer("bench", str(repository), "--preset", "smol", "--n", "2", "--max-tokens", "8",
-                           "--report", str(out), "--plot", str(figure), "--typing", "--profile", env=env, timeout=600)
+                           "--report", str(out), "--plot", str(figure), "--typing", "--profile",
+                           "--threads", str(THREADS), env=env, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "peer:llama-cpp-python" in result.stdout and "free verify" in result.stdout
     report = json.loads(out.read_text())
@@ -166,6 +213,8 @@ def test_a_tiny_real_bench_writes_json_a_figure_and_replays_its_holes(repository
             assert key in entry
     assert summary["target"]["speedup_vs_target"] == 1.0 and summary["target"]["identical_rate"] == 1.0
     assert len(report["records"]) == 2 * 7 and report["machine"]["cores"] >= 1
+    assert report["settings"]["threads"] == {engine: [THREADS, THREADS] for engine in ("main", "local", "typing",
+                                                                                        "typing:cold")}
     # Piped, the table is tab-separated rows: each mode's name and figures whole, as the report's summary has them.
     lines = result.stdout.splitlines()
     assert "\t".join(bench_report.HEADERS) in lines

@@ -23,7 +23,7 @@ from completer.loading import load_pair
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.models.devices import (RpcServerError, add_rpc_servers, backends, devices, greet_rpc_server,
                                       is_loopback)
-from completer.session import DocumentCaches
+from completer.local_decoder import DocumentCaches
 from completer.speculative import NEAR_TIE_LOGITS, parting_gap
 from completer.tuning import calibrate
 from conftest import REPO, run_completer

@@ -13,11 +13,6 @@ HOLE = "import os\n\n\ndef data_path(name):\n    base = os.path.dirname(__file__
 
 
 @pytest.fixture(scope="module")
-def target(smol):
-    return LlamaModel(smol.target, n_gpu_layers=0)
-
-
-@pytest.fixture(scope="module")
 def plain(target):
     """The prompt and the target's own greedy continuation of it."""
     prompt = target.tokenize(HOLE)

@@ -9,16 +9,10 @@ import pytest
 
 from completer.engine import Engine, generate
 from completer.healing import TokenPrefixes, heal
-from completer.models.backend import LlamaModel
 from completer.prompt import path_header
 from completer.speculative import Sampling
 
 TEXTWRAP = (Path(sysconfig.get_paths()["stdlib"]) / "textwrap.py").read_text()
-
-
-@pytest.fixture(scope="module")
-def target(smol):
-    return LlamaModel(smol.target, n_gpu_layers=0)
 
 
 @pytest.fixture(scope="module")
@@ -100,17 +94,19 @@ def test_the_heal_option_turns_healing_off_for_the_targets_own_distribution(targ
     from dataclasses import replace
 
     from completer.config import Config, GenerationOptions, PromptOptions
-    from completer.session import Completer, CompletionRequest, cursor_offset
+    from completer.local_decoder import LocalDecoder
+    from completer.requests import CompletionRequest, cursor_offset
+    from completer.session import Completer
 
     line = TEXTWRAP.splitlines()[222]
     cut = line.index("cu") + 2
     # No time budget: on a loaded 2-core machine a second ran out after two tokens ("r_").
     config = replace(Config(), prompt=PromptOptions(heal=heal_option),
                      generation=GenerationOptions(max_tokens=8, time_budget_ms=0))
-    completer = Completer(Engine(target, None, n_ctx=2048, calibrate_s=0), config)
+    completer = Completer(LocalDecoder(Engine(target, None, n_ctx=2048, calibrate_s=0)), config)
     completion = completer.complete(CompletionRequest("textwrap.py", "textwrap.py", TEXTWRAP,
                                                    cursor_offset(TEXTWRAP, 222, cut), "python"))
-    first = target.token_bytes(completion.generation.tokens[0])
+    first = target.token_bytes(completion.result.tokens[0])
     # Healed, the first token re-types the prompt's last one (" cu"), backed up over;
     # unhealed, it follows it.
     assert first.startswith(target.token_bytes(completion.prompt[-1])) == heal_option

@@ -19,7 +19,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from completer.config import RANGES, Config, config_from_dict
+from completer.config import RANGES, RENAMED, Config, config_from_dict
 from completer.loading import needs_reload
 from completer.lsp import protocol
 from raw_lsp import RawServer
@@ -116,7 +116,8 @@ def option_values(group: str, key: str) -> st.SearchStrategy:
 
 
 OPTIONS = [(group.name, item.name) for group in fields(Config) if group.name != "models"
-           for item in fields(group.default_factory)]
+           for item in fields(group.default_factory)] + [
+    tuple(old.split(".")) for old in RENAMED if not old.startswith("models.")]
 ONE_GROUP = st.sampled_from(OPTIONS).flatmap(lambda option: st.tuples(st.just(option), option_values(*option)))
 # Known options at extreme values, with now and then an unknown one or a whole group of garbage.
 SETTINGS = st.lists(ONE_GROUP, max_size=8).map(
@@ -160,7 +161,8 @@ def test_every_option_at_its_extremes_gets_an_answer_or_a_message_naming_it(serv
 
 
 def test_max_tokens_the_context_cannot_hold_get_a_message_naming_both_and_answers_go_on(server):
-    """generation.max_tokens 4096 in the default 4096-token context looped forever."""
+    """generation.max_tokens 4096 in the default 4096-token context leaves no room for a
+    prompt, and fitting one into none would loop forever."""
     server.configure(RESET)
     server.configure({"generation": {"max_tokens": 4096}})
     _, response, shown = completion_at_end(server, URI, new_text(server))

@@ -23,7 +23,7 @@ from pytest_lsp import LanguageClient
 
 from completer.remote import (MAX_BODY_BYTES, MAX_LINE_BYTES, CancelFlag, Cancelled, LlamaServerClient, RequestRefused,
                               ServerError)
-from completer.remote_session import LlamaServerBackend
+from completer.server_decoder import LlamaServerBackend
 from llama_server_process import LlamaServer
 from lsp_session import inline, open_document, start, stats, wait_ready
 

@@ -4,7 +4,8 @@ API key variable and RPC server over LSP (initializationOptions and
 workspace/didChangeConfiguration carry what a checked-in .vscode/settings.json or a
 Neovim project-local config says). It refuses each with a warning naming it, completes
 locally, and nothing connects to the host they name. The same values as the server's
-own flags are used."""
+own flags are used. An option under its old name is taken with a warning naming the new
+one, and refused when the new name says otherwise."""
 
 import asyncio
 import time
@@ -75,7 +76,7 @@ async def test_the_same_options_as_the_servers_own_flags_are_used(smol_cache):
     the server connects to that host at load, with the key from that variable."""
     with Listener() as listener:
         flags = ("--backend", "llama-server", "--server-url", listener.url, "--api-key-env", KEY_VARIABLE)
-        # The editor sending those values back as settings (as an older extension did) is no refusal.
+        # The editor sending those values back as settings (an extension that sends every setting) is no refusal.
         client = await start(smol_cache, {"models": {"backend": "llama-server", "server_url": listener.url}},
                              flags=flags)
         deadline = time.monotonic() + 30
@@ -85,3 +86,35 @@ async def test_the_same_options_as_the_servers_own_flags_are_used(smol_cache):
         assert (await stats(client))["backend"] == "llama-server"
         assert refusals(client) == set()
         await client.shutdown_session()
+
+
+def warnings(client) -> list[str]:
+    return [message.message for message in client.messages if message.type == types.MessageType.Warning]
+
+
+async def until_warned(client, text: str) -> list[str]:
+    for _ in range(50):
+        if any(text in message for message in warnings(client)):
+            break
+        await asyncio.sleep(0.1)
+    return warnings(client)
+
+
+async def test_an_old_option_name_is_taken_with_a_warning_and_refused_when_the_new_name_differs(smol_cache):
+    """prompt.context_tokens is prompt.cross_file_tokens's old name, from initializationOptions
+    (a Neovim setup()) and from a settings change (VS Code's deprecated setting)."""
+    client = await start(smol_cache, {"prompt": {"context_tokens": 512}})
+    assert "completer: prompt.context_tokens is deprecated: its value is read as prompt.cross_file_tokens, " \
+           "its new name; rename it where it is set" in await until_warned(client, "deprecated")
+    client.messages.clear()
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        {protocol.SETTINGS_SECTION: {"prompt": {"context_tokens": 256, "cross_file_tokens": 768}}}))
+    assert "completer: prompt.context_tokens = 256 and prompt.cross_file_tokens = 768 are one option, under its old " \
+           "name and its new one, given two values: set prompt.cross_file_tokens alone; keeping 512" \
+           in await until_warned(client, "one option")
+    client.messages.clear()
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        {protocol.SETTINGS_SECTION: {"prompt": {"context_tokens": None, "cross_file_tokens": 768}}}))
+    await stats(client)  # answered after the settings change: any warning it made came before
+    assert warnings(client) == []
+    await client.shutdown_session()

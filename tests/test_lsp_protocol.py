@@ -1,10 +1,20 @@
 """Messages no well-behaved client sends: each gets the proper LSP error, and the server
 goes on serving. Raw bytes to the real server process."""
 
+import inspect
+import tomllib
+from importlib.metadata import version
+from pathlib import Path
+
 import pytest
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
 
 from completer.lsp.protocol import STATS_KEYS
+from completer.lsp.server import CompleterProtocol, CompleterServer
 from raw_lsp import RawServer
+
+PYPROJECT = Path(__file__).resolve().parent.parent / "pyproject.toml"
 
 INITIALIZE = {"processId": None, "rootUri": None, "capabilities": {},
               "initializationOptions": {"models": {"preset": "smol"}}}
@@ -63,3 +73,24 @@ def test_requests_after_shutdown_are_invalid_and_exit_ends_the_process(server):
     assert error_code(server.request(3, "completer/stats")) == -32600
     server.send({"method": "exit"})
     assert server.process.wait(20) == 0
+
+
+def parameters(function) -> list[str]:
+    return list(inspect.signature(function).parameters)
+
+
+def test_the_pinned_pygls_has_what_the_protocol_overrides_and_calls():
+    """CompleterProtocol overrides pygls's methods and calls its private `_send_response`
+    (the tests above show what that adds): this pygls is the one pyproject.toml pins, and
+    has each with the parameters the server gives it."""
+    assert f"pygls=={version('pygls')}" in tomllib.loads(PYPROJECT.read_text())["project"]["dependencies"]
+    assert parameters(LanguageServerProtocol._send_response) == ["self", "msg_id", "result", "error"]
+    assert parameters(LanguageServer.report_server_error) == parameters(CompleterServer.report_server_error)
+    overrides = {name: value for name, value in vars(CompleterProtocol).items()
+                 if callable(value) and hasattr(LanguageServerProtocol, name)}
+    assert {"structure_message", "handle_message", "lsp_text_document__did_open"} <= set(overrides)
+    for name, override in overrides.items():
+        base = getattr(LanguageServerProtocol, name)
+        assert parameters(base) == parameters(override), name
+        # A document notification replaces pygls's own handler only under pygls's name for it.
+        assert getattr(base, "method_name", None) == getattr(override, "method_name", None), name

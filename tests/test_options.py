@@ -1,18 +1,20 @@
 """initializationOptions and settings -> Config: bad values keep defaults and say why."""
 
 import re
-from dataclasses import fields
+from dataclasses import FrozenInstanceError, fields
 from pathlib import Path
 
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from completer.config import (MIN_PROMPT_TOKENS, RANGES, Config, GenerationOptions, config_from_dict, problems)
+from completer.config import (MIN_PROMPT_TOKENS, RANGES, RENAMED, Config, GenerationOptions, PromptOptions,
+                             config_from_dict, problems)
 from completer.config import machine_options, settings_schema
 from completer.engine import MAX_TREE_BRANCHES
 from completer.loading import load_completer, needs_reload
 from completer.models.errors import ModelError
+from completer.remote import LlamaServerClient
 from conftest import run_completer
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
@@ -65,7 +67,8 @@ def test_a_reload_follows_what_the_loaded_engine_was_built_from():
 
 
 OPTION_NAMES = st.sampled_from([(group.name, item.name) for group in fields(Config)
-                                 for item in fields(group.default_factory)]) | st.tuples(
+                                 for item in fields(group.default_factory)]
+                                + [tuple(old.split(".")) for old in RENAMED]) | st.tuples(
     st.sampled_from([group.name for group in fields(Config)]), st.text(max_size=12))
 # Some JSON for every option: most values are wrong for it, a few happen to be right.
 SOME_OPTIONS = st.dictionaries(OPTION_NAMES, JSON, max_size=6).map(
@@ -87,8 +90,10 @@ def test_any_json_gives_a_valid_config_and_each_value_not_taken_is_named(data):
             continue
         for key, value in values.items():
             taken = hasattr(getattr(config, group), key) and getattr(getattr(config, group), key) == value
+            unset = f"{group}.{key}" in RENAMED and value is None  # VS Code's old setting, not set
             named = (f"{group}.{key}", f"{group}.{key!r}")
-            assert taken or any(name in problem for problem in problems for name in named), (group, key, problems)
+            assert taken or unset or any(name in problem for problem in problems for name in named), \
+                (group, key, problems)
 
 
 def test_the_vs_code_extension_sends_every_option_group():
@@ -130,8 +135,8 @@ def test_a_long_hostile_value_is_not_echoed_whole():
 
 
 def test_max_tokens_that_leave_no_room_for_a_prompt_are_refused_naming_both_options():
-    """generation.max_tokens 4096 in the default 4096-token context left no room for any
-    prompt, and fitting one looped forever while holding the engine."""
+    """generation.max_tokens 4096 in the default 4096-token context leaves no room for any
+    prompt, and fitting one into none would loop forever while holding the engine."""
     config, problems = config_from_dict({"generation": {"max_tokens": 4096}})
     assert config == Config()
     assert problems == ["generation.max_tokens 4096 leaves 0 tokens of models.context_tokens 4096 for the prompt, "
@@ -147,9 +152,10 @@ def test_max_tokens_that_leave_no_room_for_a_prompt_are_refused_naming_both_opti
 
 def test_each_rule_between_options_names_them_and_keeps_what_changed_before():
     cases = {
-        ("prompt", "context_tokens", 4000): "prompt.context_tokens 4000 of other files' chunks leave less than 256 "
-                                            "tokens for the file's own lines in models.context_tokens 4096 less "
-                                            "generation.max_tokens 64: keeping prompt.context_tokens 1024",
+        ("prompt", "cross_file_tokens", 4000): "prompt.cross_file_tokens 4000 of other files' chunks leave less "
+                                               "than 256 tokens for the file's own lines in models.context_tokens "
+                                               "4096 less generation.max_tokens 64: keeping "
+                                               "prompt.cross_file_tokens 1024",
         ("drafting", "ngram_max_match", 2): "drafting.ngram_max_match 2 is below drafting.ngram_min_match 3",
         ("drafting", "hybrid_min_match", 65): "drafting.hybrid_min_match 65 is above drafting.ngram_max_match 64",
         ("drafting", "probe_max", 16): "drafting.probe_max 16 is below drafting.probe_every 32",
@@ -177,6 +183,60 @@ def test_a_temperature_above_zero_is_at_least_a_thousandth():
     config, problems = config_from_dict({"generation": {"temperature": 5e-324}})
     assert config.generation.temperature == 0.0 and "0 or a number from 0.001 to 10" in problems[0]
     assert config_from_dict({"generation": {"temperature": 0.001}})[0].generation.temperature == 0.001
+
+
+def test_the_cross_file_budget_under_its_old_name_is_taken_with_a_warning_naming_the_new_one():
+    config, problems = config_from_dict({"prompt": {"context_tokens": 512}})
+    assert config == Config(prompt=PromptOptions(cross_file_tokens=512))
+    assert problems == ["prompt.context_tokens is deprecated: its value is read as prompt.cross_file_tokens, its "
+                        "new name; rename it where it is set"]
+    # Under both names with one value: taken, with the same warning.
+    config, problems = config_from_dict({"prompt": {"context_tokens": 512, "cross_file_tokens": 512}})
+    assert config.prompt.cross_file_tokens == 512 and problems[0].startswith("prompt.context_tokens is deprecated")
+    # A bad value under the old name is refused as the new name's would be.
+    config, problems = config_from_dict({"prompt": {"context_tokens": -1}})
+    assert config == Config() and problems[1].startswith("prompt.cross_file_tokens = -1 is not a whole number")
+
+
+def test_the_cross_file_budget_under_its_new_name_is_taken_silently_and_kv_size_keeps_its_name():
+    config, problems = config_from_dict({"prompt": {"cross_file_tokens": 512}, "models": {"context_tokens": 8192}})
+    assert problems == [] and (config.prompt.cross_file_tokens, config.models.context_tokens) == (512, 8192)
+
+
+def test_the_old_and_the_new_name_with_different_values_are_refused_keeping_what_was():
+    base = config_from_dict({"prompt": {"cross_file_tokens": 256}})[0]
+    config, problems = config_from_dict({"prompt": {"context_tokens": 512, "cross_file_tokens": 768}}, base)
+    assert config == base
+    assert problems == ["prompt.context_tokens = 512 and prompt.cross_file_tokens = 768 are one option, under its "
+                        "old name and its new one, given two values: set prompt.cross_file_tokens alone; keeping 256"]
+
+
+def test_an_old_name_is_a_vs_code_setting_that_is_unset_by_default_and_says_what_replaces_it():
+    """VS Code sends every declared setting, so the old one's default must be no value."""
+    schema = settings_schema()
+    assert schema["prompt.contextTokens"]["default"] is None
+    assert schema["prompt.contextTokens"]["deprecationMessage"] == "Renamed: use completer.prompt.crossFileTokens."
+    assert config_from_dict({"prompt": {"context_tokens": None, "cross_file_tokens": 100}}) == (
+        Config(prompt=PromptOptions(cross_file_tokens=100)), [])
+
+
+def test_every_option_is_frozen_so_a_change_makes_a_new_config():
+    """A Config is shared (the server's, the completer's, the loaded engine's): a change
+    in place would reach them all unseen, where dataclasses.replace makes a new one."""
+    config = Config()
+    with pytest.raises(FrozenInstanceError):
+        config.prompt = PromptOptions()
+    for group in fields(Config):
+        options = getattr(config, group.name)
+        with pytest.raises(FrozenInstanceError):
+            setattr(options, fields(options)[0].name, None)
+
+
+def test_a_server_client_given_no_deadlines_takes_the_options_defaults():
+    client = LlamaServerClient("http://127.0.0.1:1")
+    defaults = Config().models
+    assert (client.connect_timeout_s, client.total_timeout_s) == (defaults.server_connect_timeout_s,
+                                                                   defaults.server_timeout_s)
 
 
 def test_the_tree_branches_bound_is_the_engines():

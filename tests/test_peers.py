@@ -12,10 +12,14 @@ from completer.bench import LLAMA_SERVER, LLAMA_SERVER_PEERS
 from completer.bench import report as bench_report
 from completer.bench.holes import pick_holes
 from completer.bench.run import Bench, Settings
+from completer.config import Config, GenerationOptions
+from completer.loading import Pair
 from completer.models.backend import LlamaModel
 from completer.models.cpu_flags import cmake_cpu_args
 from completer.models.llama_server import SERVER_ENV, LlamaServerError, find
 from conftest import MACHINE_CACHE, REPO, run_completer
+
+FOUR_TOKENS = Config(generation=GenerationOptions(max_tokens=4))
 
 
 def test_the_cpu_flags_name_each_simd_feature_and_never_amx(tmp_path):
@@ -87,9 +91,9 @@ def test_a_peer_that_cannot_start_is_reported_with_its_reason_and_the_run_goes_o
 
 
 def test_a_peer_that_dies_mid_run_is_marked_failed_from_there_and_its_server_is_gone(llama_server, smol):
-    target, draft = LlamaModel(smol.target, n_gpu_layers=0), LlamaModel(smol.draft, n_gpu_layers=0)
+    pair = Pair(smol, LlamaModel(smol.target, n_gpu_layers=0), LlamaModel(smol.draft, n_gpu_layers=0))
     holes = pick_holes([REPO / "completer"], 2, seed=3)
-    runner = Bench(target, draft, Settings("smol", ("target", LLAMA_SERVER), max_tokens=4), llama_server=llama_server)
+    runner = Bench(pair, Settings(FOUR_TOKENS, ("target", LLAMA_SERVER)), llama_server=llama_server)
     try:
         first = runner.run_hole(0, holes[0])
         server = runner.peers[LLAMA_SERVER].process
@@ -106,8 +110,8 @@ def test_a_peer_that_dies_mid_run_is_marked_failed_from_there_and_its_server_is_
 
 
 def test_the_peers_servers_stop_with_the_bench(llama_server, smol):
-    target = LlamaModel(smol.target, n_gpu_layers=0)
-    runner = Bench(target, None, Settings("smol", ("target", LLAMA_SERVER), max_tokens=4), llama_server=llama_server)
+    pair = Pair(smol, LlamaModel(smol.target, n_gpu_layers=0), None)
+    runner = Bench(pair, Settings(FOUR_TOKENS, ("target", LLAMA_SERVER)), llama_server=llama_server)
     pid = runner.peers[LLAMA_SERVER].process.pid
     runner.close()
     with pytest.raises(ProcessLookupError):

@@ -11,6 +11,7 @@ from hypothesis import strategies as st
 from scipy.stats import chisquare
 
 from completer.speculative import (
+    Branch,
     Sampling,
     accept_tree,
     acceptance_probability,
@@ -140,16 +141,19 @@ def greedy_rows(greedy: list[int], path: list[int], noise: int) -> np.ndarray:
 @given(st.lists(st.integers(0, 3), min_size=12, max_size=12), st.lists(st.integers(0, 3), max_size=8),
        st.lists(st.tuples(st.integers(0, 7), st.lists(st.integers(0, 3), min_size=1, max_size=6)), max_size=3),
        st.integers(0, 3))
-def test_a_token_tree_yields_the_targets_greedy_text_as_far_as_any_branch_verifies(greedy, draft, forks, noise):
+def test_a_token_tree_yields_the_targets_greedy_text_as_far_as_any_branch_verifies(greedy, draft, offered, noise):
     """A target that writes `greedy`; a draft and branches (step, tokens) replacing it
     from d(step+1): the tokens produced are the greedy text, and as many as the best
     verified path gives (the draft's, or a branch's that starts where the draft parted)."""
-    branches = [(step, tokens) for step, tokens in forks if step < len(draft)]
+    branches = [Branch(step, tokens) for step, tokens in offered if step < len(draft)]
     best = greedy_rows(greedy, draft, noise)
     branch_best = [greedy_rows(greedy, draft[:step] + tokens, noise)[step + 1:] for step, tokens in branches]
     verdict = accept_tree(best, draft, branches, branch_best)
     produced = draft[: verdict.accepted] + verdict.branch_tokens + [verdict.next_token]
     assert produced == greedy[: len(produced)]
+    if verdict.branch_index is not None:  # the branch taken, by its 0-based index in the list verified
+        taken = branches[verdict.branch_index]
+        assert taken.step == verdict.accepted and taken.tokens[: len(verdict.branch_tokens)] == verdict.branch_tokens
     accepted = next((i for i, token in enumerate(draft) if token != greedy[i]), len(draft))
     longest = accepted  # the draft's verified tokens, or a branch's after them
     for step, tokens in branches:

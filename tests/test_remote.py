@@ -19,8 +19,10 @@ from completer.context import Workspace
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.remote import (SAMPLERS, CancelFlag, LlamaServerClient, OpenAIClient, ServerError, SlotMap,
                               completion_body, sends_key_safely)
-from completer.remote_session import LlamaServerBackend, OpenAIBackend, RemoteCompleter, backend_for
-from completer.session import CompletionRequest
+from completer.loading import server_backend
+from completer.requests import CompletionRequest, Source
+from completer.server_decoder import LlamaServerBackend, OpenAIBackend, ServerDecoder
+from completer.session import Completer
 from completer.speculative import Sampling, probabilities
 from conftest import run_completer
 from llama_server_process import LlamaServer, free_port
@@ -88,11 +90,11 @@ def test_a_prompt_family_the_servers_model_lacks_is_one_clear_error(server, smol
 def test_the_key_comes_from_the_named_variable_and_only_goes_where_it_is_safe():
     options = ModelOptions(backend="llama-server", server_url="http://127.0.0.1:8012", api_key_env="TEAM_KEY")
     with pytest.raises(ServerError, match="TEAM_KEY, which is not set"):
-        backend_for(options, {})
-    assert backend_for(options, {"TEAM_KEY": "s3cret"}).client.api_key == "s3cret"
+        server_backend(options, {})
+    assert server_backend(options, {"TEAM_KEY": "s3cret"}).client.api_key == "s3cret"
     with pytest.raises(ServerError, match="only over https or to this machine"):
-        backend_for(replace(options, server_url="http://10.0.0.5:8012"), {"TEAM_KEY": "s3cret"})
-    assert backend_for(replace(options, server_url="https://gpu-box:8012"), {"TEAM_KEY": "s3cret"}).client.api_key
+        server_backend(replace(options, server_url="http://10.0.0.5:8012"), {"TEAM_KEY": "s3cret"})
+    assert server_backend(replace(options, server_url="https://gpu-box:8012"), {"TEAM_KEY": "s3cret"}).client.api_key
 
 
 def test_a_greedy_completion_streams_the_targets_own_tokens(server, smol):
@@ -246,13 +248,13 @@ def test_a_prompt_the_server_finds_too_long_is_sent_again_shorter_and_the_server
     (HTTP 400, exceed_context_size_error): the request is made once more, half as long."""
     client, _ = server
     config = Config(generation=GenerationOptions(max_tokens=8, time_budget_ms=0))
-    completer = RemoteCompleter(OpenAIBackend(OpenAIClient(client.url)), config)
+    completer = Completer(ServerDecoder(OpenAIBackend(OpenAIClient(client.url))), config)
     text = "# " + "数据处理与分析" * 400 + "\n\n\ndef mean(values):\n    return "
-    model = completer.connect()
+    model = completer.decoder.connect()
     assert model.context_tokens == 2048  # llama-server's context per slot, from /v1/models
     assert completer.prompt(CompletionRequest("a.py", "a.py", text, len(text)), model)[1] < 2048  # as estimated
     completion = completer.complete(CompletionRequest("a.py", "a.py", text, len(text)))
-    assert completion.source == "model" and completion.remote.tokens_evaluated > 0
+    assert completion.source == Source.MODEL and completion.result.tokens_evaluated > 0
     assert not completion.warning and not completer.stats().server_error
 
 
@@ -260,7 +262,7 @@ def test_the_ring_of_context_chunks_loses_nothing_to_requests_on_several_threads
     """Requests for several documents run at once on worker threads, each adding the
     chunk of the document left to the ring and selecting from it."""
     config = Config(prompt=PromptOptions(chunks=1000))
-    completer = RemoteCompleter(OpenAIBackend(OpenAIClient("http://127.0.0.1:1")), config, Workspace([tmp_path]))
+    completer = Completer(ServerDecoder(OpenAIBackend(OpenAIClient("http://127.0.0.1:1"))), config, Workspace([tmp_path]))
 
     def requests(thread: int) -> None:
         for index in range(40):

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from completer.prompt import TEMPLATES, Segment, render
 from completer.remote import OpenAIClient
-from completer.remote_session import (SPECIAL_PATTERN, SPECIAL_TOKENS, OpenAIBackend, template_in_name, template_named,
+from completer.server_decoder import (SPECIAL_PATTERN, SPECIAL_TOKENS, OpenAIBackend, template_in_name, template_named,
                                       without_special_tokens)
 
 
@@ -26,6 +26,12 @@ from completer.remote_session import (SPECIAL_PATTERN, SPECIAL_TOKENS, OpenAIBac
 def test_a_served_models_name_says_its_family(name, family):
     template = template_in_name(name)
     assert (template.family if template else None) == family
+
+
+def test_every_listed_spelling_ends_where_taking_spellings_out_cuts_the_text():
+    """without_special_tokens keeps a file's text a piece at a time, each ending at a `>`
+    or `]`: a listed token ending otherwise would never be taken out."""
+    assert [token for token in SPECIAL_TOKENS if token[-1] not in ">]"] == []
 
 
 def qwen_backend() -> OpenAIBackend:

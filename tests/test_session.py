@@ -21,18 +21,17 @@ from completer.kv import KVSequence
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.postprocess import CursorContext, postprocess
 from completer.prompt import TEMPLATES, Segment, path_header, render
-from completer.remote import LlamaServerClient
-from completer.remote_session import LlamaServerBackend, RemoteCompleter
-from completer.session import (WARM_PIECE, Completer, CompletionRequest, DocumentCaches, ForwardCache, PositionError,
-                               PromptTooLong, cursor_offset, fit_prompt)
-from llama_server_process import LlamaServer
+from completer.local_decoder import WARM_PIECE, DocumentCaches, LocalDecoder
+from completer.requests import CompletionRequest, Source, cursor_offset
+from completer.session import Completer, ForwardCache, PromptTooLong, fit_prompt
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
 
 @pytest.fixture(scope="module")
-def models(smol):
-    return LlamaModel(smol.target, n_gpu_layers=0), LlamaModel(smol.draft, n_gpu_layers=0)
+def models(target, smol):
+    """The session's target, and the draft (this module's own)."""
+    return target, LlamaModel(smol.draft, n_gpu_layers=0)
 
 
 @pytest.fixture
@@ -193,14 +192,14 @@ def test_the_forward_cache_answers_only_for_the_text_it_was_shown_after():
 
 
 def test_typing_into_the_shown_completion_needs_no_model_call(engine):
-    completer = Completer(engine, completer_config())
+    completer = Completer(LocalDecoder(engine), completer_config())
     text = file_text("textwrap.py") + "\n    def fill_all(self, texts):\n        return "
     shown = completer.complete(request_at_end("a.py", text)).text
     assert len(shown) > 3 and "\n" not in shown
     cache, evaluated_before = held(engine), evaluated(engine)
     for typed in range(1, len(shown)):
         again = completer.complete(request_at_end("a.py", text + shown[:typed]))
-        assert (again.source, again.text) == ("forward cache", shown[typed:])
+        assert (again.source, again.text) == (Source.FORWARD_CACHE, shown[typed:])
     # No model call: the caches hold what they held, and nothing was evaluated.
     assert evaluated(engine) == evaluated_before
     assert held(engine) == cache and engine.target.context.length() == len(cache[0])
@@ -223,7 +222,7 @@ def draft_state(engine: Engine, text: str) -> bytes:
 
 @pytest.mark.parametrize("damage", ["truncated", "another model's"])
 def test_a_restore_that_fails_empties_the_caches_and_the_next_completion_is_fresh(engine, models, caplog, damage):
-    completer = Completer(engine, Config(generation=GenerationOptions(max_tokens=16, draft_mode="target",
+    completer = Completer(LocalDecoder(engine), Config(generation=GenerationOptions(max_tokens=16, draft_mode="target",
                                                                       time_budget_ms=0)))
     a, b = file_text("textwrap.py"), file_text("shlex.py")
     completer.complete(request_at_end("a.py", a))
@@ -231,16 +230,16 @@ def test_a_restore_that_fails_empties_the_caches_and_the_next_completion_is_fres
     for sequence in live_sequences(engine):  # keep what one batch evaluated: a fresh batch gives its exact logits
         sequence.truncate(len(sequence.tokens) // 2)
     held_b = held(engine)
-    spoil(completer.caches.saved["a.py"], draft_state(engine, a) if damage == "another model's" else None)
-    completer.caches.activate("a.py")  # what the next request for a.py does first
+    spoil(completer.decoder.caches.saved["a.py"], draft_state(engine, a) if damage == "another model's" else None)
+    completer.decoder.caches.activate("a.py")  # what the next request for a.py does first
     assert "evaluated again" in caplog.text
     assert_caches_hold(engine, [[], []])  # empty, and llama.cpp agrees: not N tokens over an empty KV
     request = request_at_end("a.py", a + "\n    def")
     cached = completer.complete(request)
     assert cached.evaluated_tokens == cached.prompt_tokens  # evaluated again from the start
-    fresh = Completer(Engine(*models, n_ctx=2048, calibrate_s=0), completer.config)
+    fresh = Completer(LocalDecoder(Engine(*models, n_ctx=2048, calibrate_s=0)), completer.config)
     assert cached.text == fresh.complete(request).text
-    completer.caches.activate("b.py")  # the other document's snapshot is intact
+    completer.decoder.caches.activate("b.py")  # the other document's snapshot is intact
     assert_caches_hold(engine, held_b)
 
 
@@ -298,7 +297,7 @@ def request_at_end(document: str, text: str, path: str | None = None) -> Complet
 
 
 def test_each_keystroke_evaluates_only_the_new_tokens(engine):
-    completer = Completer(engine, completer_config(max_tokens=8))
+    completer = Completer(LocalDecoder(engine), completer_config(max_tokens=8))
     text = file_text("textwrap.py")
     first = completer.complete(request_at_end("a.py", text))
     assert first.evaluated_tokens == first.prompt_tokens > 500
@@ -306,34 +305,22 @@ def test_each_keystroke_evaluates_only_the_new_tokens(engine):
     costs = []
     for i in range(1, len(typed) + 1):
         completion = completer.complete(request_at_end("a.py", text + typed[:i]))
-        if completion.source == "model":
+        if completion.source == Source.MODEL:
             costs.append(completion.evaluated_tokens)
     assert costs and max(costs) <= 4 and sum(costs) / len(costs) <= 3
 
 
-def test_a_completion_shown_then_typed_needs_no_model_call(engine):
-    completer = Completer(engine, completer_config())
-    text = file_text("textwrap.py") + "\n    def fill_all(self, texts):\n        return "
-    shown = completer.complete(request_at_end("a.py", text))
-    assert shown.source == "model" and len(shown.text) > 2
-    before = evaluated(engine)
-    again = completer.complete(request_at_end("a.py", text + shown.text[:2]))
-    assert (again.source, again.text) == ("forward cache", shown.text[2:])
-    assert evaluated(engine) == before
-    assert completer.counters.forward_cache_hits == 1
-
-
 def test_accepting_a_whole_completion_and_going_on_reuses_the_cache(engine):
-    completer = Completer(engine, completer_config())
+    completer = Completer(LocalDecoder(engine), completer_config())
     text = file_text("textwrap.py") + "\n    def fill_all(self, texts):\n        return "
     shown = completer.complete(request_at_end("a.py", text))
     accepted = completer.complete(request_at_end("a.py", text + shown.text + "\n"))
-    assert accepted.source == "model"
+    assert accepted.source == Source.MODEL
     assert accepted.evaluated_tokens <= len(engine.model.tokenize(shown.text)) + 3
 
 
 def test_a_newer_request_cancels_the_running_one_and_the_cache_stays_consistent(engine, models):
-    completer = Completer(engine, completer_config(max_tokens=400))
+    completer = Completer(LocalDecoder(engine), completer_config(max_tokens=400))
     text = file_text("textwrap.py")
     results = {}
     older = threading.Thread(target=lambda: results.setdefault("older", completer.complete(
@@ -346,33 +333,17 @@ def test_a_newer_request_cancels_the_running_one_and_the_cache_stays_consistent(
         time.sleep(0.001)
     newer = completer.complete(request_at_end("a.py", text + "\n    def "))
     older.join()
-    assert results["older"].source == "superseded" and results["older"].text == ""
-    assert newer.source == "model" and completer.counters.superseded == 1
+    assert results["older"].source == Source.SUPERSEDED and results["older"].text == ""
+    assert newer.source == Source.MODEL and completer.counters.superseded == 1
     # The cache holds exactly its tokens: the next completion equals a fresh engine's
     # (plain decoding, short: longer texts may part at a near tie, see test_speculative_engine).
     completer.configure(replace(completer.config, generation=GenerationOptions(max_tokens=16, draft_mode="target",
                                                                                time_budget_ms=0)))
     next_request = request_at_end("a.py", text + "\n    def wrap")
     cached = completer.complete(next_request)
-    fresh = Completer(Engine(*models, n_ctx=2048, calibrate_s=0), completer.config)
+    fresh = Completer(LocalDecoder(Engine(*models, n_ctx=2048, calibrate_s=0)), completer.config)
     assert cached.text == fresh.complete(next_request).text
     assert engine.target.context.length() == len(engine.target.tokens)
-
-
-def test_other_workspace_files_become_context_and_outside_files_never_do(engine, tmp_path):
-    workspace = tmp_path / "project"
-    workspace.mkdir()
-    outside = tmp_path / "secrets.py"
-    completer = Completer(engine, completer_config(max_tokens=4, chunk_lines=16), Workspace([workspace]))
-    helper = "".join(f"def helper_{i}(value):\n    return value * {i}\n" for i in range(8))
-    secret = "".join(f"API_TOKEN_{i} = 'do-not-send-{i}'\n" for i in range(8))
-    completer.complete(request_at_end("helpers", helper, str(workspace / "helpers.py")))
-    completer.complete(request_at_end("secrets", secret, str(outside)))
-    completer.complete(request_at_end("main", "import helpers\n\nx = ", str(workspace / "main.py")))
-    assert [chunk.path for chunk in completer.ring.chunks] == ["helpers.py"]
-    prompt_text = engine.model.detokenize(engine.target.tokens)
-    assert "def helper_7(value)" in prompt_text and "# helpers.py" in prompt_text
-    assert "do-not-send" not in prompt_text and "# main.py" in prompt_text
 
 
 def test_n_gram_lookup_drafts_from_workspace_documents_switched_away_from(engine, tmp_path):
@@ -381,7 +352,7 @@ def test_n_gram_lookup_drafts_from_workspace_documents_switched_away_from(engine
     one no more."""
     workspace = tmp_path / "project"
     workspace.mkdir()
-    completer = Completer(engine, completer_config(max_tokens=4), Workspace([workspace]))
+    completer = Completer(LocalDecoder(engine), completer_config(max_tokens=4), Workspace([workspace]))
     text = file_text("textwrap.py")
     indexed = engine.model.tokenize(text)  # as the index holds the document
     middle = len(indexed) // 2
@@ -411,10 +382,10 @@ def test_drafting_options_change_what_is_drafted_without_a_reload(engine):
     probing = DraftingOptions(probe_every=1, probe_max=1)
     config = Config(generation=GenerationOptions(max_tokens=16, time_budget_ms=0, draft_mode="ngram"),
                     prompt=PromptOptions(heal=False), drafting=probing)
-    completer = Completer(engine, config)
-    assert completer.complete(request_at_end("a.py", text)).generation.stats.drafted > 0
+    completer = Completer(LocalDecoder(engine), config)
+    assert completer.complete(request_at_end("a.py", text)).result.stats.drafted > 0
     completer.configure(replace(config, drafting=replace(probing, ngram_min_match=60)))
-    assert completer.complete(request_at_end("b.py", text)).generation.stats.drafted == 0
+    assert completer.complete(request_at_end("b.py", text)).result.stats.drafted == 0
 
 
 def test_top_k_and_top_p_reach_the_sampler(engine, models):
@@ -424,28 +395,18 @@ def test_top_k_and_top_p_reach_the_sampler(engine, models):
     def completed(**generation) -> str:
         config = Config(generation=GenerationOptions(max_tokens=12, time_budget_ms=0, **generation),
                         prompt=PromptOptions(heal=False))
-        return Completer(Engine(*models, n_ctx=2048, calibrate_s=0), config).complete(request).text
+        return Completer(LocalDecoder(Engine(*models, n_ctx=2048, calibrate_s=0)), config).complete(request).text
 
     greedy = completed()
     assert completed(temperature=1.0, top_k=1) == greedy
     assert completed(temperature=1.0, top_p=0.0) == greedy
 
 
-def test_a_cursor_outside_the_document_is_a_clear_error(engine):
-    completer = Completer(engine, completer_config())
-    with pytest.raises(PositionError, match="line 5 is outside the document"):
-        cursor_offset("x = 1\n", 5, 0)
-    with pytest.raises(PositionError, match="character 9 is outside line 0"):
-        cursor_offset("x = 1\n", 0, 9)
-    with pytest.raises(PositionError, match="offset 7 is outside the document"):
-        completer.complete(CompletionRequest("a.py", "a.py", "x = 1\n", 7))
-
-
 def test_a_fim_family_prompt_re_evaluates_the_new_tokens_and_the_bounded_suffix(smol_fim):
     fim_target = LlamaModel(smol_fim, n_gpu_layers=0)
-    completer = Completer(Engine(fim_target, None, n_ctx=2048, calibrate_s=0),
+    completer = Completer(LocalDecoder(Engine(fim_target, None, n_ctx=2048, calibrate_s=0)),
                           completer_config(max_tokens=8, suffix_lines=4))
-    assert completer.template.family == "starcoder"
+    assert completer.decoder.model.template.family == "starcoder"
     text = file_text("textwrap.py")
     cut = text.index("\n", len(text) // 2) + 1
     before, after = text[:cut], text[cut:]
@@ -457,14 +418,14 @@ def test_a_fim_family_prompt_re_evaluates_the_new_tokens_and_the_bounded_suffix(
                                                     "python"))
 
     complete("")
-    held = completer.engine.target.tokens
+    held = completer.decoder.engine.target.tokens
     assert held[0] == special.fim_prefix and special.fim_suffix in held and special.fim_middle in held
     assert held.index(special.fim_suffix) < held.index(special.fim_middle)
     suffix_tokens = held.index(special.fim_middle) - held.index(special.fim_suffix)
     assert suffix_tokens >= len(fim_target.tokenize(suffix_lines)) // 2
     typed = "    def "
     costs = [c.evaluated_tokens for c in map(complete, (typed[:i] for i in range(1, len(typed) + 1)))
-             if c.source == "model"]
+             if c.source == Source.MODEL]
     # Each keystroke: the typed characters, then the whole suffix section again (PSM).
     assert costs and all(suffix_tokens <= cost <= suffix_tokens + 4 for cost in costs)
 
@@ -478,23 +439,23 @@ def two_thousand_lines() -> str:
 
 
 def test_warming_evaluates_the_prompt_ahead_so_the_first_completion_evaluates_one_token(engine):
-    completer = Completer(engine, completer_config(max_tokens=8))
+    completer = Completer(LocalDecoder(engine), completer_config(max_tokens=8))
     text = two_thousand_lines()
     request = CompletionRequest("big", "big.py", text, cursor_offset(text, 1500, 0), "python")
-    prompt = completer.prompt(request)[0]
+    prompt = completer.prompt(request, completer.decoder.model)[0]
     assert completer.warm(request) == len(prompt) - 1  # all but the last token
     completion = completer.complete(request)
     assert completion.prompt == prompt and completion.evaluated_tokens == 1
     assert completer.stats().warmed_tokens == len(prompt) - 1
-    cold = Completer(Engine(engine.model, None, n_ctx=2048, calibrate_s=0), completer_config(max_tokens=8))
+    cold = Completer(LocalDecoder(Engine(engine.model, None, n_ctx=2048, calibrate_s=0)), completer_config(max_tokens=8))
     assert cold.complete(request).evaluated_tokens == len(prompt)
 
 
 def test_a_request_during_warming_goes_first_and_one_for_another_document_ends_it(engine):
-    completer = Completer(engine, completer_config(max_tokens=8))
+    completer = Completer(LocalDecoder(engine), completer_config(max_tokens=8))
     text = two_thousand_lines()
     big = CompletionRequest("big", "big.py", text, cursor_offset(text, 1500, 0), "python")
-    prompt = completer.prompt(big)[0]
+    prompt = completer.prompt(big, completer.decoder.model)[0]
     warmed = {}
     warming = threading.Thread(target=lambda: warmed.setdefault("tokens", completer.warm(big)))
     warming.start()
@@ -502,10 +463,10 @@ def test_a_request_during_warming_goes_first_and_one_for_another_document_ends_i
         time.sleep(0.001)
     completion = completer.complete(request_at_end("small", "def mean(values):\n    return "))
     warming.join()
-    assert completion.source == "model" and completion.text
+    assert completion.source == Source.MODEL and completion.text
     # The request took the engine between two pieces, and the caches: warming stopped there.
     assert 0 < warmed["tokens"] < len(prompt) - 1
-    assert completer.caches.current == "small"
+    assert completer.decoder.caches.current == "small"
     # What it did was kept: the big document's caches were saved with its pieces in them.
     assert completer.complete(big).evaluated_tokens == len(prompt) - warmed["tokens"]
 
@@ -545,7 +506,7 @@ def test_fitting_a_prompt_ends_for_any_room_and_any_text(request, room, prefix_l
     ring = ChunkRing(workspace, len, capacity=chunks)
     for i in range(chunks):
         ring.add(f"/project/other{i}.py", "".join(f"def f{i}_{n}(): pass\n" for n in range(20)), 0)
-    options = PromptOptions(prefix_lines=prefix_lines, suffix_lines=suffix_lines, context_tokens=10**6)
+    options = PromptOptions(prefix_lines=prefix_lines, suffix_lines=suffix_lines, cross_file_tokens=10**6)
     lines, chars = request.text.count("\n"), len(request.text)
     encode = CountedEncodings(len(ring.chunks) + lines.bit_length() + chars.bit_length() + 3)
     try:
@@ -557,32 +518,6 @@ def test_fitting_a_prompt_ends_for_any_room_and_any_text(request, room, prefix_l
         assert length <= room
 
 
-def within(seconds: float, function, *args):
-    """function(*args) from a thread, which must return within `seconds`: a hang fails
-    the test rather than hanging it (the thread is left behind as a daemon)."""
-    results: list = []
-    thread = threading.Thread(target=lambda: results.append(function(*args)), daemon=True)
-    thread.start()
-    thread.join(seconds)
-    assert results, f"{function.__name__} did not return within {seconds} s"
-    return results[0]
-
-
-def test_a_prompt_that_cannot_fit_gets_an_empty_answer_saying_why_and_the_engine_stays_free(engine):
-    """An answer as long as the context leaves no room for any prompt: fitting one looped
-    forever while holding the engine, and every later request waited behind it."""
-    completer = Completer(engine, completer_config(max_tokens=engine.context_tokens))
-    request = request_at_end("a.py", file_text("textwrap.py"))
-    completion = within(30, completer.complete, request)
-    assert (completion.text, completion.source, completion.stop_reason) == ("", "no room", "prompt too long")
-    assert f"models.context_tokens {engine.context_tokens} less generation.max_tokens {engine.context_tokens}" \
-        in completion.warning and completion.warning.startswith("no completion: the smallest prompt takes")
-    assert within(30, completer.warm, request) == 0
-    completer.configure(completer_config(max_tokens=8))
-    completion = within(120, completer.complete, request)
-    assert completion.source == "model" and completion.warning == ""
-
-
 def test_completions_settings_and_statistics_from_many_threads_at_once_all_answer(engine, tmp_path):
     """The language server completes in worker threads while its event loop applies new
     settings and reads the statistics. New match lengths rebuild every n-gram index (of
@@ -592,7 +527,7 @@ def test_completions_settings_and_statistics_from_many_threads_at_once_all_answe
     threads switch every 10 us instead of every 5 ms, so that the races show."""
     workspace = tmp_path / "project"
     workspace.mkdir()
-    completer = Completer(engine, completer_config(max_tokens=4, prefix_lines=16, context_tokens=0),
+    completer = Completer(LocalDecoder(engine), completer_config(max_tokens=4, prefix_lines=16, cross_file_tokens=0),
                           Workspace([workspace]))
     texts = [file_text(name, 20_000) for name in ("textwrap.py", "shlex.py", "string.py", "glob.py")]
     switch_interval = sys.getswitchinterval()
@@ -637,8 +572,8 @@ def test_completions_settings_and_statistics_from_many_threads_at_once_all_answe
     assert not any(thread.is_alive() for thread in threads), "a thread did not end"
     assert failures == []
     for i in range(len(texts)):
-        assert answers[f"complete {i}"] and set(answers[f"complete {i}"]) <= {"model", "superseded"}
-    assert "model" in sum(answers.values(), []) and len(answers["configure"]) > 10
+        assert answers[f"complete {i}"] and set(answers[f"complete {i}"]) <= {Source.MODEL, Source.SUPERSEDED}
+    assert Source.MODEL in sum(answers.values(), []) and len(answers["configure"]) > 10
     assert completer.stats().requests == sum(len(answers[f"complete {i}"]) for i in range(len(texts)))
 
 
@@ -680,20 +615,3 @@ def test_the_saved_caches_size_is_read_safely_while_documents_switch(engine):
     assert failures == [] and sums and caches.saved_bytes <= caches.budget_bytes
 
 
-def test_a_server_whose_slots_hold_no_prompt_gets_an_empty_answer_saying_why(llama_server, smol, tmp_path):
-    """llama-server -np 64 -c 4096 has slots of 256 tokens (the pinned build gives a slot
-    no fewer, though 4096 / 64 is 64): an answer of 256 leaves no room for any prompt, and
-    fitting one looped forever."""
-    process = LlamaServer(llama_server, smol.target, tmp_path / "server.log", slots=64, context=4096).start()
-    try:
-        completer = RemoteCompleter(LlamaServerBackend(LlamaServerClient(process.url)), completer_config(max_tokens=256))
-        request = request_at_end("a.py", file_text("textwrap.py"))
-        completion = within(30, completer.complete, request)
-        assert (completion.text, completion.source, completion.stop_reason) == ("", "no room", "prompt too long")
-        assert "the server's 256 tokens a slot less generation.max_tokens 256" in completion.warning
-        assert within(30, completer.warm, request) == 0
-        completer.configure(completer_config(max_tokens=8))  # 247 tokens for the prompt: the file's last lines
-        completion = within(60, completer.complete, request)
-        assert completion.source == "model" and completion.warning == "" and len(completion.prompt) <= 247
-    finally:
-        process.stop()

@@ -20,11 +20,11 @@ from completer.tuning import CostModel
 from completer.workspace_index import TokenTable, WorkspaceIndex
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
-# A KV cache filled by single-token steps gives logits up to 0.94 away from one filled
-# in one batch (measured: 4 stdlib holes, 40 steps each; llama.cpp's one-token kernel
-# sums in another order than its batched one). Bookkeeping errors are caught exactly
-# instead: llama.cpp refuses positions that do not follow the cache's last one, and
-# the token lists are compared.
+# A KV cache filled by single-token steps gives logits some way off those of one filled
+# in one batch (llama.cpp's one-token kernel sums in another order than its batched
+# one): this bound allows for that. Bookkeeping errors are caught exactly instead:
+# llama.cpp refuses positions that do not follow the cache's last one, and the token
+# lists are compared.
 NUMERICS_BOUND = 1.5
 
 
@@ -37,11 +37,6 @@ def stdlib_holes(count: int, prompt_chars: int = 1500) -> list[str]:
         at = text.find("\n", at + 1) + 1  # after the def line
         holes.append(text[max(0, at - prompt_chars) : at])
     return holes[:count]
-
-
-@pytest.fixture(scope="module")
-def target(smol):
-    return LlamaModel(smol.target, n_gpu_layers=0)
 
 
 @pytest.fixture(scope="module")
@@ -154,7 +149,8 @@ def test_the_target_as_its_own_draft_is_rejected_only_at_near_ties(smol, target)
     """The draft is the target, so it proposes the target's own greedy tokens; one is
     rejected only where the draft's one-token pass and the target's batched pass break
     a near tie apart: there the target's top two logits are within NEAR_TIE_LOGITS.
-    (On an AVX2 CPU 5 of 79 drafted tokens were, on an AVX-512 one under 5%.)"""
+    (On a 2-core AMD EPYC with AVX2, 5 of 79 drafted tokens were.) The generation's
+    totals are its rounds': each kept all it produced but the target's own token."""
     engine = Engine(target, target, n_ctx=2048, calibrate_s=0)
     accepted = drafted = 0
     for hole in stdlib_holes(3):
@@ -166,6 +162,9 @@ def test_the_target_as_its_own_draft_is_rejected_only_at_near_ties(smol, target)
                 second, first = np.sort(result.logits[rejected_at])[-2:]
                 assert first - second < NEAR_TIE_LOGITS
             made_before += made
+        drafts = [(k, made) for provider, k, _, _, made in result.stats.rounds if provider is not None]
+        assert result.stats.drafted == sum(k for k, _ in drafts)
+        assert result.stats.accepted == sum(made - 1 for _, made in drafts)
         accepted, drafted = accepted + result.stats.accepted, drafted + result.stats.drafted
     assert drafted >= 40
     assert accepted / drafted >= 0.85

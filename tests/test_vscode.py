@@ -15,7 +15,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from completer.config import camel_case, machine_options, settings_schema
+from completer.config import RENAMED, machine_options, setting_name, settings_schema
 from completer.lsp import protocol
 from listener import Listener
 
@@ -24,20 +24,9 @@ MANIFEST = json.loads((EXTENSION / "package.json").read_text())
 SETTINGS = MANIFEST["contributes"]["configuration"]["properties"]
 ARTIFACTS = EXTENSION / "e2e-artifacts"  # where the screenshots stay for people to look at
 
-STATS_PY = '''import math
-
-
-def mean(values):
-    return sum(values) / len(values)
-
-
-def variance(values):
-    center = mean(values)
-    return sum((value - center) ** 2 for value in values) / len(values)
-
-
-def stdev(values):
-    '''
+# The sample file `make demo` completes: the test types its last line's `return math.` itself.
+EXAMPLE = (Path(__file__).resolve().parent.parent / "examples" / "stats.py").read_text()
+TYPED = "return math."
 
 
 def test_every_server_option_is_a_setting_with_the_servers_default_and_description():
@@ -54,10 +43,11 @@ def test_the_protocol_module_matches_the_servers():
     assert tuple(re.findall(r"^  (\w+): ", stats_interface, re.MULTILINE)) == protocol.STATS_KEYS
 
 
-def setting_name(option: str) -> str:
-    """`models.server_url` -> `models.serverUrl`, as VS Code's settings are named."""
-    group, key = option.split(".")
-    return f"{group}.{camel_case(key)}"
+def test_the_extension_knows_each_renamed_option_under_its_old_and_new_setting():
+    source = (EXTENSION / "src" / "settings.ts").read_text()
+    table = source[source.index("RENAMED: Readonly"):]
+    renamed = dict(re.findall(r'"([\w.]+)": "([\w.]+)"', table[: table.index("};")]))
+    assert renamed == {setting_name(old): setting_name(new) for old, new in RENAMED.items()}
 
 
 def test_the_extension_passes_the_servers_machine_level_options_as_its_flags():
@@ -102,12 +92,13 @@ def test_a_real_vscode_shows_the_servers_suggestion_and_tab_accepts_it(smol, smo
     toolchain = json.loads(toolchain_file.read_text())
     workspace = tmp_path / "project"
     workspace.mkdir()
-    (workspace / "stats.py").write_text(STATS_PY)
-    typed = "return math."
+    assert EXAMPLE.rstrip("\n").endswith(TYPED), "examples/stats.py no longer ends where the test types"
+    before = EXAMPLE.rstrip("\n").removesuffix(TYPED)
+    (workspace / "stats.py").write_text(before)
     options = {"models.preset": "smol", "generation.maxTokens": 16, "generation.timeBudgetMs": 0}
     env = {**os.environ, "CODE_SERVER": toolchain["code_server"], "VSIX": str(EXTENSION / "completer.vsix"),
            "COMPLETER": str(Path(sys.executable).with_name("completer")), "WORKSPACE": str(workspace),
-           "FILE": "stats.py", "TYPED": typed, "ARTIFACTS": str(ARTIFACTS), "SERVER_OPTIONS": json.dumps(options),
+           "FILE": "stats.py", "TYPED": TYPED, "ARTIFACTS": str(ARTIFACTS), "SERVER_OPTIONS": json.dumps(options),
            "WORKSPACE_NOTICE": "prompt.chunks = 'many'", SECRET_VARIABLE: "not-for-elsewhere",
            "COMPLETER_CACHE_DIR": str(smol_cache), "HOME": str(tmp_path / "home")}
     (ARTIFACTS / "result.json").unlink(missing_ok=True)
@@ -128,8 +119,8 @@ def test_a_real_vscode_shows_the_servers_suggestion_and_tab_accepts_it(smol, smo
     assert (ARTIFACTS / "vscode-inline-suggestion.png").stat().st_size > 10_000
     # Tab put exactly the ghost text after what was typed.
     written = result["after"]
-    assert written.startswith(STATS_PY + typed)
-    inserted = written[len(STATS_PY + typed):]
+    assert written.startswith(before + TYPED)
+    inserted = written[len(before + TYPED):]
     assert re.sub(r"\s", "", inserted) == re.sub(r"\s", "", shown)
     # The status bar shows the live acceptance rate and speed once completions ran.
     assert re.fullmatch(r"\s*\d+% · \d+ tok/s", result["status"]), result["status"]

@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from completer.bench import LLAMA_SERVER_PEERS
-from completer.models.backend import LlamaModel, default_threads
+from completer.models.backend import LlamaModel
 
 DRAFT = "{draft}"  # in a configuration's arguments: the draft model's path
 # Per mode, llama-server's arguments beyond the model, context and threads.
@@ -118,11 +118,12 @@ class LlamaServer(ServerPeer):
     """One llama-server configuration on the models the bench loaded, with their GPU
     layers, our thread count and context size, and one slot."""
 
-    def __init__(self, binary: Path, mode: str, target: LlamaModel, draft: LlamaModel | None, context_tokens: int):
+    def __init__(self, binary: Path, mode: str, target: LlamaModel, draft: LlamaModel | None, context_tokens: int,
+                 threads: int):
         drafts = DRAFT in SERVER_ARGS[mode]
         if drafts and draft is None:
             raise PeerFailed("the preset has no draft model")
-        threads = str(default_threads())
+        threads = str(threads)
         extra = [str(draft.path) if arg == DRAFT else arg for arg in SERVER_ARGS[mode]]
         drafting = ["-td", threads, "-tbd", threads, "-ngld", str(draft.gpu_layers)] if drafts else []
         self.port = _free_port()
@@ -186,11 +187,11 @@ class LlamaServer(ServerPeer):
 class PromptLookupPeer:
     """llama-cpp-python's high-level generator with its prompt-lookup draft."""
 
-    def __init__(self, path: str, n_ctx: int, is_end: Callable[[int], bool]):
+    def __init__(self, path: str, n_ctx: int, threads: int, is_end: Callable[[int], bool]):
         from llama_cpp import Llama
         from llama_cpp.llama_speculative import LlamaPromptLookupDecoding
 
-        self.llm = Llama(path, n_ctx=n_ctx, n_threads=default_threads(), verbose=False, flash_attn=False,
+        self.llm = Llama(path, n_ctx=n_ctx, n_threads=threads, verbose=False, flash_attn=False,
                          draft_model=LlamaPromptLookupDecoding(num_pred_tokens=10), logits_all=True)
         self.is_end = is_end
 

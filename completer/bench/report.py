@@ -12,8 +12,7 @@ from rich.table import Table
 from completer.bench import LLAMA_SERVER, LLAMA_SERVER_PEERS, PEERS
 from completer.bench.holes import Hole
 from completer.bench.metrics import acceptance_by_kind, figures_by_kind, rounds_by_match, summarize_mode
-from completer.bench.run import Settings
-from completer.models.resolve import ModelFiles
+from completer.bench.run import Bench
 from completer.tuning import MATCH_BUCKET_NAMES, CostModel
 from completer.workspace_index import IndexStats
 
@@ -31,21 +30,23 @@ def machine() -> dict:
             "llama_cpp_python": version("llama_cpp_python")}
 
 
-def document(settings: Settings, seed: int, roots: list[Path], files: ModelFiles, distilled: Path | None,
-             costs: CostModel, summary: dict, holes: list[Hole], records: list[dict],
-             index: IndexStats = IndexStats()) -> dict:
-    """The report file: the machine, models and settings, the cost curve the modelled
-    columns used, the summary, and every hole and per-hole record."""
-    return {"machine": machine(), "preset": settings.preset,
+def document(bench: Bench, seed: int, roots: list[Path], distilled: Path | None, summary: dict, holes: list[Hole],
+             records: list[dict]) -> dict:
+    """The report file: the machine, models and settings (the threads each engine's
+    contexts ran with, as llama.cpp reads them back), the cost curve the modelled columns
+    used, the summary, and every hole and per-hole record."""
+    settings, files = bench.settings, bench.pair.files
+    models, generation, drafting = settings.config.models, settings.config.generation, settings.config.drafting
+    return {"machine": machine(), "preset": models.preset,
             "models": {"target": str(files.target), "draft": str(files.draft),
                        "distilled_draft": str(distilled) if distilled else None},
             "settings": {"modes": list(settings.modes), "n": len(holes), "seed": seed,
-                         "max_tokens": settings.max_tokens, "temperature": settings.temperature,
-                         "context_tokens": settings.context_tokens, "exact": settings.exact,
-                         "roots": [str(r) for r in roots], "index_mb": settings.index_mb,
-                         "tree_branches": settings.tree_branches},
-            "workspace_index": asdict(index),
-            "cost_curve_ms": {str(k): v for k, v in sorted(costs.verify_ms.items())},
+                         "max_tokens": generation.max_tokens, "temperature": generation.temperature,
+                         "context_tokens": models.context_tokens, "exact": settings.exact,
+                         "roots": [str(r) for r in roots], "index_mb": drafting.index_mb,
+                         "tree_branches": drafting.tree_branches, "threads": bench.threads},
+            "workspace_index": asdict(bench.index_stats),
+            "cost_curve_ms": {str(k): v for k, v in sorted(bench.engine.costs.verify_ms.items())},
             "summary": summary, "holes": [h.to_json() for h in holes], "records": records}
 
 

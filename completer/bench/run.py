@@ -12,24 +12,27 @@
         tie (numerics) or not; with --exact (one token per target decode) every
         difference is a bug
 
-The peers (completer.bench.peers) get the same target file, prompts, token budget and
-temperature. A peer that fails to start, or stops answering, is marked failed with
-its reason, and the run goes on without it.
+Every engine is built by completer.loading from the run's Config, as the editor's is
+(models.threads, the GPU fit). The peers (completer.bench.peers) get the same target
+file, prompts, token budget, temperature and threads. A peer that fails to start, or
+stops answering, is marked failed with its reason, and the run goes on without it.
 """
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field, replace
 from pathlib import Path
-
 
 from completer.bench import LOCAL, MODES, PEER, PEERS
 from completer.bench.holes import Hole
 from completer.bench.peers import LlamaServer, PeerFailed, PromptLookupPeer
-from completer.config import Config, DraftingOptions, GenerationOptions, PromptOptions
+from completer.config import Config
 from completer.context import Workspace
 from completer.engine import Engine, generate
+from completer.loading import Pair, engine_for
+from completer.local_decoder import LocalDecoder
 from completer.models.backend import LlamaModel
 from completer.postprocess import CursorContext, postprocess
-from completer.session import Completer, CompletionRequest, PositionError, cursor_offset
+from completer.requests import CompletionRequest, PositionError, cursor_offset
+from completer.session import Completer
 from completer.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap
 from completer.workspace_index import IndexStats, saved_index_path
 
@@ -40,16 +43,22 @@ PREFIX_LINES = 128
 
 @dataclass(frozen=True)
 class Settings:
-    preset: str
+    """What a run is asked for. `config`: the options every engine and prompt is made
+    with, as an editor's completer would have them (models.preset, context_tokens and
+    threads; generation.max_tokens and temperature; drafting.index_mb and tree_branches),
+    its defaults the Config's."""
+
+    config: Config = field(default_factory=Config)
     modes: tuple[str, ...] = MODES
-    max_tokens: int = 48
-    temperature: float = 0.0
-    context_tokens: int = 4096
     # The target decodes a verify batch one token per llama_decode, as plain steps do:
     # greedy output must then equal target's exactly, and no difference is a near tie.
     exact: bool = False
-    index_mb: float = DraftingOptions().index_mb  # the workspace index over the roots; 0 = none
-    tree_branches: int = DraftingOptions().tree_branches  # token-tree branches beside an index draft; 0 = none
+
+
+def llama_threads(engine: Engine) -> list[int]:
+    """The threads llama.cpp runs each of the engine's contexts with (the target's, then
+    the draft's), read back from llama.cpp: models.threads, where it reached them."""
+    return [sequence.context.n_threads for sequence in engine.sequences]
 
 
 def hidden_truth(hole: Hole) -> tuple[CompletionRequest, str]:
@@ -68,50 +77,54 @@ def hidden_truth(hole: Hole) -> tuple[CompletionRequest, str]:
 
 
 class Bench:
-    """The models, loaded once, and what a run needs to price rounds and check ties."""
+    """The engines over the models, and what a run needs to price rounds and check ties."""
 
-    def __init__(self, target: LlamaModel, draft: LlamaModel | None, settings: Settings,
-                 distilled: LlamaModel | None = None, llama_server: Path | None = None, roots: list[Path] = ()):
-        """`roots`: the repositories the holes are in, indexed for n-gram lookup as an
-        editor's workspace folders would be (each hole's own file hidden: the editor
-        has its text, the hole)."""
+    def __init__(self, pair: Pair, settings: Settings, distilled: LlamaModel | None = None,
+                 llama_server: Path | None = None, roots: list[Path] = ()):
+        """Every engine is built over `pair` (loaded once) by completer.loading, as the
+        editor's is. `roots`: the repositories the holes are in, indexed for n-gram lookup
+        as an editor's workspace folders would be (each hole's own file hidden: the
+        editor has its text, the hole)."""
         self.settings = settings
-        self.model = target
-        self.engine = Engine(target, draft, n_ctx=settings.context_tokens, exact=settings.exact)
-        config = Config(generation=GenerationOptions(max_tokens=settings.max_tokens),
-                        prompt=PromptOptions(prefix_lines=PREFIX_LINES),
-                        drafting=DraftingOptions(index_mb=settings.index_mb, tree_branches=settings.tree_branches))
-        self.completer = Completer(self.engine, config)  # its prompts, as the editor gets them
-        self.index = self.completer.index  # n-gram lookup drafts from it (engine.ngram.workspace)
+        config = replace(settings.config, prompt=replace(settings.config.prompt, prefix_lines=PREFIX_LINES))
+        self.engine, self.pair = engine_for(pair, config, settings.exact)
+        self.model = self.pair.target
+        decoder = LocalDecoder(self.engine)
+        self.completer = Completer(decoder, config)  # its prompts, as the editor gets them
+        self.prompt_model = decoder.connect()
+        self.index = decoder.index  # n-gram lookup drafts from it
         self.index_stats = IndexStats()
-        if settings.index_mb > 0 and roots:
-            saved = saved_index_path(target.path, list(roots))
-            self.index_stats = self.index.build(Workspace(list(roots)), target.tokenize, saved=saved)
+        if config.drafting.index_mb > 0 and roots:
+            saved = saved_index_path(self.model.path, list(roots))
+            self.index_stats = self.index.build(Workspace(list(roots)), self.model.tokenize, saved=saved)
         # Mode suffix (":distilled", ":local") -> the engine it runs on.
         self.engines = {"": self.engine}
         if distilled is not None:
-            self.engines["distilled"] = Engine(target, distilled, n_ctx=settings.context_tokens, exact=settings.exact)
-            self.engines["distilled"].configure(config.drafting)
-            self.engines["distilled"].ngram.workspace = self.engine.ngram.workspace
+            self.engines["distilled"], _ = engine_for(replace(self.pair, draft=distilled), config, settings.exact)
+            if config.drafting.index_mb > 0:  # the index the preset draft's modes look up in
+                self.engines["distilled"].ngram.use_index(self.index)
         if LOCAL in settings.modes:  # its own tuner: what it learns is without the index
-            self.engines["local"] = Engine(target, draft, n_ctx=settings.context_tokens, exact=settings.exact,
-                                           costs=self.engine.costs)
+            self.engines["local"], _ = engine_for(self.pair, config, settings.exact, costs=self.engine.costs)
+        # Engine ("main": the preset draft's modes) -> its contexts' threads, as llama.cpp runs them.
+        self.threads = {name or "main": llama_threads(engine) for name, engine in self.engines.items()}
         self.peers: dict[str, LlamaServer | PromptLookupPeer] = {}  # mode -> its running peer
         self.failed: dict[str, str] = {}  # mode -> why its peer failed
         try:
             for mode in (m for m in settings.modes if m in PEERS):
-                self._start_peer(mode, llama_server, draft)
+                self._start_peer(mode, llama_server)
         except BaseException:  # Ctrl-C while one starts: stop those already running
             self.close()
             raise
 
-    def _start_peer(self, mode: str, llama_server: Path | None, draft: LlamaModel | None) -> None:
-        target, settings = self.model, self.settings
+    def _start_peer(self, mode: str, llama_server: Path | None) -> None:
+        """The peer on our target (and draft), context size and threads."""
+        target, context_tokens = self.model, self.settings.config.models.context_tokens
+        threads = self.threads["main"][0]
         try:
             self.peers[mode] = (
-                PromptLookupPeer(str(target.path), settings.context_tokens, target.is_end_of_generation)
+                PromptLookupPeer(str(target.path), context_tokens, threads, target.is_end_of_generation)
                 if mode == PEER else
-                LlamaServer(llama_server, mode, target, draft, settings.context_tokens))
+                LlamaServer(llama_server, mode, target, self.pair.draft, context_tokens, threads))
         except PeerFailed as error:
             self.failed[mode] = str(error)
 
@@ -124,7 +137,7 @@ class Bench:
     def prompt(self, hole: Hole) -> tuple[list[int], CursorContext]:
         """The prompt for the file with the hole's truth taken out, and the cursor's context."""
         request, line_before = hidden_truth(hole)
-        tokens, suffix = self.completer.prompt(request)
+        tokens, _, suffix = self.completer.prompt(request, self.prompt_model)
         return tokens, CursorContext(line_before, suffix)
 
     def run_hole(self, index: int, hole: Hole) -> list[dict]:
@@ -143,7 +156,8 @@ class Bench:
         for mode in order:
             records[mode], chosen[mode] = self._run_mode(mode, index, hole, prompt)
             records[mode]["shown"] = postprocess(self.model.detokenize(records[mode]["tokens"]), cursor)
-        greedy = self.settings.temperature <= 0
+        generation = self.settings.config.generation
+        greedy = generation.temperature <= 0
         target_logits = None  # behind target's tokens and end token [n, V], once a mode parted from them
         for mode, record in records.items():
             if "failed" in record:
@@ -152,7 +166,7 @@ class Bench:
             if greedy and "target" in records and not record["identical"]:
                 if target_logits is None:  # plain decoding again, untimed: the same tokens, with their rows
                     self.engine.prefill(prompt)
-                    target_logits = generate(self.engine, prompt, self.settings.max_tokens, mode="target",
+                    target_logits = generate(self.engine, prompt, generation.max_tokens, mode="target",
                                              keep_logits=True).logits
                 record["parting_gap"] = gap = parting_gap(target_logits, chosen[mode])
                 record["near_tie"] = not self.settings.exact and gap is not None and gap < NEAR_TIE_LOGITS
@@ -164,12 +178,12 @@ class Bench:
         none at temperature 0."""
         base = {"hole": index, "kind": hole.kind, "language": hole.language, "mode": mode, "truth": hole.truth,
                 "prompt_tokens": len(prompt)}
-        settings = self.settings
+        generation = self.settings.config.generation
         if mode in PEERS:
             try:
                 if mode in self.failed:
                     raise PeerFailed(self.failed[mode])
-                result = self.peers[mode].generate(prompt, settings.max_tokens, settings.temperature, index)
+                result = self.peers[mode].generate(prompt, generation.max_tokens, generation.temperature, index)
             except PeerFailed as error:
                 self.failed[mode] = str(error)
                 if mode in self.peers:
@@ -181,7 +195,7 @@ class Bench:
         engine = self.engines[draft]
         engine.prefill(prompt)  # outside the timing
         decode_before, logits_before = engine.llama_ms()
-        result = generate(engine, prompt, settings.max_tokens, sampling=Sampling(settings.temperature, seed=index),
+        result = generate(engine, prompt, generation.max_tokens, sampling=Sampling(generation.temperature, seed=index),
                           mode=provider, document=hole.file, language=hole.language)
         decode_after, logits_after = engine.llama_ms()
         s = result.stats

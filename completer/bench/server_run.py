@@ -2,7 +2,7 @@
 
     for each hole:
         prompt = what the editor would send for the file with the hole's truth taken
-                 out (RemoteCompleter's prompt, in the server's own tokens)
+                 out (the Completer's prompt, in the server's own tokens)
         each row, in an order rotated per hole: the prompt evaluated outside the
                  timing, then `max_tokens` tokens with no early stop; the server's
                  own timings, drafts and acceptance
@@ -18,7 +18,8 @@ from completer.bench.metrics import summarize_mode
 from completer.bench.peers import ServerPeer
 from completer.bench.run import hidden_truth
 from completer.postprocess import CursorContext, postprocess
-from completer.remote_session import RemoteCompleter, ServerModel
+from completer.decoder import DecoderModel
+from completer.session import Completer
 
 SERVER = "server"
 BASELINE = "target"
@@ -30,7 +31,7 @@ class TeamServer(ServerPeer):
 
 
 class ServerBench:
-    def __init__(self, completer: RemoteCompleter, model: ServerModel, rows: dict[str, ServerPeer], max_tokens: int,
+    def __init__(self, completer: Completer, model: DecoderModel, rows: dict[str, ServerPeer], max_tokens: int,
                  temperature: float):
         self.completer, self.model, self.rows = completer, model, rows
         self.max_tokens, self.temperature = max_tokens, temperature

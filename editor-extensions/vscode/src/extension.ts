@@ -13,6 +13,7 @@ import {
   serveArgs,
   serverOptions,
   type ServerOptions,
+  withRenamedSettings,
 } from "./settings";
 import { type ServerState, statsLines, statusView } from "./status";
 
@@ -163,7 +164,11 @@ class Extension {
       const name = key.slice(SETTINGS_SECTION.length + 1);
       values[name] = settings().get(name);
     }
-    return serverOptions(values);
+    const explicitlySet = (name: string): boolean => {
+      const set = settings().inspect(name);
+      return [set?.globalValue, set?.workspaceValue, set?.workspaceFolderValue].some((value) => value !== undefined);
+    };
+    return serverOptions(withRenamedSettings(values, explicitlySet));
   }
 
   private async configurationChanged(event: vscode.ConfigurationChangeEvent): Promise<void> {

@@ -25,6 +25,26 @@ export const MACHINE_FLAGS: Readonly<Record<string, string>> = {
 // The extension's own settings that choose the program launched: machine scope too.
 export const PROGRAM_SETTINGS = ["command", "pythonPath"] as const;
 
+// Settings the server knows under a new name (completer/config.py's RENAMED, which
+// tests/test_vscode.py keeps this equal to): old name -> new name.
+export const RENAMED: Readonly<Record<string, string>> = { "prompt.contextTokens": "prompt.crossFileTokens" };
+
+// `values` as they should reach the server: an old name the user set is sent, and its new
+// name's default is not, so that the server takes the old one with a warning naming the
+// new one rather than refusing two values that differ; an old name left unset (null) is
+// not sent. `explicitlySet(name)` says whether the user set a setting anywhere.
+export function withRenamedSettings(
+  values: Record<string, unknown>,
+  explicitlySet: (name: string) => boolean,
+): Record<string, unknown> {
+  const sent = { ...values };
+  for (const [old, now] of Object.entries(RENAMED)) {
+    if (sent[old] == null) delete sent[old];
+    else if (!explicitlySet(now)) delete sent[now];
+  }
+  return sent;
+}
+
 export function snakeCase(name: string): string {
   return name.replace(/[A-Z]/g, (letter) => "_" + letter.toLowerCase());
 }

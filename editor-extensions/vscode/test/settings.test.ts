@@ -7,8 +7,10 @@ import {
   pullArgs,
   RESTART_SETTINGS,
   serveArgs,
+  RENAMED,
   serverOptions,
   snakeCase,
+  withRenamedSettings,
 } from "../src/settings";
 
 const manifest = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
@@ -102,5 +104,30 @@ describe("launch", () => {
 
   it("falls back to completer for a blank command", () => {
     expect(launch("  ", "").command).toBe("completer");
+  });
+});
+
+describe("withRenamedSettings", () => {
+  const defaults = { "prompt.crossFileTokens": 1024, "prompt.contextTokens": null, "prompt.chunks": 16 };
+
+  it("sends an old name the user set, without its new name's default", () => {
+    const sent = withRenamedSettings({ ...defaults, "prompt.contextTokens": 2000 }, () => false);
+    expect(sent).toEqual({ "prompt.contextTokens": 2000, "prompt.chunks": 16 });
+  });
+
+  it("sends both when the user set both, for the server to refuse if they differ", () => {
+    const sent = withRenamedSettings({ ...defaults, "prompt.contextTokens": 2000 }, () => true);
+    expect(sent).toEqual({ "prompt.crossFileTokens": 1024, "prompt.contextTokens": 2000, "prompt.chunks": 16 });
+  });
+
+  it("leaves an old name out when it is unset", () => {
+    expect(withRenamedSettings(defaults, () => false)).toEqual({ "prompt.crossFileTokens": 1024, "prompt.chunks": 16 });
+  });
+
+  it("names each old setting as declared, deprecated, with its new one declared too", () => {
+    for (const [old, now] of Object.entries(RENAMED)) {
+      expect(declared[`completer.${old}`]).toHaveProperty("deprecationMessage");
+      expect(declared[`completer.${now}`]).toBeDefined();
+    }
   });
 });

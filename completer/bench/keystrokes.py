@@ -15,10 +15,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from completer.bench.metrics import percentile
-from completer.config import Config, GenerationOptions
-from completer.engine import Engine
-from completer.models.backend import LlamaModel
-from completer.session import Completer, CompletionRequest
+from completer.bench.run import llama_threads
+from completer.config import Config, GenerationOptions, ModelOptions
+from completer.loading import Pair, engine_for
+from completer.local_decoder import LocalDecoder
+from completer.requests import CompletionRequest, Source
+from completer.session import Completer
 
 TYPED_CHARACTERS = 48
 COLD_EVERY = 6  # a cold completion re-evaluates the whole prompt: seconds each, so a sample
@@ -27,7 +29,7 @@ COLD_EVERY = 6  # a cold completion re-evaluates the whole prompt: seconds each,
 @dataclass
 class Keystroke:
     ms: float
-    source: str  # "model" or "forward cache"
+    source: Source  # MODEL or FORWARD_CACHE
     evaluated: int  # prompt tokens evaluated
     edit: bool  # the keystroke right after deleting a line above
 
@@ -60,20 +62,21 @@ def delete_line_above(text: str, cursor: int, lines_up: int = 20) -> tuple[str, 
     return text[:start] + text[end:], cursor - (end - start)
 
 
-def replay_files(target: LlamaModel, draft: LlamaModel | None, paths: list[Path],
-                 context_tokens: int = 4096) -> dict:
+def replay_files(pair: Pair, models: ModelOptions, paths: list[Path]) -> dict:
     """Typing replayed over the files at `paths`: the summary."""
     files = [(str(p), p.read_text(encoding="utf-8", errors="replace"), p.suffix.lstrip(".")) for p in paths]
-    return replay(target, draft, files, context_tokens=context_tokens)[0]
+    return replay(pair, models, files)[0]
 
 
-def replay(target: LlamaModel, draft: LlamaModel | None, files: list[tuple[str, str, str]],
-           max_tokens: int = 16, context_tokens: int = 4096) -> tuple[dict, list[Keystroke]]:
-    """Replay typing over `files` (path, text, language); the summary and every keystroke."""
-    config = Config(generation=GenerationOptions(max_tokens=max_tokens, time_budget_ms=0))
-    warm_engine = Engine(target, draft, n_ctx=context_tokens)
-    cold_engine = Engine(target, draft, n_ctx=context_tokens, costs=warm_engine.costs)
-    warm, cold = Completer(warm_engine, config), Completer(cold_engine, config)
+def replay(pair: Pair, models: ModelOptions, files: list[tuple[str, str, str]],
+           max_tokens: int = 16) -> tuple[dict, list[Keystroke]]:
+    """Replay typing over `files` (path, text, language) on two engines over the pair,
+    made with `models`' options (context size, threads); the summary, with the threads
+    each engine's contexts ran with (llama_threads), and every keystroke."""
+    config = Config(models=models, generation=GenerationOptions(max_tokens=max_tokens, time_budget_ms=0))
+    warm_engine, pair = engine_for(pair, config)
+    cold_engine, _ = engine_for(pair, config, costs=warm_engine.costs)
+    warm, cold = Completer(LocalDecoder(warm_engine), config), Completer(LocalDecoder(cold_engine), config)
     keystrokes: list[Keystroke] = []
     cold_ms: list[float] = []
     for path, text, language in files:
@@ -94,12 +97,13 @@ def replay(target: LlamaModel, draft: LlamaModel | None, files: list[tuple[str, 
             if len(keystrokes) % COLD_EVERY == 0:
                 cold.reset()
                 cold_ms.append(_timed(cold, CompletionRequest(path, path, text, cursor, language))[0])
-    return summarize(keystrokes, cold_ms), keystrokes
+    threads = {"typing": llama_threads(warm_engine), "typing:cold": llama_threads(cold_engine)}
+    return {**summarize(keystrokes, cold_ms), "threads": threads}, keystrokes
 
 
 def summarize(keystrokes: list[Keystroke], cold_ms: list[float]) -> dict:
     every = [k.ms for k in keystrokes]
-    model = [k for k in keystrokes if k.source == "model"]
+    model = [k for k in keystrokes if k.source == Source.MODEL]
     typing = [k.evaluated for k in model if not k.edit]
     return {
         "keystrokes": len(keystrokes),

@@ -1,18 +1,16 @@
-"""Completions from a server that decodes: llama-server's own API, or any
-OpenAI-compatible /v1/completions (vLLM, llama-server). What the editor side keeps is
-what session.Completer keeps: documents, the prompt (the family's FIM template, the
-context chunks), post-processing, the forward cache, newest-request-wins and the
-statistics. What the server does: decoding, its own speculation and the KV cache.
+"""Decoding on a server: llama-server's own API, or any OpenAI-compatible
+/v1/completions (vLLM, llama-server). The server decodes, with its own speculation and
+KV cache; the editor side (session.Completer) keeps the rest.
 
-    request (document text, cursor)
-      -> forward cache: the user typed the start of what is shown? its rest, no call
-      -> newest request wins: an older one for the document is cancelled, its stream
-         closed (the server stops generating)
-      -> the server: connected (its model, slots and FIM family), or down: an empty
-         answer, and another try after a backoff
-      -> prompt, in the slot the server chooses (the one sharing most with it), or with
-         models.server_slots pin the document's own (least recently used give theirs up)
-      -> generate on the server, streamed; post-process, remember for the forward cache
+    connect: the server's model, slots and FIM family; while it is down, why, and
+             another try after a backoff
+    enter:   the document's slot: the server's choice (the one sharing most with the
+             prompt), or with models.server_slots pin the document's own (least
+             recently used give theirs up)
+    encode:  the prompt as token ids from the server's /tokenize (a file's text can
+             never become a control token), or as text with every special token's
+             spelling taken out (OpenAI's API)
+    decode:  generate on the server, streamed; a cancel flag closes the stream
 """
 
 import logging
@@ -20,21 +18,20 @@ import math
 import re
 import threading
 import time
-from contextlib import AbstractContextManager, nullcontext
+from collections.abc import Callable
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
 from itertools import groupby
 from pathlib import Path
 from typing import Protocol
 
 from completer.config import Config, ModelOptions
-from completer.context import ChunkRing, Workspace, chunk_around
-from completer.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
-from completer.prompt import (TEMPLATES, FimTemplate, Segment, control_token, cursor_sections, template_for,
-                              tokenize_segments)
-from completer.remote import (Cancelled, CancelFlag, LlamaServerClient, OpenAIClient, RemoteGeneration, RequestRefused,
-                              ServerError, ServerProps, SlotMap)
-from completer.session import (CompleterStats, Completion, CompletionRequest, CompletionSession, Counters,
-                               PositionError, PromptTooLong, counted, fit_prompt, no_room)
+from completer.context import Workspace
+from completer.decoder import Decode, DecodeCounts, Decoded, DecoderModel, Refused, Unavailable, with_length
+from completer.prompt import TEMPLATES, FimTemplate, Segment, control_token, template_for, tokenize_segments
+from completer.remote import (LlamaServerClient, OpenAIClient, RemoteGeneration, RequestRefused, ServerError,
+                              ServerProps, SlotMap)
+from completer.requests import CancelFlag
 from completer.speculative import Sampling
 
 log = logging.getLogger("completer.remote")
@@ -86,7 +83,6 @@ SPECIAL_REVERSED = re.compile("|".join(re.escape(token[::-1]) for token in SPECI
 # The longest spelling either matches: <| + 64 + |>, or the longest listed.
 SPECIAL_LONGEST = max(68, *map(len, SPECIAL_TOKENS))
 SPELLINGS_END = re.compile(r"[>\]]")  # every spelling's last character
-assert all(token[-1] in ">]" for token in SPECIAL_TOKENS)
 
 
 @dataclass(frozen=True)
@@ -108,7 +104,7 @@ class ServerModel:
 
 
 class Backend(Protocol):
-    """A server, as RemoteCompleter drives it. Every call raises ServerError with the
+    """A server, as ServerDecoder drives it. Every call raises ServerError with the
     reason when the server cannot be used."""
 
     url: str
@@ -212,6 +208,12 @@ class LlamaServerBackend:
         self.client, self.url, self.family = client, client.url, family
         self.vocabulary = ServerVocabulary(client)
 
+    @classmethod
+    def from_options(cls, options: ModelOptions, api_key: str) -> "LlamaServerBackend":
+        client = LlamaServerClient(options.server_url, api_key, options.server_connect_timeout_s,
+                                   options.server_timeout_s)
+        return cls(client, options.prompt_family)
+
     def connect(self) -> ServerModel:
         props: ServerProps = self.client.props()
         self.vocabulary = ServerVocabulary(self.client)  # a restarted server may run another model
@@ -231,7 +233,7 @@ class LlamaServerBackend:
         return ServerModel(name, props.slots, props.context_tokens, template, speculative)
 
     def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int], int]:
-        return counted(tokenize_segments(self.vocabulary.under(cancel), segments))
+        return with_length(tokenize_segments(self.vocabulary.under(cancel), segments))
 
     def count(self, text: str, cancel: CancelFlag | None = None) -> int:
         return len(self.vocabulary.tokenize(text, False, cancel))
@@ -301,10 +303,16 @@ class OpenAIBackend:
     is taken out of a file's text first, so that it cannot inject one). Lengths are
     estimated at CHARS_PER_TOKEN, since the API has no tokenizer."""
 
-    def __init__(self, client: OpenAIClient, family: str = "auto", context_tokens: int = 4096):
+    def __init__(self, client: OpenAIClient, family: str = "auto",
+                 context_tokens: int = ModelOptions().context_tokens):
         self.client, self.url, self.family = client, client.url, family
         self.context_tokens = context_tokens  # models.context_tokens: for a server that does not say
         self.model = ""
+
+    @classmethod
+    def from_options(cls, options: ModelOptions, api_key: str) -> "OpenAIBackend":
+        client = OpenAIClient(options.server_url, api_key, options.server_connect_timeout_s, options.server_timeout_s)
+        return cls(client, options.prompt_family, options.context_tokens)
 
     def connect(self) -> ServerModel:
         entry = self.client.models()[0]
@@ -328,25 +336,8 @@ class OpenAIBackend:
                                     sampling.top_p, time_budget_ms, cancel, done)
 
 
-def backend_for(options: ModelOptions, environ: dict[str, str]) -> Backend:
-    """The configured server's backend; ServerError for settings that cannot work."""
-    if not options.server_url:
-        raise ServerError(f"models.backend {options.backend} needs models.server_url (http://host:port)")
-    api_key = ""
-    if options.api_key_env:
-        api_key = environ.get(options.api_key_env, "")
-        if not api_key:
-            raise ServerError(f"models.api_key_env names {options.api_key_env}, which is not set in the "
-                              "environment completer runs in")
-    timeouts = (options.server_connect_timeout_s, options.server_timeout_s)
-    if options.backend == "openai":
-        return OpenAIBackend(OpenAIClient(options.server_url, api_key, *timeouts), options.prompt_family,
-                             options.context_tokens)
-    return LlamaServerBackend(LlamaServerClient(options.server_url, api_key, *timeouts), options.prompt_family)
-
-
 @dataclass
-class Link:
+class ServerConnection:
     """The server as requests find it: its model once connected; while it fails, why,
     and when to try again (a backoff doubling from FIRST_RETRY_S to MAX_RETRY_S)."""
 
@@ -369,262 +360,120 @@ class Link:
         self.model, self.error, self.backoff_s = model, "", 0.0
 
 
-class SharedRing(ChunkRing):
-    """The ring of context chunks as requests on several worker threads share it: one
-    add, select or resize at a time (an add builds the ring's new list from the old one,
-    so two at once would lose one's chunk, and a select would read a list being cut)."""
-
-    def __init__(self, workspace: Workspace, count_tokens):
-        super().__init__(workspace, count_tokens)
-        self._lock = threading.Lock()
-
-    def add(self, path: str, text: str, cursor: int) -> bool:
-        with self._lock:
-            return super().add(path, text, cursor)
-
-    def select(self, budget_tokens: int, exclude: str = ""):
-        with self._lock:
-            return super().select(budget_tokens, exclude)
-
-    def resize(self, capacity: int, chunk_lines: int) -> None:
-        with self._lock:
-            self.capacity, self.chunk_lines = capacity, chunk_lines
 
 
-class RemoteCompleter:
-    """Completions for every document from a server; the newest request for a document
-    wins. Requests for different documents run at once (in different slots). The same
-    calls as session.Completer, which the language server makes."""
+class ServerDecoder:
+    """A server as a Decoder. Requests for different documents run at once, in different
+    slots; only a server that cannot be reached or fails (5xx, a broken stream, the
+    deadline) is down (Unavailable), one refusing a request (4xx) fails it alone (Refused)."""
 
-    def __init__(self, backend: Backend, config: Config | None = None, workspace: Workspace | None = None):
+    def __init__(self, backend: Backend):
         self.backend = backend
-        self.workspace = workspace or Workspace([])
-        self.ring = SharedRing(self.workspace, self._count)
-        self.link = Link()
+        self.connection = ServerConnection()
         self.slots = SlotMap(1)
-        self.sessions: dict[str, CompletionSession] = {}
-        self.counters = Counters()
-        self.current: str | None = None  # the document of the last request: the one the user is in
-        self._state = threading.Lock()  # sessions, slots, the link, running requests, counters
+        self.config = Config()
+        self._state = threading.Lock()  # the connection, the slots
         self._connecting = threading.Lock()  # one connection attempt at a time
-        self._running: dict[str, CancelFlag] = {}
         self._slot_locks: dict[int, threading.Lock] = {}
-        self.configure(config or Config())
 
-    def _count(self, text: str) -> int:
-        return self.backend.count(text)
+    @property
+    def url(self) -> str:
+        return self.backend.url
 
-    def connect(self) -> ServerModel | None:
+    @property
+    def warning(self) -> str:
+        return self.connection.error
+
+    def server_model(self) -> ServerModel | None:
         """The server's model, connecting first when it is due (at once after a failure
-        backs off); None while the server cannot be used (link.error says why)."""
+        backs off); None while the server cannot be used (`warning` says why)."""
         with self._state:
-            if not self.link.due(time.monotonic()):
-                return self.link.model
+            if not self.connection.due(time.monotonic()):
+                return self.connection.model
         # Another request's attempt under way: not waited for (a stalled server would hold
         # every worker here for the attempt's deadlines), this one is answered as down.
         if not self._connecting.acquire(blocking=False):
             return None
         try:
             with self._state:
-                if not self.link.due(time.monotonic()):
-                    return self.link.model
+                if not self.connection.due(time.monotonic()):
+                    return self.connection.model
             try:
                 model = self.backend.connect()
             except ServerError as error:
                 self._failed(str(error))
                 return None
             with self._state:
-                self.link.connected(model)
+                self.connection.connected(model)
                 self.slots = SlotMap(model.slots)  # a restarted server kept no slot's cache
             return model
         finally:
             self._connecting.release()
 
+    def connect(self) -> DecoderModel | None:
+        model = self.server_model()
+        if model is None:
+            return None
+        return DecoderModel(model.template, model.context_tokens, f"the server's {model.context_tokens} tokens a slot")
+
     def _failed(self, reason: str) -> None:
         with self._state:
-            self.link.failed(reason, time.monotonic())
+            self.connection.failed(reason, time.monotonic())
+
+    @contextmanager
+    def _faults(self):
+        """The server's failures as a Decoder's: a refusal for this request, or the server down."""
+        try:
+            yield
+        except RequestRefused as refused:
+            raise Refused(str(refused), refused.context_exceeded) from None
+        except ServerError as error:
+            self._failed(str(error))
+            raise Unavailable(str(error)) from None
 
     def configure(self, config: Config) -> None:
-        """New options, from the next request on."""
         self.config = config
-        self.ring.resize(config.prompt.chunks, config.prompt.chunk_lines)
 
-    def cancel(self, document: str) -> None:
+    def turn(self) -> AbstractContextManager:
+        return nullcontext()  # requests for other documents go on at once; a pinned slot is locked in decode
+
+    def enter(self, document: str, path_in_workspace: str | None, left: tuple[str, str] | None,
+              cancel: CancelFlag | None) -> None:
+        """Nothing to prepare: the server keeps its own caches and drafts from them."""
+
+    def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int] | str, int]:
+        with self._faults():
+            return self.backend.encode(segments, cancel)
+
+    def count(self, text: str, cancel: CancelFlag | None = None) -> int:
+        with self._faults():
+            return self.backend.count(text, cancel)
+
+    def prompt_text(self, prompt: list[int] | str) -> str:
+        with self._faults():
+            return self.backend.text_of(prompt)
+
+    def decode(self, decode: Decode) -> Decoded:
+        slot = self._slot(decode.document)
+        with self._faults(), self._slot_lock(slot):
+            result = self.backend.generate(decode.prompt, slot, decode.max_tokens, decode.stop, decode.sampling,
+                                           decode.time_budget_ms, decode.cancel, done=decode.done)
+        return Decoded(result.text, result.stop_reason, server_counts(result, decode.prompt_length), result)
+
+    def warm(self, document: str, prompt_for: Callable[[], list[int] | str]) -> int:
+        """The prompt evaluated into the document's slot, generating nothing (llama.vim's n_predict 0)."""
+        prompt = prompt_for()
+        slot = self._slot(document)
+        with self._faults(), self._slot_lock(slot):
+            result = self.backend.generate(prompt, slot, 0, [], Sampling(), 0, CancelFlag())
+        return int(result.timings.get("prompt_n", 0))
+
+    def _slot(self, document: str) -> int:
+        """The document's slot; -1, the server's choice, unless models.server_slots pins one."""
+        if self.config.models.server_slots != "pin":
+            return -1
         with self._state:
-            if document in self._running:
-                self._running[document].set()
-
-    def close(self, document: str) -> None:
-        """The editor closed the document: its session goes, its slot is free again."""
-        self.cancel(document)
-        with self._state:
-            self.sessions.pop(document, None)
-            self.slots.forget(document)
-
-    def saved(self, path: str, text: str) -> None:
-        """Nothing to do: drafting is the server's."""
-
-    def index_workspace(self) -> None:
-        """No index here: drafting is the server's."""
-        return None
-
-    def stop_indexing(self) -> None:
-        """No index to stop."""
-
-    def begin(self, document: str) -> CancelFlag:
-        """The cancel flag of a new request for `document`; older ones are cancelled."""
-        with self._state:
-            if document in self._running:
-                self._running[document].set()
-            cancel = self._running[document] = CancelFlag()
-        return cancel
-
-    def warm(self, request: CompletionRequest) -> int:
-        """Evaluate the prompt a request at this cursor would have into the document's
-        slot, generating nothing (llama.vim's n_predict 0); the prompt tokens the server
-        evaluated."""
-        if not 0 <= request.cursor <= len(request.text):
-            raise PositionError(f"offset {request.cursor} is outside the document ({len(request.text)} characters)")
-        model = self.connect()
-        if model is None:
-            return 0
-        try:
-            _, slot = self._enter(request)
-            prompt, _, _ = self.prompt(request, model)
-            with self._slot_lock(slot):
-                result = self.backend.generate(prompt, slot, 0, [], Sampling(), 0, CancelFlag())
-        except RequestRefused as error:
-            log.warning("%s (this request only: the server is up)", error)
-            return 0
-        except PromptTooLong:
-            return 0  # the request will say so
-        except ServerError as error:
-            self._failed(str(error))
-            return 0
-        warmed = int(result.timings.get("prompt_n", 0))
-        with self._state:
-            self.counters.warmed_tokens += warmed
-        return warmed
-
-    def complete(self, request: CompletionRequest, cancel: CancelFlag | None = None) -> Completion:
-        completion = self._complete(request, cancel)
-        completion.warning = completion.warning or self.link.error
-        return completion
-
-    def stats(self) -> CompleterStats:
-        with self._state:
-            return self.counters.stats(server_error=self.link.error, sessions=len(self.sessions))
-
-    def reset(self) -> None:
-        """Forget every document, as if just loaded (the server keeps its caches)."""
-        with self._state:
-            self.sessions.clear()
-            self.slots = SlotMap(self.link.model.slots if self.link.model else 1)
-            self.current = None
-
-    def cursor_context(self, request: CompletionRequest, suffix: str | None = None) -> CursorContext:
-        line_before, around = cursor_sections(request.text, request.cursor, 0, self.config.prompt.suffix_lines)
-        return CursorContext(line_before, around if suffix is None else suffix)
-
-    def prompt(self, request: CompletionRequest, model: ServerModel, cancel: CancelFlag | None = None,
-               room: int | None = None) -> tuple[list[int] | str, int, str]:
-        """The request's prompt in at most `room` tokens (by default the context per slot
-        less the answer's); its server calls stop at `cancel` (Cancelled)."""
-        if room is None:
-            room = model.context_tokens - self.config.generation.max_tokens - 1
-        return fit_prompt(request, self.config.prompt, model.template, room, self.workspace, self.ring,
-                          lambda segments: self.backend.encode(segments, cancel))
-
-    def _enter(self, request: CompletionRequest, cancel: CancelFlag | None = None) -> tuple[CompletionSession, int]:
-        """The document's session and slot (-1: the server's choice); the document the user
-        left becomes a context chunk (measured in the server's tokens: ServerError)."""
-        with self._state:
-            session = self.sessions.setdefault(request.document, CompletionSession(request.path))
-            left = self.sessions.get(self.current) if self.current not in (None, request.document) else None
-            self.current = request.document
-            session.text, session.cursor = request.text, request.cursor
-            slot = self.slots.slot_for(request.document) if self.config.models.server_slots == "pin" else -1
-        if left is not None and left.text and self.workspace.contains(left.path):
-            # Counted here, under the request's cancel flag and outside the ring's lock (a
-            # /tokenize): the ring's own count then finds it in the vocabulary's answers.
-            self.backend.count(chunk_around(left.text, left.cursor, self.ring.chunk_lines), cancel)
-            self.ring.add(left.path, left.text, left.cursor)
-        return session, slot
-
-    def _complete(self, request: CompletionRequest, cancel: CancelFlag | None) -> Completion:
-        if not 0 <= request.cursor <= len(request.text):
-            raise PositionError(f"offset {request.cursor} is outside the document ({len(request.text)} characters)")
-        text_before = request.text[: request.cursor]
-        cancel = cancel or self.begin(request.document)
-        try:
-            with self._state:
-                self.counters.requests += 1
-                session = self.sessions.setdefault(request.document, CompletionSession(request.path))
-                rest = session.forward.lookup(text_before, self.cursor_context(request))
-                if rest is not None:
-                    self.counters.forward_cache_hits += 1
-                    return Completion(rest, "forward cache")
-            model = self.connect()
-            if model is None:
-                return Completion("", "server down", "unavailable")
-            if cancel.is_set():
-                return self._superseded()
-            return self._generate(request, model, text_before, cancel)
-        finally:
-            with self._state:
-                if self._running.get(request.document) is cancel:
-                    del self._running[request.document]
-
-    def _generate(self, request: CompletionRequest, model: ServerModel, text_before: str,
-                  cancel: CancelFlag) -> Completion:
-        """The server's answer. Only a server that cannot be reached or fails (5xx, a
-        broken stream, the deadline) is down; one refusing this request (RequestRefused)
-        fails it alone, and one saying the prompt exceeds its context is asked once more
-        with a prompt half as long (our count was an estimate, or its slots shrank)."""
-        try:
-            session, slot = self._enter(request, cancel)
-            prompt, length, suffix = self.prompt(request, model, cancel)
-            try:
-                result, cursor = self._decode(request, prompt, suffix, slot, cancel)
-            except RequestRefused as refused:
-                if not refused.context_exceeded:
-                    raise
-                log.info("%s: trying once more with a prompt of at most %d tokens", refused, length // 2)
-                prompt, length, suffix = self.prompt(request, model, cancel, room=length // 2)
-                result, cursor = self._decode(request, prompt, suffix, slot, cancel)
-        except Cancelled:
-            return self._superseded()
-        except PromptTooLong as error:
-            return no_room(error, f"the server's {model.context_tokens} tokens a slot",
-                           self.config.generation.max_tokens)
-        except RequestRefused as error:
-            log.warning("%s (this request only: the server is up)", error)
-            return Completion("", "refused", "unavailable")
-        except ServerError as error:
-            self._failed(str(error))
-            return Completion("", "server down", "unavailable")
-        if result.stop_reason == "cancelled":
-            return self._superseded()
-        shown = postprocess(result.text, cursor, timed_out=result.stop_reason == "time")
-        with self._state:
-            session.forward.remember(text_before, result.text, shown, result.stop_reason == "time")
-            if result.timings:  # a stream closed early (`done`) ends without the server's counts
-                self.counters.prompt_tokens += length
-                self.counters.add_remote(result)
-        return Completion(shown, "model", result.stop_reason, prompt, int(result.timings.get("prompt_n", 0)),
-                          remote=result)
-
-    def _decode(self, request: CompletionRequest, prompt: list[int] | str, suffix: str, slot: int,
-                cancel: CancelFlag) -> tuple[RemoteGeneration, CursorContext]:
-        """The server's generation after `prompt`, and the cursor it is post-processed at."""
-        options = self.config.generation
-        cursor = self.cursor_context(request, suffix)
-        with self._slot_lock(slot):
-            result = self.backend.generate(
-                prompt, slot, options.max_tokens, stops_for(cursor),
-                Sampling(options.temperature, options.top_k, options.top_p), options.time_budget_ms, cancel,
-                done=lambda text: cut_to_scope(text, cursor) != text)
-        return result, cursor
+            return self.slots.slot_for(document)
 
     def _slot_lock(self, slot: int) -> AbstractContextManager:
         """One request at a time in a pinned slot (two documents may share one): llama-server
@@ -635,7 +484,37 @@ class RemoteCompleter:
         with self._state:
             return self._slot_locks.setdefault(slot, threading.Lock())
 
-    def _superseded(self) -> Completion:
+    def close(self, document: str, path: str | None) -> None:
+        """Its slot is free again."""
         with self._state:
-            self.counters.superseded += 1
-        return Completion("", "superseded", "cancelled")
+            self.slots.forget(document)
+
+    def file_saved(self, path: str, text: str) -> None:
+        """Nothing to do: drafting is the server's."""
+
+    def reset(self) -> None:
+        """The slots given out again (the server keeps its caches)."""
+        with self._state:
+            self.slots = SlotMap(self.connection.model.slots if self.connection.model else 1)
+
+    def index_workspace(self, workspace: Workspace) -> None:
+        """No index here: drafting is the server's."""
+        return None
+
+    def stop_indexing(self) -> None:
+        """No index to stop."""
+
+    def statistics(self) -> dict:
+        return {"server_error": self.connection.error}
+
+
+def server_counts(result: RemoteGeneration, prompt_tokens: int) -> DecodeCounts | None:
+    """A server's own counts, from the timings a finished stream ends with: prompt tokens
+    it evaluated, what it generated and in how long, drafted and accepted; None for a
+    stream closed early (`done`), which ends without them."""
+    timings = result.timings
+    if not timings:
+        return None
+    return DecodeCounts(prompt_tokens, int(timings.get("prompt_n", 0)), int(timings.get("predicted_n", 0)),
+                        float(timings.get("predicted_ms", 0.0)) + float(timings.get("prompt_ms", 0.0)),
+                        int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0)))

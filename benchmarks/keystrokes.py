@@ -1,8 +1,8 @@
 """Keystroke to completion, with the session's caches against cold, on stdlib files.
 
-    python -m benchmarks.typing [--files textwrap.py shlex.py] [--chars 7000] [--preset smol]
+    python -m benchmarks.keystrokes [--files textwrap.py shlex.py] [--chars 7000] [--preset smol]
 
-A thin wrapper over `completer.bench.typing.replay` (what `completer bench --typing`
+A thin wrapper over `completer.bench.keystrokes.replay` (what `completer bench --typing`
 runs), on the first `chars` characters of standard library files: each file is opened
 at a code line in its middle, that line is retyped a character per keystroke (a line
 20 lines above deleted halfway), and the documents switch between files.
@@ -13,7 +13,7 @@ import json
 import sysconfig
 from pathlib import Path
 
-from completer.bench.typing import middle_code_line, replay
+from completer.bench.keystrokes import middle_code_line, replay
 from completer.config import ModelOptions, PromptOptions
 from completer.loading import load_pair
 from completer.prompt import cursor_sections
@@ -26,12 +26,13 @@ def main() -> None:
     parser.add_argument("--preset", default="smol")
     args = parser.parse_args()
     stdlib = Path(sysconfig.get_paths()["stdlib"])
-    pair = load_pair(ModelOptions(preset=args.preset))
-    target, draft = pair.target, pair.draft
+    models = ModelOptions(preset=args.preset)
+    pair = load_pair(models)
+    target = pair.target
     texts = [(name, (stdlib / name).read_text()[: args.chars], "py") for name in args.files]
     for name, text, _ in texts:
         print(f"{name}: {len(target.tokenize(text))} tokens")
-    summary, _ = replay(target, draft, texts)
+    summary, _ = replay(pair, models, texts)
     s = summary
     print(f"{s['keystrokes']} keystrokes, {s['forward_cache_hits']} answered by the forward cache")
     print("| keystroke to completion | p50 | p95 |")

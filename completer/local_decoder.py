@@ -1,0 +1,278 @@
+"""Decoding on this machine: one engine (the target, a draft, n-gram lookup over the
+open documents and the workspace index) and a KV cache per document.
+
+The engine serves one request at a time from its live caches. When the editor
+switches to another document, the live caches are saved to memory (llama.cpp's
+per-sequence state) and the other document's are put back, so returning to a
+recently used document evaluates only what changed.
+"""
+
+import threading
+from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import contextmanager
+from dataclasses import dataclass
+
+from completer.config import Config
+from completer.context import Workspace
+from completer.decoder import Decode, DecodeCounts, Decoded, DecoderModel, with_length
+from completer.engine import Engine, generate
+from completer.healing import TokenPrefixes, heal
+from completer.prompt import Segment, template_for, tokenize_segments
+from completer.requests import CancelFlag
+from completer.workspace_index import WorkspaceIndex, saved_index_path
+
+# Tokens evaluated per turn of warming, between which a completion request takes the
+# engine. Measured on a 2-core AVX2 CPU with smol, 2,000-3,000 tokens into a prompt:
+# prefill runs at 150-190 tokens/s there, pieces of 64 at about 140, so a request waits
+# at most about 0.4 s for the piece under way; larger pieces would run faster and make
+# it wait longer.
+WARM_PIECE = 64
+
+
+@dataclass
+class Snapshot:
+    """A document's saved caches: (tokens, state) per live sequence."""
+
+    sequences: list[tuple[list[int], bytes]]
+
+    @property
+    def size_bytes(self) -> int:
+        return sum(len(state) for _, state in self.sequences)
+
+
+class DocumentCaches:
+    """The live document's name and the others' saved caches. Switching runs with the
+    engine; `saved_bytes` is read from any thread (statistics), so `saved` changes and
+    is read only under its own lock."""
+
+    def __init__(self, engine: Engine, budget_mb: float):
+        self.engine = engine
+        self.budget_bytes = int(budget_mb * 2**20)
+        self.current: str | None = None
+        self.saved: OrderedDict[str, Snapshot] = OrderedDict()  # least recently used first
+        self._lock = threading.Lock()
+
+    @property
+    def saved_bytes(self) -> int:
+        with self._lock:
+            snapshots = list(self.saved.values())
+        return sum(snapshot.size_bytes for snapshot in snapshots)
+
+    def forget(self, document: str) -> None:
+        with self._lock:
+            self.saved.pop(document, None)
+
+    def clear(self) -> None:
+        with self._lock:
+            self.saved.clear()
+        self.current = None
+
+    def activate(self, document: str) -> None:
+        """Make `document`'s caches the live ones."""
+        if document == self.current:
+            return
+        with self._lock:
+            snapshot = self.saved.pop(document, None)  # taken first: saving must not evict it
+        if self.current is not None:
+            leaving = Snapshot([sequence.save() for sequence in self.engine.sequences])
+            with self._lock:
+                self.saved[self.current] = leaving
+                while self.saved and sum(saved.size_bytes for saved in self.saved.values()) > self.budget_bytes:
+                    self.saved.popitem(last=False)
+        for index, sequence in enumerate(self.engine.sequences):
+            if snapshot is not None:
+                sequence.restore(snapshot.sequences[index])
+            else:
+                sequence.truncate(0)
+        self.current = document
+
+
+class LocalDecoder:
+    """The engine as a Decoder. One request or piece of warming has the engine at a time;
+    requests go before warming (`turn`)."""
+
+    def __init__(self, engine: Engine):
+        self.engine = engine
+        self.model = DecoderModel(template_for(engine.model), engine.context_tokens,
+                                  f"models.context_tokens {engine.context_tokens}")
+        self.prefixes = TokenPrefixes(engine.model, engine.model.n_vocab)
+        self.caches = DocumentCaches(engine, 0)
+        self.index = WorkspaceIndex()
+        self._index_cancel = threading.Event()  # the index build's under way
+        self._state = threading.Lock()  # the options to apply, the count of requests waiting
+        # One generation at a time; the engine's state, the caches and the options in use
+        # change only under it.
+        self._engine_lock = threading.Lock()
+        self._new_config: Config | None = None  # options configure() got, applied when the engine is free
+        self._waiting = 0  # requests waiting for the engine: warming yields to them between its pieces
+        self._no_request_waiting = threading.Condition(self._state)
+        self._warm_generation = 0  # a newer warm() stops an older one
+        self._apply(Config())
+
+    @property
+    def warning(self) -> str:
+        return self.engine.draft_failure
+
+    def connect(self) -> DecoderModel:
+        return self.model
+
+    def configure(self, config: Config) -> None:
+        """The language server calls this on its event loop, which must not wait for a
+        generation: when the engine is busy, the options wait for whoever takes it next."""
+        with self._state:
+            self._new_config = config
+        if self._engine_lock.acquire(blocking=False):
+            try:
+                self._apply_new_config()
+            finally:
+                self._engine_lock.release()
+
+    def _apply_new_config(self) -> None:
+        """Under the engine lock: the options configure() got, if any."""
+        with self._state:
+            config, self._new_config = self._new_config, None
+        if config is not None:
+            self._apply(config)
+
+    def _apply(self, config: Config) -> None:
+        """Under the engine lock (or before any other thread has the decoder)."""
+        self.config = config
+        self.engine.configure(config.drafting)
+        self.index.options = config.drafting
+        self.engine.ngram.use_index(self.index if config.drafting.index_mb > 0 else None)
+        self.caches.budget_bytes = int(config.cache.budget_mb * 2**20)
+
+    @contextmanager
+    def _engine(self):
+        """The engine, with the newest options applied first: warming and every other
+        change of the engine's state take it through this."""
+        with self._engine_lock:
+            self._apply_new_config()
+            yield
+
+    @contextmanager
+    def turn(self):
+        """The engine, for a request: warming does not take it while a request waits
+        (a plain lock would let warming take it back between its pieces)."""
+        with self._state:
+            self._waiting += 1
+        try:
+            self._engine_lock.acquire()
+        finally:
+            with self._state:
+                self._waiting -= 1
+                if not self._waiting:
+                    self._no_request_waiting.notify_all()
+        try:
+            self._apply_new_config()
+            yield
+        finally:
+            self._engine_lock.release()
+
+    def enter(self, document: str, path_in_workspace: str | None, left: tuple[str, str] | None,
+              cancel: CancelFlag | None) -> None:
+        """Make the document's caches live; n-gram lookup drafts from the workspace
+        document left, and no longer from this one's older copies."""
+        if left is not None:
+            self.engine.ngram.set_other_document(left[0], self.engine.model.tokenize(left[1]))
+        self.engine.ngram.remove_other_document(document)  # it is the document now
+        if path_in_workspace is not None:
+            self.index.hide(path_in_workspace)  # the editor's text is newer than the index's copy
+        self.caches.activate(document)
+
+    def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int], int]:
+        return with_length(tokenize_segments(self.engine.model, segments))
+
+    def count(self, text: str, cancel: CancelFlag | None = None) -> int:
+        return len(self.engine.model.tokenize(text))
+
+    def decode(self, decode: Decode) -> Decoded:
+        prompt = decode.prompt
+        evaluated = len(prompt) - self.engine.cached_length(prompt)
+        healed_prompt, healing = heal(prompt, self.engine.model, self.prefixes) if decode.heal else (prompt, None)
+        result = generate(self.engine, healed_prompt, decode.max_tokens, stop=tuple(decode.stop),
+                          time_budget_ms=decode.time_budget_ms or None, sampling=decode.sampling,
+                          mode=decode.draft_mode, cancel=decode.cancel, document=decode.document,
+                          language=decode.language, done=decode.done, healing=healing)
+        stats = result.stats
+        counts = DecodeCounts(len(prompt), evaluated, stats.tokens, stats.total_ms, stats.drafted, stats.accepted)
+        return Decoded(result.text, result.stop_reason, counts, result)
+
+    def prompt_text(self, prompt: list[int]) -> str:
+        return self.engine.model.detokenize(prompt, special=True)
+
+    def warm(self, document: str, prompt_for: Callable[[], list[int]]) -> int:
+        """WARM_PIECE tokens at a time, yielding the engine to any request between pieces;
+        after one it goes on only if that request was for this document (the caches are
+        still its), and a newer warm() stops it."""
+        with self._state:
+            self._warm_generation += 1
+            generation = self._warm_generation
+        warmed, prompt = 0, None
+        while True:
+            with self._state:
+                while self._waiting:
+                    self._no_request_waiting.wait()
+            with self._engine():
+                if generation != self._warm_generation:
+                    break
+                if self._waiting:
+                    continue  # a request came between: it goes first
+                if prompt is None:
+                    prompt = prompt_for()  # all but its last token is evaluated, as generate does
+                elif self.caches.current != document:
+                    break  # a request for another document took the caches: the user is there now
+                have = self.engine.cached_length(prompt)
+                if have >= len(prompt) - 1:
+                    break
+                self.engine.prefill(prompt[: have + WARM_PIECE + 1])
+                if self.engine.cached_length(prompt) <= have:
+                    break  # nothing went in (a failed evaluation, logged): leave it to the request
+                warmed += self.engine.cached_length(prompt) - have
+        return warmed
+
+    def close(self, document: str, path: str | None) -> None:
+        """Its saved caches go; n-gram lookup drafts from the file as last saved again."""
+        with self._engine():
+            self.caches.forget(document)
+            self.engine.ngram.remove_other_document(document)
+            if path is not None and not self.engine.ngram.has_saved_file(path):
+                self.index.show(path)
+
+    def file_saved(self, path: str, text: str) -> None:
+        """N-gram lookup drafts from this text of the file from now on, not the index's older copy."""
+        tokens = self.engine.model.tokenize(text)
+        with self._engine():
+            self.index.hide(path)
+            self.engine.ngram.set_saved_file(path, tokens)
+
+    def reset(self) -> None:
+        with self._engine():
+            self.caches.clear()
+            self.engine.reset()
+            self.engine.ngram.forget_other_documents()
+
+    def index_workspace(self, workspace: Workspace) -> threading.Thread | None:
+        """Build the workspace index for n-gram lookup in a background thread (requests are
+        served meanwhile, drafting from open documents); None when there is nothing to
+        index or drafting.index_mb is 0."""
+        if not workspace.roots or self.config.drafting.index_mb <= 0:
+            return None
+        saved = saved_index_path(self.engine.model.path, workspace.roots)
+        self.stop_indexing()
+        cancel = self._index_cancel = threading.Event()
+        thread = threading.Thread(target=self.index.build, args=(workspace, self.engine.model.tokenize),
+                                  kwargs={"cancel": cancel, "saved": saved}, name="completer-index", daemon=True)
+        thread.start()
+        return thread
+
+    def stop_indexing(self) -> None:
+        """End the index build under way at its next file: after a reload, a build nobody
+        waits for would hold the old model's tokenizer, and so its weights, until done."""
+        self._index_cancel.set()
+
+    def statistics(self) -> dict:
+        stats = self.index.stats
+        return {"draft_failure": self.engine.draft_failure, "saved_kv_mb": self.caches.saved_bytes / 2**20,
+                "index_files": stats.files, "index_tokens": stats.tokens, "index_mb": stats.mb}

@@ -1,0 +1,169 @@
+"""The editor side, the same on every decoder: each test here runs on the local engine
+(LocalDecoder over the smol target) and on a real llama-server serving the same model
+(ServerDecoder), so that a behaviour cannot exist on one side only. The models are
+loaded once for the whole run (the session's `target`, one llama-server process)."""
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from completer.config import BACKENDS, Config, GenerationOptions, PromptOptions
+from completer.context import Workspace
+from completer.engine import Engine
+from completer.loading import DECODERS
+from completer.local_decoder import LocalDecoder
+from completer.remote import LlamaServerClient
+from completer.requests import CompletionRequest, PositionError, Source, StopReason
+from completer.server_decoder import LlamaServerBackend, ServerDecoder
+from completer.session import Completer
+from llama_server_process import LlamaServer
+
+# Both decoders give a request 2048 tokens: the local engine's context, and each of the
+# server's two slots of 4096.
+CONTEXT = 2048
+# A server's deadline for one call. What these tests check is not how fast a server is,
+# and a 2-core machine running other work evaluated prompts at 14 tokens/s (llama-server's
+# threads wait for each other when the cores are taken), where the default 30 s ran out.
+SERVER_TIMEOUT_S = 300
+
+
+@pytest.fixture(scope="session")
+def shared_llama_server(llama_server, smol, tmp_path_factory):
+    process = LlamaServer(llama_server, smol.target, tmp_path_factory.mktemp("llama-server") / "server.log",
+                          slots=2, context=2 * CONTEXT).start()
+    yield process
+    process.stop()
+
+
+@pytest.fixture(params=["local", "llama-server"])
+def new_completer(request, target):
+    """Completer(config, workspace) over a fresh decoder of the parameter's kind."""
+    if request.param == "local":
+        def make(config: Config, workspace: Workspace | None = None) -> Completer:
+            return Completer(LocalDecoder(Engine(target, None, n_ctx=CONTEXT, calibrate_s=0)), config, workspace)
+    else:
+        url = request.getfixturevalue("shared_llama_server").url
+
+        def make(config: Config, workspace: Workspace | None = None) -> Completer:
+            client = LlamaServerClient(url, total_timeout_s=SERVER_TIMEOUT_S)
+            return Completer(ServerDecoder(LlamaServerBackend(client)), config, workspace)
+    return make
+
+
+def config(max_tokens: int = 16, **prompt) -> Config:
+    return Config(generation=GenerationOptions(max_tokens=max_tokens, time_budget_ms=0, draft_mode="target"),
+                  prompt=PromptOptions(**prompt))
+
+
+def fresh_text() -> str:
+    """Python the model completes, under a line no earlier prompt had (a server's slots
+    keep what other tests sent)."""
+    return (f"# {uuid.uuid4().hex}\nimport math\n\n\ndef mean(values):\n    return sum(values) / len(values)\n\n\n"
+            "def variance(values):\n    center = mean(values)\n    return ")
+
+
+def at_end(document: str, text: str, path: str | None = None) -> CompletionRequest:
+    return CompletionRequest(document, path or document, text, len(text), "python")
+
+
+def within(seconds: float, function, *args):
+    """function(*args) from a thread, which must return within `seconds`: a hang fails
+    the test rather than hanging it (the thread is left behind as a daemon)."""
+    results: list = []
+    thread = threading.Thread(target=lambda: results.append(function(*args)), daemon=True)
+    thread.start()
+    thread.join(seconds)
+    assert results, f"{function.__name__} did not return within {seconds} s"
+    return results[0]
+
+
+def test_typing_what_was_shown_is_answered_from_the_forward_cache(new_completer):
+    completer = new_completer(config())
+    text = fresh_text()
+    shown = completer.complete(at_end("a.py", text))
+    assert shown.source == Source.MODEL and len(shown.text) > 2, shown
+    assert isinstance(shown.stop_reason, StopReason)
+    for typed in range(1, len(shown.text)):
+        again = completer.complete(at_end("a.py", text + shown.text[:typed]))
+        assert (again.source, again.text, again.result) == (Source.FORWARD_CACHE, shown.text[typed:], None)
+    stats = completer.stats()
+    assert stats.requests == len(shown.text) and stats.forward_cache_hits == len(shown.text) - 1
+    assert stats.sessions == 1
+    completer.close("a.py")
+    assert completer.stats().sessions == 0
+
+
+def test_a_newer_request_for_the_document_supersedes_the_running_one(new_completer):
+    """The older request is decoding a list that goes on (400 tokens: seconds on a 2-core
+    CPU) when the newer one comes: it is cancelled and answers nothing."""
+    completer = new_completer(config(max_tokens=400))
+    text = f"# {uuid.uuid4().hex}\nVALUES = [\n" + "    1,\n" * 40
+    older_flag = completer.new_request_flag("a.py")
+    answers = {}
+    older = threading.Thread(target=lambda: answers.setdefault("older", completer.complete(at_end("a.py", text),
+                                                                                          older_flag)))
+    older.start()
+    time.sleep(0.5)
+    completer.configure(config(max_tokens=8))
+    newer = completer.complete(at_end("a.py", text + "    2"))
+    older.join(60)
+    assert (answers["older"].source, answers["older"].text) == (Source.SUPERSEDED, "")
+    assert answers["older"].stop_reason == StopReason.CANCELLED
+    assert newer.source == Source.MODEL, newer.warning
+    assert completer.stats().superseded == 1
+
+
+def test_a_prompt_that_cannot_fit_gets_an_empty_answer_saying_why_and_the_decoder_stays_free(new_completer):
+    """An answer as long as the context leaves no room for any prompt: the request is
+    answered at once, saying which options to change, and the next one is served."""
+    completer = new_completer(config(max_tokens=CONTEXT))
+    request = at_end("a.py", fresh_text())
+    completion = within(30, completer.complete, request)
+    assert (completion.text, completion.source, completion.stop_reason) == ("", Source.NO_ROOM,
+                                                                           StopReason.PROMPT_TOO_LONG)
+    where = completer.decoder.connect().context_name
+    assert f"{where} less generation.max_tokens {CONTEXT}" in completion.warning
+    assert completion.warning.startswith("no completion: the smallest prompt takes")
+    assert within(30, completer.warm, request) == 0
+    completer.configure(config(max_tokens=8))
+    completion = within(120, completer.complete, request)
+    assert completion.source == Source.MODEL and completion.warning == ""
+
+
+def test_a_cursor_outside_the_document_is_a_clear_error(new_completer):
+    completer = new_completer(config())
+    for call in (completer.complete, completer.warm):
+        with pytest.raises(PositionError, match="offset 7 is outside the document"):
+            call(CompletionRequest("a.py", "a.py", "x = 1\n", 7))
+    assert completer.stats().requests == 0
+
+
+def test_workspace_documents_left_become_context_and_outside_ones_never_do(new_completer, tmp_path):
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    completer = new_completer(config(max_tokens=4, chunk_lines=16), Workspace([workspace]))
+    helper = "".join(f"def helper_{i}(value):\n    return value * {i}\n" for i in range(8))
+    secret = "".join(f"API_TOKEN_{i} = 'do-not-send-{i}'\n" for i in range(8))
+    completer.complete(at_end("helpers", helper, str(workspace / "helpers.py")))
+    completer.complete(at_end("secrets", secret, str(tmp_path / "secrets.py")))
+    completion = completer.complete(at_end("main", "import helpers\n\nx = ", str(workspace / "main.py")))
+    assert [chunk.path for chunk in completer.ring.chunks] == ["helpers.py"]
+    prompt = completer.prompt_text(completion.prompt)
+    assert "def helper_7(value)" in prompt and "# helpers.py" in prompt
+    assert "do-not-send" not in prompt and "# main.py" in prompt
+
+
+def test_warming_evaluates_the_prompt_ahead_so_the_completion_evaluates_almost_nothing(new_completer):
+    completer = new_completer(config(max_tokens=8))
+    request = at_end("a.py", fresh_text())
+    warmed = completer.warm(request)
+    completion = completer.complete(request)
+    assert completion.source == Source.MODEL
+    assert warmed >= completion.prompt_tokens - 2 and completion.evaluated_tokens <= 2, (warmed, completion)
+    assert completer.stats().warmed_tokens == warmed
+
+
+def test_every_backend_the_options_take_loads_a_decoder():
+    assert set(DECODERS) == set(BACKENDS)
