@@ -53,7 +53,8 @@ class DistillSettings:
     quantize: str = "Q8_0"
     # torch: the target read into torch, a batch of windows per pass; llama.cpp: the
     # target as served, window by window. Held-out figures always come from llama.cpp.
-    # Teacher time per step of 4 windows of 256 tokens, measured here (median of 6):
+    # Teacher time per step of 4 windows of 256 tokens, on 2 cores of an Intel Xeon with
+    # AMX (median of 6):
     # llama.cpp 3.4 s; torch 1.9 s in float32, 1.0 s in bfloat16 (AMX). The student's
     # step itself: 1.4 to 1.6 s in float32, 1.0 s in bfloat16.
     teacher: str = "torch"
