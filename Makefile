@@ -18,11 +18,15 @@ test: $(INSTALLED)
 	editor-extensions/vscode/scripts/build.sh
 	$(BIN)/python -m pytest
 
-# llama-cpp-python compiles llama.cpp for the accelerator this machine has (COMPLETER_GPU
-# overrides; see models/accelerator.py) and this CPU, without AMX (models/cpu_flags.py).
-# --no-cache-dir: pip's wheel cache would hand back a build made with other flags.
-$(INSTALLED): pyproject.toml models/accelerator.py models/cpu_flags.py
+# One compile of llama.cpp (models/llama_build.py): the library the bindings load,
+# llama-server and ggml-rpc-server, for the accelerator this machine has (COMPLETER_GPU
+# overrides; see models/accelerator.py) and this CPU without AMX (models/cpu_flags.py),
+# into the cache, where later installs on this machine find it. llama-cpp-python itself
+# installs without compiling llama.cpp (LLAMA_BUILD=OFF) and loads that build.
+# --no-cache-dir: pip's wheel cache would hand back a llama-cpp-python built otherwise.
+$(INSTALLED): pyproject.toml models/accelerator.py models/cpu_flags.py models/llama_build.py
 	$(PYTHON) -m venv $(VENV)
-	flags="$$($(PYTHON) models/accelerator.py)" && CMAKE_ARGS="$$flags" $(BIN)/pip install --quiet \
-		--disable-pip-version-check --no-cache-dir -e '.[test]'
+	CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(BIN)/pip install --quiet --disable-pip-version-check \
+		--no-cache-dir -e '.[test]'
+	$(BIN)/python -m completer.models.llama_build
 	touch $@

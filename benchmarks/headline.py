@@ -40,7 +40,7 @@ from completer.bench.keystrokes import replay
 from completer.bench.run import Bench, Settings
 from completer.config import Config, GenerationOptions, ModelOptions
 from completer.loading import Pair, load_pair
-from completer.models.llama_server import BUILD_COMMAND, find
+from completer.models.llama_build import BUILD_COMMAND, find
 
 REPO = Path(__file__).resolve().parent.parent
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -277,7 +277,7 @@ def main() -> None:
     parser.add_argument("--quick", action="store_true", help=f"{QUICK.holes} holes of {QUICK.max_tokens} tokens, one "
                         "typed file, one warming trial: a few minutes, to check that it runs")
     parser.add_argument("--llama-server", type=Path, help="the llama-server to compare with (default: as bench finds "
-                        "it: $COMPLETER_LLAMA_SERVER, else the one `completer peers build` made)")
+                        "it: $COMPLETER_LLAMA_SERVER, else the one `completer build` made)")
     parser.add_argument("--preset", default="smol")
     args = parser.parse_args()
     llama_server = find(args.llama_server)

@@ -21,7 +21,7 @@ Algorithm:
               call), a completion after each keystroke and every fifth one asked
               twice at once: latency percentiles, answered, superseded, and
               answers naming another client's document (must be 0).
-The llama-server is `completer peers build`'s (or $COMPLETER_LLAMA_SERVER).
+The llama-server is `completer build`'s (or $COMPLETER_LLAMA_SERVER).
 """
 
 import argparse
@@ -44,7 +44,7 @@ from pytest_lsp import ClientServerConfig, client_capabilities
 from completer.config import Config, config_from_dict
 from completer.loading import server_backend
 from completer.lsp import protocol
-from completer.models.llama_server import BUILD_COMMAND, find
+from completer.models.llama_build import BUILD_COMMAND, find
 from completer.models.presets import Preset
 from completer.models.resolve import resolve
 from completer.remote import LlamaServerClient

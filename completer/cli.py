@@ -19,7 +19,7 @@ from completer.config import (CHOICES, CacheOptions, Config, DraftingOptions, Ge
                               machine_options)
 from completer.models.distill_settings import INITS, LOSSES, PRECISIONS, QUANTIZE_TYPES, TEACHERS, DistillSettings
 from completer.models.errors import ModelError
-from completer.models.llama_server import BUILD_COMMAND
+from completer.models.llama_build import BUILD_COMMAND
 from completer.models.paths import cache_dir
 from completer.models.presets import PRESETS, Preset
 
@@ -300,44 +300,47 @@ def _run_distiller(distiller, total: float):
         return distiller.run(show)
 
 
-@main.group()
-def peers() -> None:
-    """The peers `completer bench` runs beside its own modes."""
-
-
-@peers.command("build")
+@main.command("build")
 @click.option("--jobs", type=click.IntRange(min=1), help="Compiler processes.  [default: every core]")
 @_reports_model_errors
-def peers_build(jobs: int | None) -> None:
-    """Build llama-server and ggml-rpc-server from the llama.cpp source the installed
-    llama-cpp-python ships (the same kernels as completer's own), with this CPU's flags,
-    into the cache: a few minutes the first time, then `completer bench` runs
-    llama-server's configurations beside its modes, and ggml-rpc-server serves a
-    device for models.rpc_servers. Needs cmake, a C++ compiler and PyPI."""
-    from completer.models.llama_server import build, cached_path
+def build_llama_cpp(jobs: int | None) -> None:
+    """Build llama.cpp for this machine's accelerator and CPU (COMPLETER_GPU chooses) from
+    the source the installed llama-cpp-python ships, once: the library completer loads,
+    llama-server (bench's peer, a team server) and ggml-rpc-server (an RPC device), into
+    the cache, and link the bindings to it. `make demo` runs it; run it again after
+    changing COMPLETER_GPU. Needs cmake, a C++ compiler and PyPI; prints the build's
+    folder."""
+    from completer.models.llama_build import build
 
-    if cached_path().is_file():
-        click.echo(f"cached: {cached_path()}")
-        return
-    with errors.status("building llama-server") as status:
-        path = build(lambda message: status.update(message) if errors.is_terminal else
-                     errors.print(message, highlight=False), jobs)
-    click.echo(f"built: {path}")
+    with errors.status("building llama.cpp") as status:
+        folder, compiled = build(lambda message: status.update(message) if errors.is_terminal else
+                                 errors.print(message, highlight=False), jobs)
+    click.echo(f"{'built' if compiled else 'cached'}: {folder}")
 
 
 def _llama_server_state() -> str:
-    from completer.models.llama_server import LlamaServerError, find
+    from completer.models.llama_build import LlamaBuildError, find
 
     try:
         found = find()
-    except LlamaServerError as error:
+    except LlamaBuildError as error:
         return str(error)
     return str(found) if found else f"none (`{BUILD_COMMAND}` builds one for bench's peers)"
 
 
-# Rebuilds llama-cpp-python for this machine's accelerator and CPU (models/accelerator.py).
-REBUILD_COMMAND = ("CMAKE_ARGS=\"$(python -m completer.models.accelerator)\" pip install --no-cache-dir "
-                   "--force-reinstall llama-cpp-python")
+
+
+def _build_rows() -> list[tuple[str, str]]:
+    """The one llama.cpp build the bindings load: its folder and the flags it was made with."""
+    from completer.models.llama_build import ARGS_FILE, linked_build
+
+    folder = linked_build()
+    if folder is None:
+        return [("llama.cpp build folder", f"none: llama-cpp-python loads a library of its own build "
+                 f"(`{BUILD_COMMAND}` builds the one the bindings, llama-server and ggml-rpc-server share)")]
+    args = folder / ARGS_FILE
+    return [("llama.cpp build folder", str(folder)),
+            ("llama.cpp build flags", args.read_text().strip() if args.is_file() else "not recorded")]
 
 
 def _doctor_rows(rpc_servers: str) -> list[tuple[str, str]]:
@@ -348,11 +351,11 @@ def _doctor_rows(rpc_servers: str) -> list[tuple[str, str]]:
 
     build = system_info()
     rows = [("completer", version("completer")), ("llama-cpp-python", version("llama_cpp_python")),
-            ("llama.cpp build", build), ("llama.cpp backends", ", ".join(backends()))]
+            *_build_rows(), ("llama.cpp build", build), ("llama.cpp backends", ", ".join(backends()))]
     if "AMX_INT8 = 1" in build:
         rows.append(("warning", "this llama.cpp build uses AMX, which some virtual machines advertise but fault "
-                     "on (SIGILL at the first completion). If that happens, rebuild llama-cpp-python without it: "
-                     f"{REBUILD_COMMAND}"))
+                     "on (SIGILL at the first completion). If that happens, build llama.cpp without it: "
+                     f"`{BUILD_COMMAND}`"))
     try:
         warnings = add_rpc_servers(rpc_servers)
         if warnings:
@@ -373,7 +376,7 @@ def _doctor_rows(rpc_servers: str) -> list[tuple[str, str]]:
         local = [device for device in seen if device.offloads and device.backend != "RPC"]
         if not local and machine.accelerator != "cpu":
             rows.append(("rebuild for the GPU", f"this build cannot use the {machine.accelerator} device: "
-                         f"COMPLETER_GPU={machine.accelerator} make demo (in a checkout), or {REBUILD_COMMAND}"))
+                         f"COMPLETER_GPU={machine.accelerator} {BUILD_COMMAND}"))
     rows += [("threads", f"{default_threads()} (cores this process may use)"),
              ("cache directory", str(cache_dir())),
              ("KV cache budget", f"{CacheOptions().budget_mb:.0f} MB for documents not being completed "
@@ -657,7 +660,7 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
     from completer.bench import modes_to_run, report
     from completer.bench.run import Bench, Settings
     from completer.loading import SERVER_APIS, load_distilled, load_pair
-    from completer.models.llama_server import find
+    from completer.models.llama_build import find
 
     max_tokens = max_tokens or (24 if quick else 48)
     roots = list(paths) or [_repository_root()]

@@ -103,7 +103,7 @@ class ModelOptions:
     )
     rpc_servers: str = option(
         "", "llama.cpp RPC servers to offload layers to, as host:port,host:port: each is a ggml-rpc-server "
-        "(`completer peers build` builds one) on a machine with a GPU, a device exactly as a local GPU is. "
+        "(`completer build` builds one) on a machine with a GPU, a device exactly as a local GPU is. "
         "None by default; an address off this machine gets a warning, since llama.cpp's RPC has no "
         "authentication or encryption. One taken out of the list gets no layers from the next load on", "--rpc",
         machine=True

@@ -15,8 +15,8 @@ The CPU flags go with every choice: llama.cpp keeps its CPU backend beside a GPU
 So does the RPC backend, which offloads to another process's device (models.rpc_servers)
 and is the real device the tests offload to on machines without a GPU.
 What was chosen, and why, goes to stderr; the flags to stdout. Stdlib only, and
-runnable as a script (`python3 models/accelerator.py`), because the Makefile needs the
-flags before anything is installed.
+runnable as a script (`python3 models/accelerator.py`), so that the flags can be had
+before anything is installed (a llama-cpp-python built by hand with them as CMAKE_ARGS).
 """
 
 import os

@@ -6,9 +6,9 @@ it. Some virtual machines advertise AMX but fault on its first tile instruction
 features are listed one by one and AMX is left out. Elsewhere than x86-64 Linux the
 native build is kept.
 
-Stdlib only, and runnable as a script (`python3 models/cpu_flags.py`), because the
-Makefile needs the flags before anything is installed: llama-cpp-python's build and
-`completer peers build`'s llama-server get the same ones.
+Stdlib only, and runnable as a script (`python3 models/cpu_flags.py`), as
+models/accelerator.py is. The one llama.cpp build (models/llama_build.py: the library,
+llama-server and ggml-rpc-server) and the CUDA wheel's build get these flags.
 """
 
 import platform

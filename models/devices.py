@@ -211,7 +211,7 @@ def add_rpc_servers(text: str) -> list[str]:
         if major != RPC_PROTOCOL[0] or minor > RPC_PROTOCOL[1]:
             raise RpcServerError(f"the RPC server at {endpoint} speaks protocol {major}.{minor}.{patch}, and this "
                                  f"llama.cpp {RPC_PROTOCOL[0]}.{RPC_PROTOCOL[1]}: run a ggml-rpc-server built from "
-                                 "the same llama.cpp as llama-cpp-python (`completer peers build` makes one)")
+                                 "the same llama.cpp as completer's (`completer build` makes one)")
         registry = add(endpoint.encode())
         if not registry:
             raise RpcServerError(f"the RPC server at {endpoint} has no device")

