@@ -136,6 +136,9 @@ def build(report: Callable[[str], None], jobs: int | None = None) -> tuple[Path,
     compiled now)."""
     args = cmake_args()
     folder = build_path(args)
+    linked = linked_build()
+    if linked is not None and linked.name == folder.name:  # built here before, whatever the cache now
+        return linked, False
     compiled = not complete(folder)
     if compiled:
         _compile(folder, args, report, jobs)

@@ -194,14 +194,16 @@ def test_a_tiny_real_bench_writes_json_a_figure_and_replays_its_holes(repository
     --threads reaching every engine's contexts, the typing replay's too, as llama.cpp reads them back."""
     env = {"COMPLETER_CACHE_DIR": str(smol_cache)}
     out, figure = tmp_path / "bench.json", tmp_path / "bench.png"
+    # Every mode but llama-server's configurations, which tests/test_peers.py runs.
+    modes = "target,ngram,draft,hybrid,auto,auto:local,peer:llama-cpp-python"
     result = run_completer("bench", str(repository), "--preset", "smol", "--n", "2", "--max-tokens", "8",
-                           "--report", str(out), "--plot", str(figure), "--typing", "--profile",
+                           "--modes", modes, "--report", str(out), "--plot", str(figure), "--typing", "--profile",
                            "--threads", str(THREADS), env=env, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "peer:llama-cpp-python" in result.stdout and "free verify" in result.stdout
     report = json.loads(out.read_text())
     summary = report["summary"]
-    assert list(summary) == ["target", "ngram", "draft", "hybrid", "auto", "auto:local", "peer:llama-cpp-python"]
+    assert list(summary) == modes.split(",")
     index = report["workspace_index"]
     assert index["ready"] and index["files"] == 1 and "workspace index: 1 file," in result.stdout  # shapes.py alone
     assert "per hole kind (acceptance, tokens per target pass):" in result.stdout
