@@ -186,3 +186,50 @@ class NgramDrafter:
         if best_end < 0:
             return NO_MATCH
         return Match(best_index.tokens[best_end : best_end + k], best_length)
+
+
+class CopyDrafter:
+    """Copy drafting, for a rewrite of a text the prompt holds (a next edit rewrites its
+    editable region, and most of what it writes is the region as it was): proposes the
+    original's continuation from where the rewrite stands. The rewrite so far is aligned
+    to the original by the longest match of its end (any length: a rewrite is a copy, so
+    even one token places it), a tie going to the place the last proposal led to (the
+    copy going on) and then to the earliest; after a divergence the next lookup aligns
+    afresh. Before the rewrite has any token, the original's beginning is proposed."""
+
+    def __init__(self, original: list[int], start: int, max_match: int = DraftingOptions().ngram_max_match):
+        self.original = original
+        self.start = start  # where the rewrite begins in the sequence: the prompt's length
+        self.max_match = max_match
+        self.after: dict[int, list[int]] = defaultdict(list)  # token -> positions just after it in `original`
+        for position, token in enumerate(original):
+            self.after[token].append(position + 1)
+        self.expected = 0  # where the last proposal's copy goes on
+
+    def lookup(self, tokens: list[int], k: int) -> Match:
+        """The proposal for the sequence `tokens` (prompt and rewrite so far): up to `k`
+        tokens of the original, and the length of the match that placed them."""
+        written = tokens[self.start:]
+        if k <= 0:
+            return NO_MATCH
+        if not written:
+            return self._from(0, 0, k)
+        best_length, best_end = 0, -1
+        for end in self.after.get(written[-1], []):
+            length, limit = 1, min(self.max_match, end, len(written))
+            while length < limit:  # the longest length that matches, by bisection
+                longer = (length + limit + 1) // 2
+                if self.original[end - longer:end] == written[-longer:]:
+                    length = longer
+                else:
+                    limit = longer - 1
+            if length > best_length or (length == best_length and end == self.expected):
+                best_length, best_end = length, end
+        if best_end < 0 or best_end >= len(self.original):
+            return NO_MATCH
+        return self._from(best_end, best_length, k)
+
+    def _from(self, position: int, length: int, k: int) -> Match:
+        proposal = self.original[position:position + k]
+        self.expected = position + len(proposal)
+        return Match(proposal, length)

@@ -11,7 +11,7 @@ from typing import NamedTuple
 import numpy as np
 
 from completer.config import DRAFT_MODES, DraftingOptions
-from completer.drafts import NO_PROPOSAL, ModelDrafter, NgramDrafter, Proposal
+from completer.drafts import NO_PROPOSAL, CopyDrafter, ModelDrafter, NgramDrafter, Proposal
 from completer.workspace_index import NO_MATCH
 from completer.healing import Healing, mask_to
 from completer.kv import KVSequence, common_prefix_length
@@ -22,7 +22,9 @@ from completer.tuning import MAX_DRAFT, Candidate, CostModel, Plan, Tuner, calib
 
 log = logging.getLogger("completer.engine")
 
-LOOKUPS = ("ngram", "index")  # the providers that propose what followed a match: n-gram lookup's two sources
+# The providers that propose what followed a match: n-gram lookup's two sources, and a
+# rewrite's original (copy drafting).
+LOOKUPS = ("ngram", "index", "copy")
 INDEX_AFTER_MATCH = 9  # the workspace index is looked in after shorter local matches only
 # Token-tree branches the target's context has llama.cpp sequences for (drafting.tree_branches
 # uses up to this many).
@@ -234,6 +236,7 @@ class RoundSettings:
     document: str
     language: str
     draft_length: int | None  # fixes k, bypassing the tuner
+    copy: CopyDrafter | None = None  # a rewrite's original, to copy drafts from
 
 
 def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, rng: np.random.Generator,
@@ -247,6 +250,7 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
     lookup_started = time.perf_counter()
     looks_up = bool({"ngram", "hybrid"} & set(allowed))
     found = engine.ngram.lookup(tokens, most) if looks_up else NO_MATCH
+    copied = asked.copy.lookup(tokens, most) if looks_up and asked.copy is not None else NO_MATCH
     # The workspace index is its own provider: its matches are worse bets than the open
     # documents' at the same length (docs/bench.md, "The workspace index and long
     # copies"), so the tuner learns it apart. After a local match of 9+ tokens, the best
@@ -254,11 +258,11 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
     indexed = (engine.ngram.lookup_workspace(tokens, most, engine.model.n_vocab, found.length)
                if looks_up and found.length < INDEX_AFTER_MATCH else NO_MATCH)
     lookup_ms = (time.perf_counter() - lookup_started) * 1000
-    hybrid_ngram = max(found.length, indexed.length) >= engine.drafting.hybrid_min_match
+    hybrid_ngram = max(found.length, indexed.length, copied.length) >= engine.drafting.hybrid_min_match
     use_ngram = "ngram" in allowed or ("hybrid" in allowed and hybrid_ngram)
     use_model = engine.drafter is not None and ("draft" in allowed or ("hybrid" in allowed and not use_ngram))
     candidates = []  # preferred first
-    for provider, match in (("ngram", found), ("index", indexed)):
+    for provider, match in (("ngram", found), ("index", indexed), ("copy", copied)):
         if use_ngram and match.tokens:
             candidates.append(Candidate(provider, match_bucket(match.length), len(match.tokens)))
     if use_model:
@@ -268,7 +272,7 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
         shadow = Proposal(found.tokens[:1], None, lookup_ms, found.length) if found.tokens and use_ngram else None
         return _Round(plan, None, NO_PROPOSAL, shadow)
     if plan.provider in LOOKUPS:
-        match = found if plan.provider == "ngram" else indexed
+        match = {"ngram": found, "index": indexed, "copy": copied}[plan.provider]
         offered = tuple(Branch(step, continuation) for step, continuation in match.branches.items())
         if tree and offered and asked.draft_length is None:
             rows = engine.context_tokens - len(tokens) - plan.k  # the context's cells the tree may still take
@@ -355,31 +359,33 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
              time_budget_ms: float | None = None, sampling: Sampling = Sampling(), mode: str = "auto",
              cancel: threading.Event | None = None, document: str = "", language: str = "",
              draft_length: int | None = None, done: Callable[[str], bool] | None = None,
-             healing: Healing | None = None, keep_logits: bool = False) -> Generation:
+             healing: Healing | None = None, keep_logits: bool = False,
+             copy_from: list[int] | None = None) -> Generation:
     """Continue `prompt` by up to `max_tokens` tokens, round after round.
 
     Stops at an end-of-generation token, at a `stop` string (excluded from the text),
     after `time_budget_ms` of predicting (prompt evaluation not counted), or when
     `cancel` is set (checked between rounds). The target's KV cache is reused for the
     longest common prefix with the last call. Acceptance is learnt per `document` and
-    `language`. `draft_length` fixes k and bypasses the tuner (for tests and
-    measurements). `done(text)` ends generation early when the text is complete (e.g.
-    it left the scope being written). With `healing`, the first token is one of
-    `healing.allowed` and the text starts after `healing.text`. `keep_logits` returns
-    the target's logits behind each token (to judge near ties).
+    `language`. `draft_length` fixes k, bypassing the tuner. `done(text)` ends generation
+    when the text is complete (it left the scope being written). With `healing`, the
+    first token is one of `healing.allowed` and the text starts after `healing.text`.
+    `keep_logits` returns the target's logits behind each token (to judge near ties).
+    `copy_from`: the tokens of the text the output rewrites, to copy drafts from.
     """
     if mode not in DRAFT_MODES:
         raise ValueError(f"unknown draft mode {mode!r}; modes: {', '.join(DRAFT_MODES)}")
     started = time.perf_counter()
-    asked = RoundSettings(mode, sampling, document, language, draft_length)
     rng, rounds = np.random.default_rng(sampling.seed), []  # rounds: what each round did (RoundStats)
     n_ctx = engine.context_tokens
     tokens = list(prompt[-(n_ctx - 1):])  # a prompt longer than the context keeps its end
     prompt_length = len(tokens)
+    copy = CopyDrafter(copy_from, prompt_length, engine.drafting.ngram_max_match) if copy_from else None
+    asked = RoundSettings(mode, sampling, document, language, draft_length, copy)
     engine.target.sync(tokens[:-1])
     predict_started = time.perf_counter()  # the time budget is for predicting, as llama.vim's t_max_predict_ms
-    stop_reason, text, rows = "max_tokens", "", []  # rows: with keep_logits, [produced, V] per round
-    end_token = None
+    # rows: with keep_logits, [produced, V] per round
+    stop_reason, text, rows, end_token = "max_tokens", "", [], None
     while len(tokens) - prompt_length < max_tokens:
         room = min(max_tokens - (len(tokens) - prompt_length), n_ctx - len(tokens)) - 1
         if cancel is not None and cancel.is_set():
@@ -405,11 +411,13 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     if stop_reason != "stop":
         text = _text(engine, generated, healing)
     stats = summarize(mode, rounds, len(generated), (time.perf_counter() - started) * 1000)
-    kept = None
-    if keep_logits:
-        kept = np.concatenate([np.empty((0, engine.model.n_vocab), np.float32), *rows])
-        kept = kept[: len(generated) + (stop_reason == "end")]
+    kept = _kept_logits(engine, rows, len(generated) + (stop_reason == "end")) if keep_logits else None
     return Generation(text, generated, stop_reason, stats, kept, end_token if stop_reason == "end" else None)
+
+
+def _kept_logits(engine: Engine, rows: list[np.ndarray], n: int) -> np.ndarray:
+    """The first n of the rounds' logit rows, as one [n, V] array."""
+    return np.concatenate([np.empty((0, engine.model.n_vocab), np.float32), *rows])[:n]
 
 
 def _stop_after_round(engine: Engine, tokens: list[int], prompt_length: int, stop: tuple[str, ...],

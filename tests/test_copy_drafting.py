@@ -1,0 +1,80 @@
+"""Copy drafting: a rewrite (a next edit's region written again) drafts from the text it
+rewrites. The proposals follow the rewrite wherever it stands in the original, and the
+output stays plain decoding's exactly."""
+
+import pytest
+
+from completer.drafts import CopyDrafter
+from completer.engine import Engine, generate
+from completer.speculative import NEAR_TIE_LOGITS, parting_gap
+
+ORIGINAL = [10, 11, 12, 13, 14, 15, 11, 12, 16, 17]
+PROMPT = [1, 2, 3]
+
+
+def test_a_rewrite_is_proposed_the_original_from_where_it_stands():
+    copy = CopyDrafter(ORIGINAL, start=len(PROMPT))
+    assert copy.lookup(PROMPT, 4).tokens == [10, 11, 12, 13]  # nothing written yet: from the beginning
+    assert copy.lookup(PROMPT + [10, 11, 12, 13], 3).tokens == [14, 15, 11]  # the copy goes on
+    # "11 12" occurs twice: the longer match places it (after 15 11 12 comes 16).
+    assert copy.lookup(PROMPT + [10, 11, 12, 13, 14, 15, 11, 12], 2).tokens == [16, 17]
+    # A token the original lacks: nothing to copy until the rewrite meets the original again.
+    assert copy.lookup(PROMPT + [10, 99], 4).tokens == []
+    realigned = copy.lookup(PROMPT + [10, 99, 14], 3)
+    assert (realigned.tokens, realigned.length) == ([15, 11, 12], 1)
+    assert copy.lookup(PROMPT + ORIGINAL, 4).tokens == []  # copied to the end: nothing left
+    assert copy.lookup(PROMPT, 0).tokens == []
+
+
+def test_a_tie_goes_to_where_the_copy_was_going():
+    original = [5, 7, 8, 5, 7, 9]
+    copy = CopyDrafter(original, start=0)
+    assert copy.lookup([], 3).tokens == [5, 7, 8]
+    copy.lookup([5, 7, 8], 1)  # proposes 5, after which the copy is at position 4
+    assert copy.lookup([5, 7, 8, 5], 2).tokens == [7, 9]  # "5" ties at positions 1 and 4: the copy's
+    assert CopyDrafter(original, start=0).lookup([5], 2).tokens == [7, 8]  # with no copy going: the first
+
+
+def rewrite_prompt(target, code: str) -> tuple[list[int], list[int]]:
+    """A prompt asking for `code` again, and `code`'s tokens: what the rewrite copies."""
+    prompt = target.tokenize(f"Here is a function:\n\n{code}\nThe same function, written again:\n\n")
+    return prompt, target.tokenize(code)
+
+
+CODE = '''def mean_and_spread(values):
+    """The mean of the values and their largest distance from it."""
+    total = 0.0
+    for value in values:
+        total += value
+    center = total / len(values)
+    spread = max(abs(value - center) for value in values)
+    return center, spread
+'''
+
+
+@pytest.mark.parametrize("draft_length", [None, 4, 16])
+def test_with_single_token_verification_copy_drafting_is_plain_decoding(target, draft_length):
+    """One token per target decode: the rewrite must be plain decoding's bit for bit, at
+    the tuner's k and at fixed ones (long copies, rejected within)."""
+    engine = Engine(target, None, n_ctx=2048, calibrate_s=0, exact=True)
+    prompt, original = rewrite_prompt(target, CODE)
+    plain = generate(engine, prompt, 96, mode="target")
+    copied = generate(engine, prompt, 96, mode="ngram", copy_from=original, draft_length=draft_length)
+    assert copied.tokens == plain.tokens
+    assert copied.stats.accepted > 0 and any(r[0] == "copy" for r in copied.stats.rounds)
+
+
+@pytest.mark.parametrize("mode", ["ngram", "auto"])
+def test_copy_drafting_with_batched_verification_parts_from_plain_decoding_only_at_near_ties(target, mode):
+    engine = Engine(target, None, n_ctx=2048, calibrate_s=0.3)
+    prompt, original = rewrite_prompt(target, CODE)
+    # smol copies the function's first 40 tokens or so, then writes its own.
+    plain = generate(engine, prompt, 40, mode="target", keep_logits=True)
+    copied = generate(engine, prompt, 40, mode=mode, copy_from=original, keep_logits=True)
+    if copied.tokens != plain.tokens:
+        gap = parting_gap(plain.logits, copied.logits.argmax(axis=1))
+        assert gap is not None and gap < NEAR_TIE_LOGITS, f"parted where plain preferred its token by {gap}"
+    copies = [r for r in copied.stats.rounds if r[0] == "copy"]
+    # Verify batches cost less than their size in single steps: the tuner drafts long copies.
+    assert copies and max(drafted for _, drafted, *_ in copies) >= 8, copied.stats.rounds
+    assert copied.stats.tokens_per_pass > 2, copied.stats.tokens_per_pass
