@@ -11,6 +11,7 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
 from completer.models.presets import DEFAULT_PRESET, PRESETS
+from completer.next_edit import FORMATS as EDIT_FORMATS
 from completer.prompt import TEMPLATES
 
 # Draft mode -> the providers it may use. Every mode still lets the tuner fall back to
@@ -228,6 +229,23 @@ class ServerOptions:
 
 
 @dataclass(frozen=True)
+class NextEditOptions:
+    lines_above: int = option(
+        8, "next edit: lines of the editable region above the cursor's line (the model writes the region again "
+        "with the user's next edit made in it)")
+    lines_below: int = option(12, "next edit: lines of the editable region below the cursor's line")
+    context_lines: int = option(
+        16, "next edit: lines of the file shown on each side of the region, which the model reads and does not rewrite")
+    history_tokens: int = option(
+        512, "next edit: the recent edits the prompt shows (each document's changes as a diff, oldest first), at "
+        "most this many tokens counted as characters / 3 (as Zed counts them); the oldest go first")
+    format: str = option(
+        "auto", "next edit: the prompt format, by model family: `instruction` (any instruct model: the smol pair), "
+        "`zeta` (Zed's Zeta), or `auto`: the preset's (`zeta` for the zeta preset; `instruction` for the others and "
+        "for a target of one's own)")
+
+
+@dataclass(frozen=True)
 class Config:
     models: ModelOptions = field(default_factory=ModelOptions)
     generation: GenerationOptions = field(default_factory=GenerationOptions)
@@ -235,6 +253,7 @@ class Config:
     drafting: DraftingOptions = field(default_factory=DraftingOptions)
     cache: CacheOptions = field(default_factory=CacheOptions)
     server: ServerOptions = field(default_factory=ServerOptions)
+    edits: NextEditOptions = field(default_factory=NextEditOptions)
 
 
 # Options whose values are one of a set.
@@ -246,7 +265,7 @@ SERVER_SLOTS = ("server", "pin")
 # Options whose values are one of a set.
 CHOICES: dict[str, tuple[str, ...]] = {"models.preset": tuple(PRESETS), "generation.draft_mode": tuple(DRAFT_MODES),
                                        "models.backend": BACKENDS, "models.prompt_family": PROMPT_FAMILIES,
-                                       "models.server_slots": SERVER_SLOTS}
+                                       "models.server_slots": SERVER_SLOTS, "edits.format": ("auto", *EDIT_FORMATS)}
 
 # Options still taken under an old name, old -> new. The old name gets a warning naming
 # the new one; both given with different values, neither is taken.
@@ -282,6 +301,10 @@ RANGES: dict[str, tuple[float, float]] = {
     "drafting.index_mb": (0.0, 1_048_576.0),  # 1 TB: beyond, bytes overflow what the budget is counted in
     "cache.budget_mb": (0.0, 1_048_576.0),
     "server.debounce_ms": (0.0, 10_000.0),  # after 10 s the user has typed on: the answer would be thrown away
+    "edits.lines_above": (0, 200),  # a region is rewritten whole: 400 lines are minutes of decoding
+    "edits.lines_below": (0, 200),
+    "edits.context_lines": (0, 10_000),
+    "edits.history_tokens": (0, INT_MAX),
 }
 # Options where 0 is off and a value above it must be at least this. A temperature below
 # 0.001 samples as greedy decoding does, and below about 1e-306 logits / T overflow: smol

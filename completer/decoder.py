@@ -65,6 +65,9 @@ class Decode:
     stop: list[str]
     done: Callable[[str], bool]  # the text is complete: decoding may end early
     cancel: CancelFlag
+    # The text the answer rewrites (a next edit's region), for a decoder that drafts from
+    # it (the local engine's copy drafting); "" for an answer that writes new text.
+    copy_from: str = ""
 
 
 @dataclass(frozen=True)

@@ -194,7 +194,8 @@ class LocalDecoder:
         result = generate(self.engine, healed_prompt, decode.max_tokens, stop=tuple(decode.stop),
                           time_budget_ms=decode.time_budget_ms or None, sampling=decode.sampling,
                           mode=decode.draft_mode, cancel=decode.cancel, document=decode.document,
-                          language=decode.language, done=decode.done, healing=healing)
+                          language=decode.language, done=decode.done, healing=healing,
+                          copy_from=self.engine.model.tokenize(decode.copy_from) if decode.copy_from else None)
         stats = result.stats
         counts = DecodeCounts(len(prompt), evaluated, stats.tokens, stats.total_ms, stats.drafted, stats.accepted)
         return Decoded(result.text, result.stop_reason, counts, result)

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from completer.next_edit import TextEdit
+
 
 class Source(StrEnum):
     """Where a completion came from. Only MODEL and FORWARD_CACHE carry text."""
@@ -110,6 +112,20 @@ class Completion:
         return len(self.prompt)
 
 
+@dataclass
+class NextEdit:
+    """The edits the user will make next around the cursor, in document offsets and in
+    order; none is a valid answer, and the common one."""
+
+    edits: list[TextEdit]
+    source: Source
+    stop_reason: StopReason = StopReason.NONE
+    rewrite: str | None = None  # the region as the model wrote it; None when it wrote no whole region
+    prompt: list[int] | str = field(default_factory=list)
+    result: Any = None  # the decoder's own result, as Completion.result
+    warning: str = ""  # as Completion.warning
+
+
 @dataclass(frozen=True)
 class CompleterStats:
     """The completer's part of `completer/stats` (lsp/protocol.py says what each is)."""
@@ -128,6 +144,8 @@ class CompleterStats:
     index_files: int = 0
     index_tokens: int = 0
     index_mb: float = 0.0
+    edit_requests: int = 0  # next-edit requests answered
+    edits_suggested: int = 0  # of those, answers with at least one edit
 
 
 def cursor_offset(text: str, line: int, character: int) -> int:

@@ -13,6 +13,12 @@ llama-server or an OpenAI-compatible server).
          fitted to the decoder's context, decoded (a prompt a server finds too long is
          tried once more at half the length)
       -> post-process, remember for the forward cache, count
+
+    next-edit request (document text, cursor): the same newest-wins, decoder and turn;
+      the editable region around the cursor, the recent edits across documents and the
+      text around it, in the model family's format (completer.next_edit), fitted to the
+      context; the region written again (the decoder copy-drafts from it), and the
+      answer is the edits between the two
 """
 
 import logging
@@ -24,15 +30,18 @@ from typing import TypeVar
 from completer.config import Config, PromptOptions
 from completer.context import ChunkRing, Workspace
 from completer.decoder import Decode, DecodeCounts, Decoded, Decoder, DecoderModel, Refused, Unavailable
+from completer.models.presets import PRESETS
+from completer.next_edit import FORMATS, EditHistory, edits_between, fit_edit_prompt, recent, with_ending_of
 from completer.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
 from completer.prompt import FimTemplate, Segment, cursor_sections, render
-from completer.requests import (CancelFlag, Cancelled, CompleterStats, Completion, CompletionRequest, Source,
-                                StopReason)
+from completer.requests import (CancelFlag, Cancelled, CompleterStats, Completion, CompletionRequest, NextEdit,
+                                Source, StopReason)
 from completer.speculative import Sampling
 
 log = logging.getLogger("completer.session")
 
 P = TypeVar("P")  # a prompt as a decoder takes it
+A = TypeVar("A")  # an answer: a Completion or a NextEdit
 
 
 @dataclass
@@ -88,6 +97,8 @@ class Counters:
     drafted: int = 0
     accepted: int = 0
     warmed_tokens: int = 0  # prompt tokens evaluated ahead of a request (Completer.warm)
+    edit_requests: int = 0
+    edits_suggested: int = 0
 
     def stats(self, **state) -> CompleterStats:
         """The counters as statistics, beside the completer's `state` (CompleterStats fields)."""
@@ -99,6 +110,8 @@ class Counters:
             draft_acceptance_rate=self.accepted / self.drafted if self.drafted else 0.0,
             tokens_per_second=self.generated_tokens / self.generation_ms * 1000 if self.generation_ms else 0.0,
             warmed_tokens=self.warmed_tokens,
+            edit_requests=self.edit_requests,
+            edits_suggested=self.edits_suggested,
             **state,
         )
 
@@ -151,17 +164,38 @@ def fit_prompt(request: CompletionRequest, options: PromptOptions, template: Fim
             raise PromptTooLong(length, room)
 
 
-def no_room(error: PromptTooLong, context: str, max_tokens: int) -> Completion:
-    """The empty answer when no prompt fits, saying why and what to change: `context`
-    names where the tokens are counted (models.context_tokens, or a server's slot)."""
-    return Completion("", Source.NO_ROOM, StopReason.PROMPT_TOO_LONG, warning=(
-        f"no completion: {error}: {context} less generation.max_tokens {max_tokens}. Lower "
-        "generation.max_tokens or give the model a larger context"))
+def no_room_warning(error: PromptTooLong, context: str, max_tokens: int) -> str:
+    """Why no prompt fits, and what to change: `context` names where the tokens are
+    counted (models.context_tokens, or a server's slot)."""
+    return (f"no completion: {error}: {context} less generation.max_tokens {max_tokens}. Lower "
+            "generation.max_tokens or give the model a larger context")
+
+
+def empty_completion(source: Source, stop_reason: StopReason, warning: str = "") -> Completion:
+    return Completion("", source, stop_reason, warning=warning)
+
+
+def no_edit(source: Source, stop_reason: StopReason, warning: str = "") -> NextEdit:
+    return NextEdit([], source, stop_reason, warning=warning)
 
 
 def superseded() -> Completion:
     """The empty answer to a request a newer one (or $/cancelRequest) took over."""
-    return Completion("", Source.SUPERSEDED, StopReason.CANCELLED)
+    return empty_completion(Source.SUPERSEDED, StopReason.CANCELLED)
+
+
+def edit_format_name(config: Config) -> str:
+    """edits.format, with `auto` the preset's format (a target of one's own: `instruction`)."""
+    if config.edits.format != "auto":
+        return config.edits.format
+    if config.models.target is not None or config.models.preset not in PRESETS:
+        return "instruction"
+    return PRESETS[config.models.preset].edit_format
+
+
+# The key of a document's next-edit requests among the running ones: newest wins among
+# them, apart from its inline completions.
+EDITS = "edits:"
 
 
 class Completer:
@@ -177,6 +211,7 @@ class Completer:
         self.current: str | None = None  # the document last entered: the one the user is in
         self._state = threading.Lock()  # sessions, the current document, running requests, counters
         self._running: dict[str, CancelFlag] = {}  # document -> its newest request's cancel flag
+        self.history = EditHistory()  # the user's recent edits, for next-edit prompts
         self.configure(config or Config())
 
     def configure(self, config: Config) -> None:
@@ -204,7 +239,9 @@ class Completer:
     def close(self, document: str) -> None:
         """The editor closed the document: its session and the decoder's caches of it go."""
         self.cancel(document)
+        self.cancel(EDITS + document)
         with self._state:
+            self.history.forget(document)
             session = self.sessions.pop(document, None)
         self.decoder.close(document, session.path if session is not None else None)
 
@@ -297,6 +334,86 @@ class Completer:
         completion.warning = completion.warning or self.decoder.warning
         return completion
 
+    def next_edit(self, request: CompletionRequest, cancel: CancelFlag | None = None) -> NextEdit:
+        """The edits the user will make next in the editable region around the cursor: the
+        model writes the region again (copy drafting from it where the decoder has it),
+        and the answer is the difference. A newer next-edit request for the document
+        cancels this one (new_request_flag(EDITS + document)); inline requests do not."""
+        request.check_cursor()
+        key = EDITS + request.document
+        cancel = cancel or self.new_request_flag(key)
+        try:
+            edit = self._in_turn(cancel, lambda model: self._next_edit(request, model, cancel), no_edit)
+        finally:
+            with self._state:
+                if self._running.get(key) is cancel:
+                    del self._running[key]
+        with self._state:
+            self.counters.edit_requests += 1
+            self.counters.edits_suggested += bool(edit.edits)
+            self.counters.superseded += edit.source == Source.SUPERSEDED
+        edit.warning = edit.warning or self.decoder.warning
+        return edit
+
+    def _next_edit(self, request: CompletionRequest, model: DecoderModel, cancel: CancelFlag) -> NextEdit:
+        self._enter(request, cancel)
+        options = self.config.edits
+        edit_format = FORMATS[edit_format_name(self.config)]
+        path = self.workspace_path(request.path)
+        with self._state:
+            events = recent(self.history.events, options.history_tokens)
+        fitted = fit_edit_prompt(request.text, request.cursor, path,
+                                 (options.lines_above, options.lines_below, options.context_lines), events,
+                                 edit_format, model.context_tokens - 1, lambda text: self.decoder.count(text, cancel))
+        if fitted is None:
+            return no_edit(Source.NO_ROOM, StopReason.PROMPT_TOO_LONG, "no next edit: the cursor's line alone does "
+                           f"not fit {model.context_name} with its rewrite")
+        prompt, length = self.decoder.encode([Segment(fitted.prompt.text)], cancel)
+        generation = self.config.generation
+        decoded = self.decoder.decode(Decode(
+            request.document, request.language, prompt, length, fitted.answer_tokens, 0.0,
+            Sampling(generation.temperature, generation.top_k, generation.top_p), generation.draft_mode, False,
+            list(fitted.prompt.stop), lambda _: False, cancel, copy_from=fitted.prompt.copy))
+        stop_reason = StopReason(decoded.stop_reason)
+        if stop_reason == StopReason.CANCELLED:
+            return no_edit(Source.SUPERSEDED, StopReason.CANCELLED)
+        with self._state:
+            if decoded.counts is not None:
+                self.counters.add(decoded.counts)
+        rewrite = edit_format.rewrite(decoded.text, stop_reason == StopReason.STOP)
+        if rewrite is not None:
+            rewrite = with_ending_of(rewrite, fitted.region.text)
+        edits = edits_between(fitted.region, rewrite) if rewrite is not None else []
+        return NextEdit(edits, Source.MODEL, stop_reason, rewrite, prompt, decoded.result)
+
+    def workspace_path(self, path: str) -> str:
+        """A file's path as prompts name it: relative to the workspace, inside it."""
+        return self.workspace.relative(path) if self.workspace.contains(path) else path
+
+    def _in_turn(self, cancel: CancelFlag, work: Callable[[DecoderModel], A],
+                 empty: Callable[[Source, StopReason, str], A]) -> A:
+        """`work(model)` under the decoder's turn; `empty(source, stop reason, warning)` says
+        why there is no answer when the decoder cannot serve, the request was superseded,
+        no prompt fits or the server refused it."""
+        model = self.decoder.connect()
+        if model is None:
+            return empty(Source.SERVER_DOWN, StopReason.UNAVAILABLE, "")
+        with self.decoder.turn():
+            if cancel.is_set():
+                return empty(Source.SUPERSEDED, StopReason.CANCELLED, "")
+            try:
+                return work(model)
+            except Cancelled:
+                return empty(Source.SUPERSEDED, StopReason.CANCELLED, "")
+            except PromptTooLong as error:
+                return empty(Source.NO_ROOM, StopReason.PROMPT_TOO_LONG, no_room_warning(
+                    error, model.context_name, self.config.generation.max_tokens))
+            except Refused as error:
+                log.warning("%s (this request only: the server is up)", error)
+                return empty(Source.REFUSED, StopReason.UNAVAILABLE, "")
+            except Unavailable:
+                return empty(Source.SERVER_DOWN, StopReason.UNAVAILABLE, "")
+
     def _complete(self, request: CompletionRequest, cancel: CancelFlag) -> Completion:
         text_before = request.text[: request.cursor]
         with self._state:
@@ -306,23 +423,7 @@ class Completer:
             if rest is not None:
                 self.counters.forward_cache_hits += 1
                 return Completion(rest, Source.FORWARD_CACHE)
-        model = self.decoder.connect()
-        if model is None:
-            return Completion("", Source.SERVER_DOWN, StopReason.UNAVAILABLE)
-        with self.decoder.turn():
-            if cancel.is_set():
-                return superseded()
-            try:
-                return self._decode(request, model, cancel)
-            except Cancelled:
-                return superseded()
-            except PromptTooLong as error:
-                return no_room(error, model.context_name, self.config.generation.max_tokens)
-            except Refused as error:
-                log.warning("%s (this request only: the server is up)", error)
-                return Completion("", Source.REFUSED, StopReason.UNAVAILABLE)
-            except Unavailable:
-                return Completion("", Source.SERVER_DOWN, StopReason.UNAVAILABLE)
+        return self._in_turn(cancel, lambda model: self._decode(request, model, cancel), empty_completion)
 
     def _decode(self, request: CompletionRequest, model: DecoderModel, cancel: CancelFlag) -> Completion:
         """Under the decoder's turn: the document entered, its prompt decoded. A prompt the
@@ -371,6 +472,7 @@ class Completer:
             left = self.sessions.get(left_document) if left_document is not None else None
             self.current = request.document
             session.text, session.cursor = request.text, request.cursor
+            self.history.observe(request.document, self.workspace_path(request.path), request.text)
         left_for_drafting = None
         if left is not None and left.text and self.workspace.contains(left.path):
             self.ring.add(left.path, left.text, left.cursor, lambda text: self.decoder.count(text, cancel))

@@ -4,6 +4,7 @@ the server keeps the state (documents, counters, what the user was told)."""
 import asyncio
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from typing import Any
 
 from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
@@ -11,8 +12,8 @@ from pygls.uris import to_fs_path
 
 from completer.lsp import protocol
 from completer.lsp.documents import Document
-from completer.requests import Completion, CompletionRequest, PositionError
-from completer.session import Completer
+from completer.requests import Completion, CompletionRequest, NextEdit, PositionError
+from completer.session import EDITS, Completer
 
 # Runs a blocking call off the event loop (the server's worker threads).
 InWorker = Callable[..., Awaitable]
@@ -36,6 +37,49 @@ def request_at(document: Document | None, uri: str, position: types.Position, en
     except PositionError as error:
         raise JsonRpcInvalidParams(str(error)) from None
     return CompletionRequest(uri, to_fs_path(uri) or uri, document.text, cursor, document.language)
+
+
+def inline_edit_params(params: Any) -> tuple[str, int | None, types.Position]:
+    """(uri, version or None, position) of an INLINE_EDIT request; invalid params otherwise."""
+    document = getattr(params, "textDocument", None)
+    uri, version = getattr(document, "uri", None), getattr(document, "version", None)
+    position = getattr(params, "position", None)
+    line, character = getattr(position, "line", None), getattr(position, "character", None)
+    numbers = (line, character) + ((version,) if version is not None else ())
+    if not isinstance(uri, str) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers):
+        raise JsonRpcInvalidParams(f"{protocol.INLINE_EDIT} takes {{\"textDocument\": {{\"uri\", \"version\"}}, "
+                                   "\"position\": {\"line\", \"character\"}}")
+    return uri, version, types.Position(line, character)
+
+
+async def next_edit(completer: Completer, request: CompletionRequest, in_worker: InWorker) -> NextEdit:
+    """The next edit, computed in a worker; $/cancelRequest stops it at its next round."""
+    cancel = completer.new_request_flag(EDITS + request.document)
+    try:
+        return await in_worker(completer.next_edit, request, cancel)
+    except asyncio.CancelledError:
+        cancel.set()
+        raise
+
+
+def edit_items(document: Document, version: int, request: CompletionRequest, edit: NextEdit, encoding: str,
+               suggestion_id: int) -> dict[str, list]:
+    """INLINE_EDIT's result: each edit with its range in the client's units, the document
+    version it is for and the commands that say it was accepted or dismissed; none when
+    the document changed since the request (made at `version`)."""
+    if document.version != version or document.text != request.text:
+        return {"edits": []}
+    identity = {"uri": document.uri, "version": version}
+    items = []
+    arguments = [suggestion_id, version]  # the edits of one suggestion are shown, taken or dismissed together
+    for change in edit.edits:
+        start, end = document.position_at(change.start, encoding), document.position_at(change.end, encoding)
+        items.append({"text": change.text, "textDocument": identity,
+                      "range": {"start": {"line": start.line, "character": start.character},
+                                "end": {"line": end.line, "character": end.character}},
+                      "command": {"title": "Accept next edit", "command": protocol.ACCEPT_EDIT_COMMAND,
+                                  "arguments": arguments}})
+    return {"edits": items}
 
 
 async def complete(completer: Completer, request: CompletionRequest, debounce_ms: float,

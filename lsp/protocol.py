@@ -21,6 +21,23 @@ WARM = "completer/warm"
 # completion was computed for].
 ACCEPT_COMMAND = "completer.accept"
 
+# Request, Copilot's language server's next-edit request (so that clients written for
+# it, such as copilot-lsp's next-edit module for Neovim, work here): params
+# {"textDocument": {"uri", "version"}, "position": {"line", "character"}}; result
+# {"edits": [{"text", "range", "textDocument": {"uri", "version"}, "command"}]}, the edits
+# the user will make next around the position, in order, for that version of the
+# document: none when the model suggests none, or when the document changed meanwhile.
+INLINE_EDIT = "textDocument/copilotInlineEdit"
+# Notification, params {"item": {"command": <an edit's command>}}: the client shows an edit.
+DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit"
+# Commands (workspace/executeCommand) for a suggestion's edits, arguments [suggestion id,
+# document version]: the user accepted the suggestion (each edit carries this one), or
+# dismissed it.
+ACCEPT_EDIT_COMMAND = "completer.acceptEdit"
+REJECT_EDIT_COMMAND = "completer.rejectEdit"
+# The key under the server's `experimental` capabilities that says INLINE_EDIT is answered.
+INLINE_EDIT_CAPABILITY = "copilotInlineEdit"
+
 # Keys of the completer/stats result.
 STATS_KEYS = (
     "ready",  # models loaded and serving
@@ -46,6 +63,11 @@ STATS_KEYS = (
     "index_files",  # workspace files n-gram lookup drafts from; 0 until the index is built
     "index_tokens",
     "index_mb",  # the index's memory (drafting.index_mb bounds it)
+    "edit_requests",  # next-edit requests answered
+    "edits_suggested",  # of those, answers with at least one edit
+    "edits_shown",  # next edits the client said it showed (DID_SHOW_INLINE_EDIT)
+    "edits_accepted",  # next edits whose ACCEPT_EDIT_COMMAND ran
+    "edits_rejected",  # next edits whose REJECT_EDIT_COMMAND ran
 )
 
 # Where `settings` of workspace/didChangeConfiguration may nest the options.

@@ -7,6 +7,10 @@
     inlineCompletion   -> Completer.complete in a worker thread; the newest request for a
                           document cancels the older one, $/cancelRequest cancels its own
     completion         the same, as one completion item marked as AI
+    copilotInlineEdit  -> Completer.next_edit in a worker thread: the edits the user will
+                          make next around the cursor (Copilot's request and shape), for the
+                          document's version then; didShowInlineEdit and the edits' commands
+                          count what was shown, accepted and dismissed
     completer/stats    counters; completer.accept (each item's command) counts acceptance
 
 Requests before the models are ready get an empty answer. A model that fails to load
@@ -38,7 +42,8 @@ from pygls.uris import to_fs_path
 from completer.config import Config, config_from_dict, machine_options
 from completer.loading import Loaded, needs_reload
 from completer.lsp import protocol
-from completer.lsp.completing import Answer, answer_for, complete, completion_items, inline_items, request_at
+from completer.lsp.completing import (Answer, answer_for, complete, completion_items, edit_items, inline_edit_params,
+                                      inline_items, next_edit, request_at)
 from completer.lsp.documents import Document
 from completer.lsp.loading import LoadProgress, load_models
 from completer.requests import CompleterStats
@@ -98,6 +103,14 @@ class CompleterProtocol(LanguageServerProtocol):
         if (handler := self.fm.features.get(method)) is not None:
             yield handler, (params,), None
 
+    @lsp_method(types.INITIALIZE)
+    def lsp_initialize(self, params: types.InitializeParams):
+        """pygls's, and the next-edit request under `experimental`, which pygls's
+        capabilities builder leaves out."""
+        result = yield from super().lsp_initialize(params)
+        result.capabilities.experimental = {protocol.INLINE_EDIT_CAPABILITY: True}
+        return result
+
     @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
     def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams):
         yield from self._user_handler(types.TEXT_DOCUMENT_DID_OPEN, params)
@@ -140,6 +153,7 @@ class Suggestions:
 
     shown: int = 0
     accepted: int = 0
+    rejected: int = 0
 
     @property
     def acceptance_rate(self) -> float:
@@ -158,6 +172,7 @@ class CompleterServer(LanguageServer):
         self.load_error: str | None = None
         self.warning_shown = ""  # the completer's warning the user was last told (a dropped draft, a server down)
         self.suggestions = Suggestions()
+        self.edits = Suggestions()  # next edits
         self.item_ids = itertools.count(1)
         # Inference runs here, off the event loop, one generation at a time (the
         # Completer's lock); more workers let a superseded request return at once.
@@ -206,6 +221,9 @@ class CompleterServer(LanguageServer):
             "suggestions_shown": self.suggestions.shown,
             "suggestions_accepted": self.suggestions.accepted,
             "suggestion_acceptance_rate": self.suggestions.acceptance_rate,
+            "edits_shown": self.edits.shown,
+            "edits_accepted": self.edits.accepted,
+            "edits_rejected": self.edits.rejected,
             **asdict(self.completer.stats() if self.completer else CompleterStats()),
         }
         assert set(values) == set(protocol.STATS_KEYS)
@@ -402,6 +420,33 @@ async def inline_completion(ls: CompleterServer, params: types.InlineCompletionP
 async def completion(ls: CompleterServer, params: types.CompletionParams) -> types.CompletionList | None:
     answer = await answer_at(ls, params.text_document.uri, params.position)
     return completion_items(answer, next(ls.item_ids)) if answer else None
+
+
+@server.feature(protocol.INLINE_EDIT)
+async def inline_edit(ls: CompleterServer, params: Any) -> dict[str, list]:
+    uri, version, position = inline_edit_params(params)
+    document = ls.documents.get(uri)
+    request = request_at(document, uri, position, ls.encoding)
+    if ls.completer is None or version not in (None, document.version):
+        return {"edits": []}
+    version = document.version
+    edit = await next_edit(ls.completer, request, ls.in_worker)
+    return edit_items(document, version, request, edit, ls.encoding, next(ls.item_ids))
+
+
+@server.feature(protocol.DID_SHOW_INLINE_EDIT)
+def did_show_inline_edit(ls: CompleterServer, params: Any) -> None:
+    ls.edits.shown += 1
+
+
+@server.command(protocol.ACCEPT_EDIT_COMMAND)
+def accept_edit(ls: CompleterServer, *arguments: Any) -> None:
+    ls.edits.accepted += 1
+
+
+@server.command(protocol.REJECT_EDIT_COMMAND)
+def reject_edit(ls: CompleterServer, *arguments: Any) -> None:
+    ls.edits.rejected += 1
 
 
 @server.feature(protocol.WARM)

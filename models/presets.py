@@ -58,6 +58,9 @@ class Preset:
     target: HubFile | PackagedFile
     draft: ModelSource
     why: str
+    # The next-edit prompt format its target was trained with (completer.next_edit's
+    # FORMATS); "instruction" for a model trained for none.
+    edit_format: str = "instruction"
 
     @staticmethod
     def from_name(name: str) -> "Preset":
@@ -106,6 +109,15 @@ PRESETS: dict[str, Preset] = {
             _qwen_coder("14B"),
             QWEN_CODER_DRAFT,
             "GPU with 18 GB or more: the strongest pair llama.cpp also ships",
+        ),
+        Preset(
+            "zeta",
+            # Zed's next-edit model (zed-industries/zeta, Qwen2.5-Coder-7B fine-tuned);
+            # LM Studio's GGUF conversions list zeta-Q3_K_L, -Q4_K_M, -Q6_K and -Q8_0.
+            HubFile("lmstudio-community/zeta-GGUF", "zeta-Q4_K_M.gguf"),
+            QWEN_CODER_DRAFT,
+            "next-edit suggestions (Zed's Zeta, a Qwen2.5-Coder-7B fine-tune): GPU with 8 GB or more",
+            edit_format="zeta",
         ),
         Preset(
             "smol",

@@ -6,18 +6,20 @@ loaded once for the whole run (the session's `target`, one llama-server process)
 import threading
 import time
 import uuid
+from dataclasses import replace
 
 import pytest
 
-from completer.config import BACKENDS, Config, GenerationOptions, PromptOptions
+from completer.config import BACKENDS, Config, GenerationOptions, NextEditOptions, PromptOptions
 from completer.context import Workspace
 from completer.engine import Engine
 from completer.loading import DECODERS
 from completer.local_decoder import LocalDecoder
+from completer.next_edit import apply_edits, editable_region
 from completer.remote import LlamaServerClient
 from completer.requests import CompletionRequest, PositionError, Source, StopReason
 from completer.server_decoder import LlamaServerBackend, ServerDecoder
-from completer.session import Completer
+from completer.session import EDITS, Completer
 from llama_server_process import LlamaServer
 
 # Both decoders give a request 2048 tokens: the local engine's context, and each of the
@@ -170,3 +172,58 @@ def test_warming_evaluates_the_prompt_ahead_so_the_completion_evaluates_almost_n
 
 def test_every_backend_the_options_take_loads_a_decoder():
     assert set(DECODERS) == set(BACKENDS)
+
+
+# A parameter renamed at its definition: its uses below are the next edit.
+SHAPES = ("import math\n\n\ndef area(width, height):\n    return width * height\n\n\n"
+          "def perimeter(width, height):\n    return 2 * (width + height)\n")
+RENAMED = SHAPES.replace("area(width,", "area(new_width,")
+SMALL_REGION = NextEditOptions(lines_above=3, lines_below=3, context_lines=2)
+
+
+def test_a_next_edit_is_the_difference_between_the_region_and_the_models_rewrite(new_completer):
+    """Whatever the model writes: a whole rewrite of the region gives the edits that make
+    it, and one cut short gives none."""
+    completer = new_completer(replace(config(), edits=SMALL_REGION))
+    completer.complete(at_end("shapes.py", SHAPES))  # the text before the rename: the edit history's start
+    cursor = RENAMED.index("new_") + len("new_")
+    edit = completer.next_edit(CompletionRequest("shapes.py", "shapes.py", RENAMED, cursor, "python"))
+    assert edit.source == Source.MODEL, edit.warning
+    region = editable_region(RENAMED, cursor, 3, 3)
+    if edit.rewrite is None:
+        assert edit.edits == [] and edit.stop_reason != StopReason.STOP
+    else:
+        assert apply_edits(RENAMED, edit.edits) == RENAMED[:region.start] + edit.rewrite + RENAMED[region.end:]
+    prompt = completer.prompt_text(edit.prompt)
+    assert "-def area(width, height):\n+def area(new_width, height):" in prompt  # the rename, as a diff
+    assert completer.stats().edit_requests == 1
+
+
+def test_a_newer_next_edit_request_supersedes_the_running_one_and_an_inline_request_does_not(new_completer):
+    """The older request is still evaluating or rewriting a region of 40 lines (seconds
+    on a 2-core CPU) when the newer one comes."""
+    completer = new_completer(replace(config(), edits=NextEditOptions(lines_above=20, lines_below=20,
+                                                                           context_lines=0)))
+    inline_flag, edit_flag = completer.new_request_flag("a.py"), completer.new_request_flag(EDITS + "a.py")
+    completer.new_request_flag("a.py")
+    assert inline_flag.is_set() and not edit_flag.is_set()
+    text = f"# {uuid.uuid4().hex}\n" + "".join(f"value_{n} = {n}\n" for n in range(40))
+    request = CompletionRequest("a.py", "a.py", text, text.index("value_20"), "python")
+    answers = {}
+    older = threading.Thread(target=lambda: answers.setdefault("older", completer.next_edit(request, edit_flag)))
+    older.start()
+    time.sleep(0.5)
+    newer = completer.next_edit(replace(request, cursor=request.cursor + 1))
+    older.join(120)
+    assert (answers["older"].source, answers["older"].edits) == (Source.SUPERSEDED, [])
+    assert newer.source == Source.MODEL, newer.warning
+    assert completer.stats().superseded == 1
+
+
+def test_a_region_that_cannot_fit_gets_no_edit_saying_why(new_completer):
+    """One line longer than the whole context: nothing left to shrink, an answer at once."""
+    completer = new_completer(replace(config(), edits=SMALL_REGION))
+    text = "VALUES = [" + ", ".join(str(n) for n in range(4000)) + "]\n"
+    edit = within(60, completer.next_edit, CompletionRequest("big.py", "big.py", text, 10, "python"))
+    assert (edit.edits, edit.source, edit.stop_reason) == ([], Source.NO_ROOM, StopReason.PROMPT_TOO_LONG)
+    assert "does not fit" in edit.warning

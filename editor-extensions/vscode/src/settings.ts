@@ -3,7 +3,7 @@
 
 // Groups of the server's option tree (completer/config.py). Settings under
 // `completer.<group>.<optionName>` are sent as `<group>.<option_name>`.
-export const SERVER_GROUPS = ["models", "generation", "prompt", "drafting", "cache", "server"] as const;
+export const SERVER_GROUPS = ["models", "generation", "prompt", "drafting", "cache", "server", "edits"] as const;
 
 export type ServerOptions = Record<string, Record<string, unknown>>;
 

@@ -25,8 +25,8 @@
 --                        files under that root.
 --   init_options:        The server's options, as nested tables, passed as they are in
 --                        the `initializationOptions` of `initialize`. The groups are
---                        models, generation, prompt, drafting, cache and server;
---                        completer's README lists every option. The machine-level
+--                        models, generation, prompt, drafting, cache, server and
+--                        edits; completer's README lists every option. The machine-level
 --                        ones are left out, with a warning (see completer-machine):
 --                        they go in cmd, as the server's flags.
 --   debounce_ms:         Milliseconds to wait after the last keystroke before asking

@@ -1,0 +1,306 @@
+"""Next-edit suggestions, the text side: the editable region around the cursor that a
+model rewrites, and the edits that turn the region into its rewrite.
+
+A next-edit model is given the region (the cursor marked in it) and writes the region
+again as it should be after the user's next edit. Most of a rewrite is a copy of the
+region, so the answer is the difference: a few edits (a range of the document and its
+new text each), which may lie away from the cursor. A rewrite equal to the region is no
+edit, the common answer.
+"""
+
+import difflib
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+
+# A line and its break, as LSP counts lines (\n, \r\n or \r; not str.splitlines's others).
+LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
+
+
+@dataclass(frozen=True)
+class Region:
+    """Whole lines of a document around the cursor."""
+
+    start: int  # the document offset of the region's first character
+    text: str  # the lines, each with its line break (the last one's, if the document has it)
+    cursor: int  # the cursor's offset in `text`
+
+    @property
+    def end(self) -> int:
+        return self.start + len(self.text)
+
+
+@dataclass(frozen=True)
+class TextEdit:
+    """Replace the document's text[start:end] with `text` (offsets in characters)."""
+
+    start: int
+    end: int
+    text: str
+
+
+def editable_region(text: str, cursor: int, lines_above: int, lines_below: int) -> Region:
+    """The cursor's line with up to `lines_above` lines before it and `lines_below` after."""
+    lines = _lines(text)
+    if not lines or lines[-1].endswith(("\n", "\r")):
+        lines.append("")  # the empty line after a final line break, where a cursor may be
+    offsets = _offsets(lines)
+    row = max(i for i in range(len(lines)) if offsets[i] <= cursor)
+    first, last = max(0, row - lines_above), min(len(lines) - 1, row + lines_below)
+    start = offsets[first]
+    return Region(start, text[start:offsets[last + 1]], cursor - start)
+
+
+def edits_between(region: Region, rewrite: str) -> list[TextEdit]:
+    """The edits, in document offsets and in order, that make the region's text `rewrite`:
+    the lines that differ (difflib's matching; a block of lines replaced by as many is
+    taken line by line), each change narrowed to the characters that differ, so that
+    renaming a word is an edit of that word."""
+    old_lines, new_lines = _lines(region.text), _lines(rewrite)
+    old_at, new_at = _offsets(old_lines), _offsets(new_lines)
+    changed = []  # (old start, old end, new start, new end), in lines
+    matcher = difflib.SequenceMatcher(None, old_lines, new_lines, autojunk=False)
+    for tag, i1, i2, j1, j2 in matcher.get_opcodes():
+        if tag == "replace" and i2 - i1 == j2 - j1:
+            changed += [(i, i + 1, j, j + 1) for i, j in zip(range(i1, i2), range(j1, j2))
+                        if old_lines[i] != new_lines[j]]
+        elif tag != "equal":
+            changed.append((i1, i2, j1, j2))
+    edits = []
+    for i1, i2, j1, j2 in changed:
+        old, new = region.text[old_at[i1]:old_at[i2]], rewrite[new_at[j1]:new_at[j2]]
+        head = _common_prefix(old, new)
+        tail = _common_prefix(old[head:][::-1], new[head:][::-1])
+        edits.append(TextEdit(region.start + old_at[i1] + head, region.start + old_at[i2] - tail,
+                              new[head:len(new) - tail]))
+    return edits
+
+
+def with_ending_of(rewrite: str, original: str) -> str:
+    """`rewrite` ending in the line breaks `original` ends in: a model's blank lines before
+    it closes the region are its layout, not an edit."""
+    return rewrite.rstrip("\r\n") + original[len(original.rstrip("\r\n")):]
+
+
+def apply_edits(text: str, edits: list[TextEdit]) -> str:
+    """`text` with `edits` (in order, not overlapping) made."""
+    pieces, at = [], 0
+    for edit in edits:
+        pieces += [text[at:edit.start], edit.text]
+        at = edit.end
+    return "".join(pieces) + text[at:]
+
+
+def _lines(text: str) -> list[str]:
+    return LINE.findall(text)
+
+
+def _offsets(lines: list[str]) -> list[int]:
+    offsets = [0]
+    for line in lines:
+        offsets.append(offsets[-1] + len(line))
+    return offsets
+
+
+def _common_prefix(a: str, b: str) -> int:
+    n = 0
+    for x, y in zip(a, b):
+        if x != y:
+            break
+        n += 1
+    return n
+
+
+@dataclass(frozen=True)
+class EditEvent:
+    """A stretch of changes the user made to one document: its text before and after."""
+
+    document: str
+    path: str
+    before: str
+    after: str
+
+    @cached_property
+    def diff(self) -> str:
+        return unified_diff(self.before, self.after)
+
+
+def unified_diff(before: str, after: str) -> str:
+    """The change as hunks of a unified diff with 3 lines of context and no file headers
+    (`@@ -a,b +c,d @@` then ` `, `-` and `+` lines), as Zed writes its edit events."""
+    lines = difflib.unified_diff(_lines(before), _lines(after), n=3, lineterm="")
+    body = [line if line.endswith(("\n", "\r")) else line + "\n" for line in list(lines)[2:]]
+    return "".join(body)
+
+
+@dataclass(frozen=True)
+class EditPrompt:
+    """A rendered next-edit prompt: its text, the text a rewrite of the region copies
+    (what copy drafting proposes from), and the strings that end the rewrite."""
+
+    text: str
+    copy: str
+    stop: tuple[str, ...]
+
+
+class EditFormat:
+    """One next-edit model family's prompt, and how its answer gives the region's new text."""
+
+    family: str = ""
+
+    def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent]) -> EditPrompt:
+        """`before` and `after`: the file's text around the region; `events`: the recent
+        edits, oldest first."""
+        raise NotImplementedError
+
+    def rewrite(self, output: str, stopped: bool) -> str | None:
+        """The region's new text in the model's answer; None when the answer is not a
+        whole region (cut by the token limit, or not in the format)."""
+        raise NotImplementedError
+
+
+class InstructionFormat(EditFormat):
+    """Any instruct model (the `smol` pair in tests): the recent edits, the file, then the
+    region between plain-text tags with the cursor marked, and the model asked to write
+    it again after the user's next edit; the answer starts inside a second opening tag.
+    Kept this short because SmolLM2-135M-Instruct closed its rewrite with the tag after
+    this prompt, and ran on past the region after longer instructions."""
+
+    family = "instruction"
+    OPEN, CLOSE, CURSOR = "<region>\n", "</region>", "<cursor>"
+
+    def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent]) -> EditPrompt:
+        history = "".join(f"User edited {event.path}:\n{event.diff}" for event in events)
+        marked = region.text[:region.cursor] + self.CURSOR + region.text[region.cursor:]
+        text = (f"{history}\nThe file {path}:\n{before}{region.text}{after}\n"
+                f"Rewrite the region with the user's next edit near {self.CURSOR}.\n"
+                f"{self.OPEN}{marked}{self.CLOSE}\n\n{self.OPEN}")
+        # A second opening tag ends a rewrite too: a small model goes on to another region.
+        return EditPrompt(text, region.text + self.CLOSE, (self.CLOSE, self.OPEN))
+
+    def rewrite(self, output: str, stopped: bool) -> str | None:
+        return output.replace(self.CURSOR, "") if stopped else None
+
+
+class ZetaFormat(EditFormat):
+    """Zed's Zeta (zed-industries/zeta, a Qwen2.5-Coder-7B fine-tune), as Zed's own client
+    writes it: zed-industries/zed crates/zeta/src/zeta1.rs (the instruction, "User
+    edited" events with unified diffs, oldest first) and crates/zeta/src/zeta1/
+    input_excerpt.rs (the excerpt: a fence naming the file, `<|start_of_file|>` when it
+    opens the file, the region between its markers with the cursor marked; the region
+    ends before its last line break, which starts the text after it). The model answers
+    with the region between the same markers; the markers are text, not control tokens."""
+
+    family = "zeta"
+    START, END, CURSOR, FILE_START = ("<|editable_region_start|>", "<|editable_region_end|>",
+                                      "<|user_cursor_is_here|>", "<|start_of_file|>")
+    INSTRUCTION = ("### Instruction:\nYou are a code completion assistant and your task is to analyze user edits and "
+                   "then rewrite an excerpt that the user provides, suggesting the appropriate edits within the "
+                   "excerpt, taking into account the cursor location.\n\n### User Edits:\n\n")
+
+    def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent]) -> EditPrompt:
+        body, break_ = _without_last_break(region.text)
+        cursor = min(region.cursor, len(body))
+        start_of_file = f"{self.FILE_START}\n" if region.start - len(before) == 0 else ""
+        excerpt = (f"```{path}\n{start_of_file}{before}{self.START}\n{body[:cursor]}{self.CURSOR}{body[cursor:]}\n"
+                   f"{self.END}{break_}{after}\n```")
+        history = "\n\n".join(f"User edited {event.path}:\n```diff\n{event.diff}```" for event in events)
+        text = f"{self.INSTRUCTION}{history}\n\n### User Excerpt:\n\n{excerpt}\n\n### Response:\n"
+        return EditPrompt(text, f"{self.START}\n{body}\n{self.END}", (f"\n{self.END}",))
+
+    def rewrite(self, output: str, stopped: bool) -> str | None:
+        output = output.replace(self.CURSOR, "")
+        if not stopped or not output.startswith(f"{self.START}\n"):
+            return None
+        return output[len(self.START) + 1:]
+
+
+def _without_last_break(text: str) -> tuple[str, str]:
+    for break_ in ("\r\n", "\n", "\r"):
+        if text.endswith(break_):
+            return text[:-len(break_)], break_
+    return text, ""
+
+
+FORMATS = {format_.family: format_ for format_ in (InstructionFormat(), ZetaFormat())}
+
+
+class EditHistory:
+    """The user's recent edits across documents, oldest first: each document's text as
+    last seen, and one event per stretch of edits to one document (a stretch ends where
+    another document is edited), at most `most` events."""
+
+    def __init__(self, most: int = 16):
+        self.most = most
+        self.seen: dict[str, str] = {}  # document -> its text as last seen
+        self.events: list[EditEvent] = []
+
+    def observe(self, document: str, path: str, text: str) -> None:
+        before = self.seen.get(document)
+        self.seen[document] = text
+        if before is None or before == text:
+            return
+        if self.events and self.events[-1].document == document:  # the stretch goes on
+            before = self.events.pop().before
+        if before != text:
+            self.events = [*self.events, EditEvent(document, path, before, text)][-self.most:]
+
+    def forget(self, document: str) -> None:
+        self.seen.pop(document, None)
+        self.events = [event for event in self.events if event.document != document]
+
+
+# Zed's estimate of a text's tokens: a byte count / 3 (crates/zeta/src/zeta1.rs,
+# BYTES_PER_TOKEN_GUESS); characters here.
+CHARACTERS_PER_TOKEN = 3
+
+
+def recent(events: list[EditEvent], tokens: int) -> list[EditEvent]:
+    """The newest events whose diffs fit in `tokens` (estimated), oldest first."""
+    kept, budget = [], tokens * CHARACTERS_PER_TOKEN
+    for event in reversed(events):
+        budget -= len(event.diff) + len(event.path)
+        if budget < 0:
+            break
+        kept.append(event)
+    return kept[::-1]
+
+
+@dataclass(frozen=True)
+class FittedEdit:
+    prompt: EditPrompt
+    region: Region
+    prompt_tokens: int
+    answer_tokens: int  # the most the rewrite may take: the region's copy and room to change it
+
+
+def answer_budget(copy_tokens: int) -> int:
+    """Tokens a rewrite may take: the region's, and half again (at least 32) for what the edit adds."""
+    return copy_tokens + max(32, copy_tokens // 2)
+
+
+def fit_edit_prompt(text: str, cursor: int, path: str, lines: tuple[int, int, int], events: list[EditEvent],
+                    edit_format: EditFormat, room: int, count: Callable[[str], int]) -> FittedEdit | None:
+    """The prompt for the region around the cursor (`lines`: above, below, and of context
+    on each side) with `events`, and its rewrite's budget, together within `room`
+    tokens (`count` measures). The oldest events give way first, then the context, then
+    the region (each side halved); None when a region of the cursor's line alone, with
+    nothing around it, does not fit. At most events + log2 of each line count + 1
+    measurements."""
+    above, below, context = lines
+    while True:
+        region = editable_region(text, cursor, above, below)
+        around = editable_region(text, cursor, above + context, below + context)
+        prompt = edit_format.prompt(path, text[around.start:region.start], region, text[region.end:around.end], events)
+        prompt_tokens, copy_tokens = count(prompt.text), count(prompt.copy)
+        if prompt_tokens + answer_budget(copy_tokens) <= room:
+            return FittedEdit(prompt, region, prompt_tokens, answer_budget(copy_tokens))
+        if events:
+            events = events[1:]
+        elif context:
+            context //= 2
+        elif above or below:
+            above, below = above // 2, below // 2
+        else:
+            return None

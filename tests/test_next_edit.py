@@ -1,0 +1,104 @@
+"""Next-edit suggestions, the text side: the region a model rewrites and the edits that
+turn it into the rewrite."""
+
+import re
+
+from hypothesis import given
+from hypothesis import strategies as st
+
+from completer.config import Config, ModelOptions, NextEditOptions
+from completer.models.presets import PRESETS
+from completer.next_edit import (FORMATS, EditEvent, TextEdit, ZetaFormat, apply_edits, edits_between,
+                                 editable_region, with_ending_of)
+from completer.session import edit_format_name
+
+# Lines of code-like text, with every line break LSP knows.
+LINES = st.lists(st.text(alphabet="ab (x)=:", max_size=8) | st.sampled_from(["", "    pass"]),
+                 max_size=12)
+BREAK = re.compile(r"\r\n|\r|\n")
+BREAKS = st.sampled_from(["\n", "\r\n", "\r"])
+
+
+@st.composite
+def documents(draw) -> str:
+    lines = draw(LINES)
+    return "".join(line + draw(BREAKS) for line in lines) + draw(st.sampled_from(["", "tail"]))
+
+
+@given(documents(), st.data(), st.integers(0, 4), st.integers(0, 4))
+def test_the_region_is_whole_lines_around_the_cursor(text, data, above, below):
+    cursor = data.draw(st.integers(0, len(text)))
+    cursor -= text[cursor - 1:cursor + 1] == "\r\n"  # never inside a line break, as LSP positions are
+    region = editable_region(text, cursor, above, below)
+    assert text[region.start:region.end] == region.text and 0 <= region.cursor <= len(region.text)
+    assert region.start + region.cursor == cursor
+    assert region.start == 0 or text[region.start - 1] in "\r\n"  # starts a line
+    assert region.end == len(text) or text[region.end - 1] in "\r\n"  # ends one
+    before, after = text[region.start:cursor], text[cursor:region.end]
+    assert len(BREAK.findall(before)) <= above and len(BREAK.findall(after)) <= below + 1
+
+
+@given(documents(), documents(), st.data())
+def test_the_edits_make_the_rewrite_and_touch_nothing_else(text, rewrite, data):
+    cursor = data.draw(st.integers(0, len(text)))
+    region = editable_region(text, cursor, 3, 3)
+    edits = edits_between(region, rewrite)
+    assert apply_edits(text, edits) == text[:region.start] + rewrite + text[region.end:]
+    assert all(region.start <= e.start <= e.end <= region.end for e in edits)
+    assert all(a.end <= b.start for a, b in zip(edits, edits[1:]))  # in order, apart
+    assert all(e.text or e.start < e.end for e in edits)  # no empty edit
+    assert (edits == []) == (rewrite == region.text)
+
+
+def test_a_rename_is_an_edit_of_each_use_and_no_more():
+    text = "import os\n\ndef area(width, height):\n    return width * height\n\nprint(area(2, 3))\n"
+    region = editable_region(text, text.index("return"), 2, 1)
+    rewrite = region.text.replace("width", "w")
+    edits = edits_between(region, rewrite)
+    uses = [at for at in range(len(text)) if text.startswith("width", at) and at >= region.start]
+    assert len(edits) == 2 and all(use <= e.start <= e.end <= use + 5 for e, use in zip(edits, uses))
+    assert [text.count("\n", 0, e.start) for e in edits] == [2, 3]  # on the two lines that use it
+
+
+def test_no_edit_is_an_empty_answer_and_an_inserted_line_is_one_edit():
+    text = "class Point:\n    def __init__(self, x):\n        self.x = x\n"
+    region = editable_region(text, len(text), 5, 0)
+    assert edits_between(region, region.text) == []
+    added = region.text.replace("x):\n", "x, y):\n") + "        self.y = y\n"
+    edits = edits_between(region, added)
+    assert edits == [TextEdit(text.index("):"), text.index("):"), ", y"),
+                     TextEdit(len(text), len(text), "        self.y = y\n")]
+
+
+def test_a_rewrite_keeps_the_regions_last_line_breaks():
+    assert with_ending_of("a\nb\n\n\n", "a\nc\n") == "a\nb\n"
+    assert with_ending_of("a\nb", "a\nc\r\n") == "a\nb\r\n"
+    assert with_ending_of("", "\n") == "\n"
+
+
+def test_zetas_prompt_is_zeds_and_its_answer_is_the_text_between_the_markers():
+    text = "import math\n\ndef area(r):\n    return r * r\n\nprint(area(2))\n"
+    region = editable_region(text, text.index("return") + 4, 1, 0)
+    event = EditEvent("shapes.py", "shapes.py", "x = 1\n", "x = 2\n")
+    prompt = ZetaFormat().prompt("shapes.py", text[:region.start], region, text[region.end:], [event])
+    assert prompt.text == (
+        "### Instruction:\nYou are a code completion assistant and your task is to analyze user edits and then "
+        "rewrite an excerpt that the user provides, suggesting the appropriate edits within the excerpt, taking "
+        "into account the cursor location.\n\n### User Edits:\n\nUser edited shapes.py:\n```diff\n@@ -1 +1 @@\n"
+        "-x = 1\n+x = 2\n```\n\n### User Excerpt:\n\n```shapes.py\n<|start_of_file|>\nimport math\n\n"
+        "<|editable_region_start|>\ndef area(r):\n    retu<|user_cursor_is_here|>rn r * r\n<|editable_region_end|>"
+        "\n\nprint(area(2))\n\n```\n\n### Response:\n")
+    assert prompt.copy == "<|editable_region_start|>\ndef area(r):\n    return r * r\n<|editable_region_end|>"
+    assert prompt.stop == ("\n<|editable_region_end|>",)
+    answer = "<|editable_region_start|>\ndef area(radius):\n    return radius<|user_cursor_is_here|> * radius"
+    assert ZetaFormat().rewrite(answer, stopped=True) == "def area(radius):\n    return radius * radius"
+    assert ZetaFormat().rewrite(answer, stopped=False) is None  # cut by the token limit
+    assert ZetaFormat().rewrite("def area(radius):", stopped=True) is None  # not in the format
+
+
+def test_auto_is_the_presets_format_and_a_target_of_ones_own_gets_the_instruction_format():
+    assert edit_format_name(Config(models=ModelOptions(preset="zeta"))) == "zeta"
+    assert edit_format_name(Config(models=ModelOptions(preset="zeta", target="own.gguf"))) == "instruction"
+    assert edit_format_name(Config(models=ModelOptions(preset="smol"))) == "instruction"
+    assert edit_format_name(Config(models=ModelOptions(preset="smol"), edits=NextEditOptions(format="zeta"))) == "zeta"
+    assert {preset.edit_format for preset in PRESETS.values()} <= set(FORMATS)
