@@ -40,4 +40,9 @@ export interface Stats {
   index_files: number;
   index_tokens: number;
   index_mb: number;
+  edit_requests: number;
+  edits_suggested: number;
+  edits_shown: number;
+  edits_accepted: number;
+  edits_rejected: number;
 }

@@ -25,6 +25,11 @@ const stats: Stats = {
   index_files: 1790,
   index_tokens: 8_400_000,
   index_mb: 64.2,
+  edit_requests: 0,
+  edits_suggested: 0,
+  edits_shown: 0,
+  edits_accepted: 0,
+  edits_rejected: 0,
 };
 
 describe("statusView", () => {
