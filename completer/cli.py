@@ -328,8 +328,6 @@ def _llama_server_state() -> str:
     return str(found) if found else f"none (`{BUILD_COMMAND}` builds one for bench's peers)"
 
 
-
-
 def _build_rows() -> list[tuple[str, str]]:
     """The one llama.cpp build the bindings load: its folder and the flags it was made with."""
     from completer.models.llama_build import ARGS_FILE, linked_build
