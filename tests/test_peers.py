@@ -57,9 +57,9 @@ def test_llama_server_is_of_the_build_the_bindings_load_and_a_wrong_path_says_wh
     with pytest.raises(LlamaBuildError, match=f"\\${SERVER_ENV}"):
         find()
     monkeypatch.delenv(SERVER_ENV)
-    monkeypatch.setattr(llama_build, "bindings_lib", lambda: tmp_path / "lib")  # bindings of their own build
-    assert find() is None
-    monkeypatch.undo()
+    with monkeypatch.context() as bindings:
+        bindings.setattr(llama_build, "bindings_lib", lambda: tmp_path / "lib")  # bindings of their own build
+        assert find() is None
     doctor = json.loads(run_completer("doctor", "--json").stdout)
     assert doctor["llama-server"] == str(llama_server)
     assert doctor["llama.cpp build folder"] == str(folder)
