@@ -1,7 +1,8 @@
 """The VS Code extension: its manifest and protocol module agree with the server, and
 the packaged .vsix gives a real inline suggestion in a real VS Code (code-server) in
-headless Chromium, accepted with Tab; a settings change reaches the server, and its
-model load error shows as a notification. The workspace is a hostile one: its checked-in
+headless Chromium, accepted with Tab; a real next edit, shown as decorations, jumped to
+and applied with Tab, undone in one step and counted by the server; a settings change
+reaches the server, and its model load error shows as a notification. The workspace is a hostile one: its checked-in
 .vscode/settings.json names another host (a listener on 127.0.0.1) as the team server,
 the RPC server and where the key goes, and programs of its own to launch; nothing
 connects there and nothing of it runs, while its other settings still apply.
@@ -18,6 +19,8 @@ from pathlib import Path
 from completer.config import RENAMED, machine_options, setting_name, settings_schema
 from completer.lsp import protocol
 from listener import Listener
+from test_lsp_next_edit import NEXT_EDIT
+from test_lsp_next_edit import RENAMED as PARAMETER_RENAMED
 
 EXTENSION = Path(__file__).resolve().parent.parent / "editor-extensions" / "vscode"
 MANIFEST = json.loads((EXTENSION / "package.json").read_text())
@@ -28,6 +31,14 @@ ARTIFACTS = EXTENSION / "e2e-artifacts"  # where the screenshots stay for people
 EXAMPLE = (Path(__file__).resolve().parent.parent / "examples" / "stats.py").read_text()
 TYPED = "return math."
 
+# The next edit, on test_lsp_next_edit's text: the test types the start of a parameter's
+# rename into the definition, where smol suggests edits (which ones varies from run to run).
+EDIT_FILE = "shapes.py"
+EDIT_BEFORE = PARAMETER_RENAMED.replace("area(w,", "area(width,")
+EDIT_AT = (3, len("def area("))  # line, character: 0-based
+EDIT_TYPED = "w, "
+EDIT_AFTER = PARAMETER_RENAMED.replace("area(w,", "area(w, width,")
+
 
 def test_every_server_option_is_a_setting_with_the_servers_default_and_description():
     declared = {key.removeprefix("completer."): schema for key, schema in SETTINGS.items() if key.count(".") == 2}
@@ -37,8 +48,9 @@ def test_every_server_option_is_a_setting_with_the_servers_default_and_descripti
 def test_the_protocol_module_matches_the_servers():
     source = (EXTENSION / "src" / "protocol.ts").read_text()
     constants = dict(re.findall(r'export const (\w+) = "([^"]*)";', source))
-    assert constants == {"SERVER_NAME": protocol.SERVER_NAME, "STATS": protocol.STATS, "WARM": protocol.WARM,
-                         "ACCEPT_COMMAND": protocol.ACCEPT_COMMAND, "SETTINGS_SECTION": protocol.SETTINGS_SECTION}
+    names = ("SERVER_NAME", "STATS", "WARM", "ACCEPT_COMMAND", "INLINE_EDIT", "DID_SHOW_INLINE_EDIT",
+             "ACCEPT_EDIT_COMMAND", "REJECT_EDIT_COMMAND", "INLINE_EDIT_CAPABILITY", "SETTINGS_SECTION")
+    assert constants == {name: getattr(protocol, name) for name in names}
     stats_interface = source[source.index("interface Stats"):]
     assert tuple(re.findall(r"^  (\w+): ", stats_interface, re.MULTILINE)) == protocol.STATS_KEYS
 
@@ -63,6 +75,18 @@ def test_every_command_is_registered_and_every_contributed_command_exists():
     source = (EXTENSION / "src" / "extension.ts").read_text()
     registered = set(re.findall(r'registerCommand\("([\w.]+)"', source))
     assert registered == {command["command"] for command in MANIFEST["contributes"]["commands"]}
+
+
+def test_tab_and_escape_are_the_next_edits_only_while_one_shows_and_no_inline_suggestion_does():
+    source = (EXTENSION / "src" / "nextEditController.ts").read_text()
+    context_keys = set(re.findall(r'^const \w+ = "(completer\.\w+)";', source, re.MULTILINE))
+    assert context_keys == {"completer.nextEditVisible", "completer.nextEditAtCursor"}
+    ours = [binding for binding in MANIFEST["contributes"]["keybindings"] if binding["key"] in ("tab", "escape")]
+    assert {binding["command"] for binding in ours} == {"completer.jumpToNextEdit", "completer.acceptNextEdit",
+                                                        "completer.dismissNextEdit"}
+    for binding in ours:
+        assert "completer.nextEditVisible" in binding["when"] and "!inlineSuggestionVisible" in binding["when"]
+        assert set(re.findall(r"completer\.\w+", binding["when"])) <= context_keys
 
 
 # Stands for GITHUB_TOKEN, which code-server takes out of its extensions' environment.
@@ -95,10 +119,13 @@ def test_a_real_vscode_shows_the_servers_suggestion_and_tab_accepts_it(smol, smo
     assert EXAMPLE.rstrip("\n").endswith(TYPED), "examples/stats.py no longer ends where the test types"
     before = EXAMPLE.rstrip("\n").removesuffix(TYPED)
     (workspace / "stats.py").write_text(before)
-    options = {"models.preset": "smol", "generation.maxTokens": 16, "generation.timeBudgetMs": 0}
+    (workspace / EDIT_FILE).write_text(EDIT_BEFORE)
+    options = {"models.preset": "smol", "generation.maxTokens": 16, "generation.timeBudgetMs": 0,
+               **{setting_name(f"edits.{key}"): value for key, value in NEXT_EDIT["edits"].items()}}
     env = {**os.environ, "CODE_SERVER": toolchain["code_server"], "VSIX": str(EXTENSION / "completer.vsix"),
            "COMPLETER": str(Path(sys.executable).with_name("completer")), "WORKSPACE": str(workspace),
-           "FILE": "stats.py", "TYPED": TYPED, "ARTIFACTS": str(ARTIFACTS), "SERVER_OPTIONS": json.dumps(options),
+           "FILE": "stats.py", "TYPED": TYPED, "EDIT_FILE": EDIT_FILE, "EDIT_AT": "%d:%d" % EDIT_AT,
+           "EDIT_TYPED": EDIT_TYPED, "ARTIFACTS": str(ARTIFACTS), "SERVER_OPTIONS": json.dumps(options),
            "WORKSPACE_NOTICE": "prompt.chunks = 'many'", SECRET_VARIABLE: "not-for-elsewhere",
            "COMPLETER_CACHE_DIR": str(smol_cache), "HOME": str(tmp_path / "home")}
     (ARTIFACTS / "result.json").unlink(missing_ok=True)
@@ -124,7 +151,51 @@ def test_a_real_vscode_shows_the_servers_suggestion_and_tab_accepts_it(smol, smo
     assert re.sub(r"\s", "", inserted) == re.sub(r"\s", "", shown)
     # The status bar shows the live acceptance rate and speed once completions ran.
     assert re.fullmatch(r"\s*\d+% · \d+ tok/s", result["status"]), result["status"]
+    check_next_edit(result["next_edit"])
     # A model setting changed in VS Code reached the server, whose load error (with the
     # fix) became a notification.
     assert "model file not found: /nonexistent/model.gguf" in result["notification"]
     assert "completer models pull" in result["notification"]
+
+
+def check_next_edit(run: dict) -> None:
+    """The next-edit part of the run: the suggestion the server sent (as the extension logged
+    it) showed as decorations, Tab from elsewhere went to it without changing the text, Tab
+    applied exactly its edits, one undo took all of them back, and the server counted each
+    suggestion shown, the one accepted and the one dismissed."""
+    assert run["typed_text"] == EDIT_AFTER
+    suggestion = run["suggestion"]
+    edits = suggestion["edits"]
+    assert suggestion["uri"].endswith("/" + EDIT_FILE) and edits, suggestion
+    assert (ARTIFACTS / "vscode-next-edit.png").stat().st_size > 10_000
+    # The text each edit removes, struck through; the first line of each new text as ghost text.
+    removed = "".join(EDIT_AFTER[offset(EDIT_AFTER, edit["range"]["start"]):offset(EDIT_AFTER, edit["range"]["end"])]
+                      for edit in edits)
+    assert re.sub(r"\s", "", "".join(run["decorations"]["struck"])) == re.sub(r"\s", "", removed), run["decorations"]
+    ghosts = run["decorations"]["ghost"]
+    assert len(ghosts) == sum(bool(edit["text"]) for edit in edits), run["decorations"]
+    assert all(any(ghost.removesuffix("…").strip() in edit["text"] for edit in edits) for ghost in ghosts), ghosts
+    # Tab away from the edits went to the first one and changed nothing...
+    start = edits[0]["range"]["start"]
+    assert run["cursor_after_jump"] == f"Ln {start['line'] + 1}, Col {start['character'] + 1}", run["cursor_away"]
+    assert run["after_jump"] == EDIT_AFTER
+    # ... Tab there applied all the server's edits, and one undo took them all back.
+    assert run["applied"] == apply_edits(EDIT_AFTER, edits)
+    assert run["undone"] == EDIT_AFTER
+    if run["dismissed"]["count"]:
+        assert run["dismissed"]["decorations_after"] == {"struck": [], "ghost": []}
+    counts = re.search(r"next edits: (\d+) shown, (\d+) accepted, (\d+) dismissed", run["statistics"])
+    assert counts, run["statistics"]
+    assert tuple(map(int, counts.groups())) == (run["shown_total"], 1, run["dismissed"]["count"])
+
+
+def offset(text: str, position: dict) -> int:
+    """The offset of an LSP position (UTF-16 characters: Python's, in these ASCII texts)."""
+    lines = text.split("\n")
+    return sum(len(line) + 1 for line in lines[:position["line"]]) + position["character"]
+
+
+def apply_edits(text: str, edits: list[dict]) -> str:
+    for edit in sorted(edits, key=lambda edit: offset(text, edit["range"]["start"]), reverse=True):
+        text = text[:offset(text, edit["range"]["start"])] + edit["text"] + text[offset(text, edit["range"]["end"]):]
+    return text

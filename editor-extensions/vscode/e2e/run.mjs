@@ -1,17 +1,22 @@
 // A real VS Code (code-server) in a real browser (headless Chromium), with the built
 // .vsix installed and the real server behind it: open a Python file, type, wait for the
 // inline suggestion's ghost text, take a screenshot, accept it with Tab and read the
-// file back from disk. Writes result.json, vscode-inline-suggestion.png,
-// vscode-accepted.png, vscode-load-error.png and code-server.log to ARTIFACTS. Then
-// points a setting at a missing model and waits for the error notification.
-// Run by tests/test_vscode.py, which prepares the workspace and checks the result.
+// file back from disk. Then the next edit: in EDIT_FILE, type the start of an edit, wait
+// for the suggestion's decorations, move away, Tab back to it, Tab to apply it, undo it,
+// and Escape the next one; read the statistics. Then point a setting at a missing model
+// and wait for the error notification. Writes result.json, vscode-inline-suggestion.png,
+// vscode-accepted.png, vscode-next-edit.png, vscode-load-error.png and code-server.log
+// to ARTIFACTS. Run by tests/test_vscode.py, which prepares the workspace and checks the
+// result.
 //
 // Environment: CODE_SERVER (its out/node/entry.js), VSIX, COMPLETER (the executable),
-// WORKSPACE (holds FILE), FILE, TYPED (text typed at the file's end), ARTIFACTS,
-// CHROMIUM (default /usr/bin/chromium), SERVER_OPTIONS (JSON settings under completer.),
-// WORKSPACE_NOTICE (optional: a notification the workspace's own settings cause, waited for).
+// WORKSPACE (holds FILE and EDIT_FILE), FILE, TYPED (text typed at the file's end),
+// EDIT_FILE, EDIT_AT (line:character, 0-based, where EDIT_TYPED is typed), EDIT_TYPED,
+// ARTIFACTS, CHROMIUM (default /usr/bin/chromium), SERVER_OPTIONS (JSON settings under
+// completer.), WORKSPACE_NOTICE (optional: a notification the workspace's own settings
+// cause, waited for).
 import { spawn, spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -26,6 +31,9 @@ const codeServer = env("CODE_SERVER");
 const workspace = env("WORKSPACE");
 const file = env("FILE");
 const typed = env("TYPED");
+const editFile = env("EDIT_FILE");
+const [editLine, editCharacter] = env("EDIT_AT").split(":").map(Number);
+const editTyped = env("EDIT_TYPED");
 const artifacts = env("ARTIFACTS");
 const minutes = (n) => n * 60_000;
 // No extension marketplace (the discard port): code-server asks nothing of other machines.
@@ -125,6 +133,173 @@ async function startCodeServer(profile) {
 
 const MISSING_MODEL = "/nonexistent/model.gguf";
 
+async function openFile(page, name) {
+  await page.keyboard.press("Control+P");
+  await page.keyboard.type(name);
+  await page.waitForSelector(`.quick-input-list .monaco-list-row[aria-label*="${name}"]`, { timeout: 30_000 });
+  await page.keyboard.press("Enter");
+  await page.waitForSelector(`.tab.active[data-resource-name="${name}"]`, { timeout: 30_000 });
+  await page.click(".editor-group-container.active .monaco-editor .view-lines");
+  log(`${name} open`);
+}
+
+async function fileChange(path, from, timeout = 30_000) {
+  let text = from;
+  for (const start = Date.now(); text === from && Date.now() - start < timeout;) {
+    await new Promise((resolve) => setTimeout(resolve, 200));
+    text = readFileSync(path, "utf8");
+  }
+  return text;
+}
+
+// The extension's log (its output channel, which VS Code writes to a file): the next edits
+// it showed, accepted and dismissed, with the edits as the server sent them.
+function extensionLog(profile) {
+  const logs = join(profile.userData, "logs");
+  if (!existsSync(logs)) return "";
+  return readdirSync(logs, { recursive: true })
+    .filter((name) => name.endsWith(join("completer.completer", "completer.log")))
+    .map((name) => readFileSync(join(logs, name), "utf8"))
+    .join("");
+}
+
+function logged(profile, event) {
+  const marker = `] next edit ${event}: `;
+  return extensionLog(profile).split("\n").filter((line) => line.includes(marker))
+    .map((line) => line.slice(line.indexOf(marker) + marker.length));
+}
+
+async function waitForLogged(profile, event, count, timeout) {
+  for (const start = Date.now(); Date.now() - start < timeout;) {
+    const lines = logged(profile, event);
+    if (lines.length >= count) return lines;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  throw new Error(`the extension did not log "next edit ${event}" ${count} times:\n${extensionLog(profile).slice(-4000)}`);
+}
+
+// What the next edit's decorations show in the active editor: the struck-through text (the
+// removed-text decoration) and the italic ghost text (the inserted text, which VS Code
+// renders as a pseudo-element's content or as injected text).
+async function decorations(page) {
+  return page.evaluate(() => {
+    const spans = [...document.querySelectorAll(".editor-group-container.active .monaco-editor .view-lines span")]
+      .filter((span) => !span.closest(".ghost-text-decoration, .ghost-text")); // VS Code's own inline suggestion
+    const leaves = spans.filter((span) => span.children.length === 0);
+    const struck = leaves.filter((span) => getComputedStyle(span).textDecorationLine.includes("line-through"));
+    const ghost = leaves.filter((span) => getComputedStyle(span).fontStyle === "italic").map((span) => span.textContent);
+    for (const span of spans) {
+      for (const pseudo of ["::before", "::after"]) {
+        const style = getComputedStyle(span, pseudo);
+        if (style.fontStyle === "italic" && style.content.startsWith('"')) ghost.push(JSON.parse(style.content));
+      }
+    }
+    const clean = (text) => text.replace(/\u00a0/g, " ");
+    return { struck: struck.map((span) => clean(span.textContent)), ghost: ghost.filter(Boolean).map(clean) };
+  });
+}
+
+async function waitForDecorations(page, shown, timeout = 30_000) {
+  for (const start = Date.now(); Date.now() - start < timeout;) {
+    const now = await decorations(page);
+    if ((now.struck.length + now.ghost.length > 0) === shown) return now;
+    await page.waitForTimeout(200);
+  }
+  throw new Error(`the next edit's decorations did not ${shown ? "show" : "go"}`);
+}
+
+// VS Code's inline suggestion takes Tab and Escape while it shows (the next edit's keybindings
+// give way): Escape hides it, so that the next key goes to the next edit.
+async function hideInlineSuggestion(page) {
+  const ghost = page.locator(".monaco-editor .ghost-text-decoration, .monaco-editor .ghost-text");
+  while (await ghost.count()) {
+    await page.keyboard.press("Escape");
+    await page.waitForTimeout(200);
+  }
+}
+
+async function cursor(page) {
+  return (await page.locator('[id="status.editor.selection"]').first().textContent()).trim();
+}
+
+// In EDIT_FILE: type the start of an edit at EDIT_AT, wait for the suggested next edit and its
+// decorations, move to the end, Tab (back to the edit), Tab (apply it), undo; then Escape
+// dismisses the suggestion the undone text gets, if the model makes one.
+async function nextEdit(page, profile) {
+  const path = join(workspace, editFile);
+  await openFile(page, editFile);
+  await page.keyboard.press("Control+Home");
+  for (let i = 0; i < editLine; i++) await page.keyboard.press("ArrowDown");
+  for (let i = 0; i < editCharacter; i++) await page.keyboard.press("ArrowRight");
+  const shownBefore = logged(profile, "shown").length;
+  const original = readFileSync(path, "utf8");
+  await page.keyboard.type(editTyped, { delay: 30 });
+  const typedText = await fileChange(path, original); // saved once typing stops (files.autoSaveDelay)
+  await waitForLogged(profile, "shown", shownBefore + 1, minutes(2));
+  const onScreen = await waitForDecorations(page, true);
+  const suggestion = JSON.parse(logged(profile, "shown").at(-1));
+  log(`next edit on screen: ${JSON.stringify(onScreen)}`);
+  await hideInlineSuggestion(page);
+  await page.waitForTimeout(300);
+  await page.screenshot({ path: join(artifacts, "vscode-next-edit.png") });
+
+  await page.keyboard.press("Control+End");
+  await page.waitForTimeout(500); // the status bar and the extension hear of the move
+  const away = await cursor(page);
+  await page.keyboard.press("Tab");
+  let jumped = away;
+  for (const start = Date.now(); jumped === away && Date.now() - start < 10_000;) {
+    await page.waitForTimeout(100);
+    jumped = await cursor(page);
+  }
+  await page.waitForTimeout(500); // the selection reaches the extension, which sets its context key
+  const afterJump = readFileSync(path, "utf8");
+  await hideInlineSuggestion(page);
+  await page.keyboard.press("Tab");
+  const applied = await fileChange(path, afterJump);
+  await waitForLogged(profile, "accepted", 1, 30_000);
+  await page.keyboard.press("Control+z");
+  const undone = await fileChange(path, applied);
+  log(`applied, then undone: ${JSON.stringify({ applied, undone })}`);
+
+  const dismissed = await dismissNext(page, profile);
+  return {
+    typed_text: typedText, suggestion, decorations: onScreen, cursor_away: away,
+    cursor_after_jump: jumped, after_jump: afterJump, applied, undone, dismissed,
+  };
+}
+
+// The undone text gets a suggestion of its own (smol makes one on it, most times): Escape
+// takes it off the screen. The number dismissed, and whether the decorations went with it.
+async function dismissNext(page, profile) {
+  const shown = logged(profile, "shown").length;
+  try {
+    await waitForLogged(profile, "shown", shown + 1, 60_000);
+  } catch {
+    log("no next edit after the undo: nothing to dismiss");
+    return { count: 0, decorations_after: null };
+  }
+  await waitForDecorations(page, true);
+  await hideInlineSuggestion(page);
+  await page.keyboard.press("Escape");
+  await waitForLogged(profile, "dismissed", 1, 30_000);
+  return { count: 1, decorations_after: await waitForDecorations(page, false) };
+}
+
+// The statistics as the user reads them: completer: Show Statistics, a modal dialog.
+async function statistics(page) {
+  await page.keyboard.press("Control+Shift+P");
+  await page.keyboard.type("completer: Show Statistics");
+  await page.waitForSelector('.quick-input-list .monaco-list-row[aria-label*="Show Statistics"]');
+  await page.keyboard.press("Enter");
+  const detail = page.locator(".monaco-dialog-box .dialog-message-detail");
+  await detail.first().waitFor({ timeout: 30_000 });
+  const text = await detail.first().innerText();
+  await page.keyboard.press("Escape");
+  await detail.first().waitFor({ state: "hidden", timeout: 10_000 });
+  return text;
+}
+
 async function drive(url, profile) {
   const browser = await chromium.launch({ executablePath: env("CHROMIUM", "/usr/bin/chromium"), args: ["--no-sandbox"] });
   const page = await browser.newPage({ viewport: { width: 1280, height: 800 } });
@@ -133,13 +308,7 @@ async function drive(url, profile) {
     await page.waitForSelector(".monaco-workbench", { timeout: minutes(2) });
     log("workbench up");
 
-    await page.keyboard.press("Control+P");
-    await page.keyboard.type(file);
-    await page.waitForSelector(`.quick-input-list .monaco-list-row[aria-label*="${file}"]`, { timeout: 30_000 });
-    await page.keyboard.press("Enter");
-    await page.waitForSelector(`.tab[data-resource-name="${file}"]`, { timeout: 30_000 });
-    await page.click(".monaco-editor .view-lines");
-    log(`${file} open`);
+    await openFile(page, file);
 
     // The workspace's own settings (a bad value of one it may set) reached the server.
     let workspaceNotice = null;
@@ -178,6 +347,11 @@ async function drive(url, profile) {
     const status = await figures.first().textContent();
     await page.screenshot({ path: join(artifacts, "vscode-accepted.png") });
 
+    const next_edit = await nextEdit(page, profile);
+    next_edit.statistics = await statistics(page);
+    next_edit.shown_total = logged(profile, "shown").length;
+    log(`next edit: ${JSON.stringify(next_edit.statistics)}`);
+
     // A settings change reaches the server: a model path that does not exist (machine-level:
     // the server restarts with it as its --target flag) makes the load fail, which must
     // surface as a notification. Edited as a user would, in the remote machine's
@@ -199,7 +373,7 @@ async function drive(url, profile) {
     const notification = (await toast.first().locator(".notification-list-item-message").textContent()).replace(/\u00a0/g, " ");
     await page.locator(".statusbar-item:has(.codicon-error)").first().waitFor({ timeout: 30_000 });
     await page.screenshot({ path: join(artifacts, "vscode-load-error.png") });
-    return { shown, before, after, status, notification, workspace_notice: workspaceNotice };
+    return { shown, before, after, status, notification, workspace_notice: workspaceNotice, next_edit };
   } catch (error) {
     await page.screenshot({ path: join(artifacts, "vscode-failure.png") }).catch(() => {});
     throw error;

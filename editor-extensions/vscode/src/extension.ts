@@ -1,8 +1,10 @@
 // The VS Code side of completer: starts `completer serve --stdio` for the enabled
 // languages, keeps its options in step with the settings, and shows its statistics.
-// Inline completions themselves are vscode-languageclient's (registered by default).
+// Inline completions themselves are vscode-languageclient's (registered by default); next-edit
+// suggestions are nextEditController's.
 import * as vscode from "vscode";
 import { DidChangeConfigurationNotification, LanguageClient, State } from "vscode-languageclient/node";
+import { NextEditController } from "./nextEditController";
 import { SERVER_NAME, SETTINGS_SECTION, STATS, type Stats, WARM } from "./protocol";
 import {
   type Launch,
@@ -40,6 +42,14 @@ function userValue<T>(name: string): T | undefined {
   return settings().inspect<T>(name)?.globalValue;
 }
 
+// The schemes of the documents the server is sent, in the enabled languages.
+const SCHEMES = ["file", "untitled"];
+
+function served(document: vscode.TextDocument): boolean {
+  const languages = settings().get<string[]>("languages", []);
+  return languages.includes(document.languageId) && SCHEMES.includes(document.uri.scheme);
+}
+
 function program(): Launch {
   return launch(userValue<string>("command") ?? "completer", userValue<string>("pythonPath") ?? "");
 }
@@ -55,16 +65,22 @@ class Extension {
   private readonly status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
   private readonly output = vscode.window.createOutputChannel(SERVER_NAME, { log: true });
   private poll: ReturnType<typeof setInterval> | undefined;
+  private readonly nextEdits = new NextEditController(() => this.client, served, this.output);
 
   constructor(private readonly context: vscode.ExtensionContext) {
     context.subscriptions.push(
       this.status,
       this.output,
+      this.nextEdits,
       vscode.commands.registerCommand("completer.enable", () => settings().update("enable", true, true)),
       vscode.commands.registerCommand("completer.disable", () => settings().update("enable", false, true)),
       vscode.commands.registerCommand("completer.showStats", () => this.showStats()),
       vscode.commands.registerCommand("completer.restartServer", () => this.restart()),
       vscode.commands.registerCommand("completer.pullModels", () => this.pullModels()),
+      vscode.commands.registerCommand("completer.nextEdit", () => this.nextEdits.suggestNow()),
+      vscode.commands.registerCommand("completer.jumpToNextEdit", () => this.nextEdits.jump()),
+      vscode.commands.registerCommand("completer.acceptNextEdit", () => this.nextEdits.accept()),
+      vscode.commands.registerCommand("completer.dismissNextEdit", () => this.nextEdits.dismiss()),
       vscode.workspace.onDidOpenTextDocument(() => void this.update()),
       vscode.workspace.onDidChangeConfiguration((event) => void this.configurationChanged(event)),
       vscode.window.onDidChangeActiveTextEditor((editor) => void this.warm(editor)),
@@ -93,10 +109,7 @@ class Extension {
       SERVER_NAME,
       { command: how.command, args },
       {
-        documentSelector: languages.flatMap((language) => [
-          { language, scheme: "file" },
-          { language, scheme: "untitled" },
-        ]),
+        documentSelector: languages.flatMap((language) => SCHEMES.map((scheme) => ({ language, scheme }))),
         initializationOptions: this.serverOptions(),
         outputChannel: this.output,
       },
@@ -144,6 +157,7 @@ class Extension {
   }
 
   async stop(): Promise<void> {
+    this.nextEdits.clear();
     clearInterval(this.poll);
     this.poll = undefined;
     const client = this.client;

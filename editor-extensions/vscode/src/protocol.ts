@@ -13,8 +13,58 @@ export const WARM = "completer/warm";
 // Command each completion item carries; VS Code runs it when the user accepts the item.
 export const ACCEPT_COMMAND = "completer.accept";
 
+// Request, Copilot's next-edit request: params InlineEditParams; result InlineEditResult,
+// the edits the user will make next around the position, in order, for that version of
+// the document; none when the model suggests none or the document changed meanwhile.
+export const INLINE_EDIT = "textDocument/copilotInlineEdit";
+
+// Notification, params { item: { command: <an edit's command> } }: the client shows an edit.
+export const DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit";
+
+// Commands (workspace/executeCommand) for a suggestion's edits, arguments [suggestion id,
+// document version]: the user accepted the suggestion (each edit carries this one), or
+// dismissed it.
+export const ACCEPT_EDIT_COMMAND = "completer.acceptEdit";
+export const REJECT_EDIT_COMMAND = "completer.rejectEdit";
+
+// The key under the server's `experimental` capabilities that says INLINE_EDIT is answered.
+export const INLINE_EDIT_CAPABILITY = "copilotInlineEdit";
+
 // Where workspace/didChangeConfiguration's settings nest the server options.
 export const SETTINGS_SECTION = "completer";
+
+// LSP positions: 0-based lines, UTF-16 characters.
+export interface Position {
+  line: number;
+  character: number;
+}
+
+export interface Range {
+  start: Position;
+  end: Position;
+}
+
+export interface InlineEditParams {
+  textDocument: { uri: string; version: number };
+  position: Position;
+}
+
+export interface InlineEditCommand {
+  title: string;
+  command: string; // ACCEPT_EDIT_COMMAND
+  arguments: unknown[]; // [suggestion id, document version]
+}
+
+export interface InlineEdit {
+  text: string; // replaces `range`
+  range: Range;
+  textDocument: { uri: string; version: number };
+  command: InlineEditCommand;
+}
+
+export interface InlineEditResult {
+  edits: InlineEdit[];
+}
 
 // The completer/stats result.
 export interface Stats {

@@ -35,6 +35,7 @@ export function statsLines(stats: Stats): string[] {
       : "workspace index: none yet",
     `suggestions: ${stats.suggestions_shown} shown, ${stats.suggestions_accepted} accepted ` +
       `(${percent(stats.suggestion_acceptance_rate)})`,
+    `next edits: ${stats.edits_shown} shown, ${stats.edits_accepted} accepted, ${stats.edits_rejected} dismissed`,
   ];
 }
 

@@ -27,9 +27,9 @@ const stats: Stats = {
   index_mb: 64.2,
   edit_requests: 0,
   edits_suggested: 0,
-  edits_shown: 0,
-  edits_accepted: 0,
-  edits_rejected: 0,
+  edits_shown: 4,
+  edits_accepted: 1,
+  edits_rejected: 2,
 };
 
 describe("statusView", () => {
@@ -39,6 +39,7 @@ describe("statusView", () => {
     expect(view.error).toBe(false);
     expect(view.tooltip).toContain("suggestions: 7 shown, 3 accepted (43%)");
     expect(view.tooltip).toContain("workspace index: 1790 files, 8400000 tokens, 64 MB");
+    expect(view.tooltip).toContain("next edits: 4 shown, 1 accepted, 2 dismissed");
     expect(statsLines({ ...stats, index_files: 0 })).toContain("workspace index: none yet");
   });
 
