@@ -504,17 +504,21 @@ def _repository_root() -> Path:
     return work_tree_top(Path.cwd()) or Path.cwd()
 
 
-def _bench_modes(modes: str | None, llama_server: Path | None) -> tuple[str, ...]:
+def _bench_modes(modes: str | None, llama_server: Path | None, edits: bool = False) -> tuple[str, ...]:
     """--modes as a tuple, target first; by default every mode, and llama-server's
-    configurations when there is a llama-server. An unknown mode, or a llama-server
-    configuration without one, is a usage error."""
+    configurations when there is a llama-server (with `edits`, those a next edit is
+    measured in). An unknown mode, or a llama-server configuration without one, is a
+    usage error."""
+    from completer.bench.edit_run import EDIT_MODES, EDIT_PEERS
+
+    ours, peers = (EDIT_MODES, EDIT_PEERS) if edits else (BENCH_MODES, LLAMA_SERVER_PEERS)
     if modes is None:
         if llama_server is None:
             errors.print(f"llama-server's configurations skipped: no llama-server (`{BUILD_COMMAND}` builds one, "
                          "or --llama-server PATH)", highlight=False, soft_wrap=True)
-        return BENCH_MODES + (LLAMA_SERVER_PEERS if llama_server else ())
+        return ours + (peers if llama_server else ())
     chosen = tuple(dict.fromkeys(["target", *(m.strip() for m in modes.split(",") if m.strip())]))
-    known = BENCH_MODES + LLAMA_SERVER_PEERS + DISTILLED_MODES
+    known = EDIT_MODES + LLAMA_SERVER_PEERS if edits else BENCH_MODES + LLAMA_SERVER_PEERS + DISTILLED_MODES
     unknown = [m for m in chosen if m not in known]
     if unknown:
         raise click.BadParameter(f"unknown mode {', '.join(unknown)}; modes: {', '.join(known)}",
@@ -594,20 +598,21 @@ def _bench_server(models: ModelOptions, baseline_url: str | None, holes: list, m
                                        "holes": [hole.to_json() for hole in holes], "records": records}, indent=1))
 
 
-def _show_bench_table(summary: dict, title: str, as_json: bool) -> None:
+def _show_bench_table(summary: dict, title: str, as_json: bool, edits: bool = False) -> None:
     """The summary per mode: as JSON, as the wide table on a terminal, or as plain rows with every value whole."""
     import json
 
     from completer.bench import report
 
+    columns = report.EDIT_COLUMNS if edits else report.COLUMNS
     if as_json:
-        click.echo(json.dumps(report.json_rows(summary), indent=1))
+        click.echo(json.dumps(report.json_rows(summary, columns), indent=1))
         return
     if console.is_terminal:
         # A console narrower than the table would fold every cell.
-        Console(width=max(console.width, report.TABLE_WIDTH)).print(report.table(summary, title))
+        Console(width=max(console.width, report.TABLE_WIDTH)).print(report.table(summary, title, columns))
     else:
-        click.echo(f"{title}\n{tables.plain_rows(report.HEADERS, report.rows(summary))}")
+        click.echo(f"{title}\n{tables.plain_rows(report.headers(columns), report.rows(summary, columns))}")
     console.print(report.FOOTNOTE, soft_wrap=True)
 
 
@@ -640,19 +645,23 @@ def _show_bench_table(summary: dict, title: str, as_json: bool) -> None:
               "do: greedy speculation must then equal target token for token (no near ties), and runs slower.")
 @click.option("--baseline-url", help="With --backend llama-server: a server of the same model without "
               "speculation, the `target` row the server's speedup is over.")
+@click.option("--edits", is_flag=True, help="Measure next-edit suggestions: edits cut from the repositories' git "
+              "history (a commit's changes to a file in two or more places within the editable region: all but one "
+              "made, one left to predict), each mode writing the region again.")
 @_config_flags("models")
 @_config_flags("drafting", only=("index_mb", "tree_branches"))
 @_reports_model_errors
 def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | None, profile: bool,
           count: int | None, seed: int, max_tokens: int | None, temperature: float, holes_file: Path | None,
           report_path: Path, as_json: bool, plot_path: Path | None, typing: bool, quick: bool, exact: bool,
-          baseline_url: str | None, models: ModelOptions, drafting: DraftingOptions) -> None:
+          baseline_url: str | None, edits: bool, models: ModelOptions, drafting: DraftingOptions) -> None:
     """Measure what speculation and caching buy on your code: every mode side by side.
 
     PATHS are repositories or folders (default: the current repository). Holes are
     spread over their source files by language; .gitignore, generated, vendored and
     binary files are skipped. With --backend llama-server --server-url URL, the same
-    holes and table on that server."""
+    holes and table on that server. With --edits, next edits from the repositories'
+    git history instead (read without running git)."""
     import json
 
     from completer.bench import modes_to_run, report
@@ -662,6 +671,10 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
 
     max_tokens = max_tokens or (24 if quick else 48)
     roots = list(paths) or [_repository_root()]
+    if edits:
+        _bench_edits(roots, modes, llama_server_path, profile, count or (6 if quick else 40), seed, temperature,
+                     holes_file, report_path, as_json, exact, models, drafting)
+        return
     holes = _bench_holes(roots, holes_file, count or (6 if quick else 40), seed)
     if models.backend in SERVER_APIS:
         _bench_server(models, baseline_url, holes, max_tokens, temperature, as_json, report_path)
@@ -697,6 +710,58 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
     if plot_path:
         report.plot(plot_path, summary, records)
         notes.print(f"figure: {plot_path}", soft_wrap=True)
+
+
+# bench's options that a next-edit bench cannot take.
+EDIT_BENCH_REFUSES = ("max_tokens", "plot_path", "typing", "baseline_url")
+
+
+def _bench_edits(roots: list[Path], modes: str | None, llama_server_path: Path | None, profile: bool, count: int,
+                 seed: int, temperature: float, holes_file: Path | None, report_path: Path, as_json: bool,
+                 exact: bool, models: ModelOptions, drafting: DraftingOptions) -> None:
+    """`bench --edits`: every mode on next edits from the roots' history, a report."""
+    import json
+
+    from completer.bench import report
+    from completer.bench.edit_holes import edit_holes_from_json, pick_edit_holes
+    from completer.bench.edit_run import EditBench, providers_line, summarize_edits
+    from completer.bench.run import Settings
+    from completer.loading import SERVER_APIS, load_pair
+    from completer.models.llama_build import find
+
+    _refuse_given(EDIT_BENCH_REFUSES, "not with --edits: a rewrite's budget is its region's, and the bench has no "
+                  "typing replay, figure or baseline server for next edits")
+    if models.backend in SERVER_APIS:
+        raise click.UsageError("--edits measures the local engines and llama-server beside them, not a team server")
+    edits = Config().edits
+    try:
+        holes = (edit_holes_from_json(json.loads(holes_file.read_text())) if holes_file else
+                 pick_edit_holes(roots, count, seed, (edits.lines_above, edits.lines_below)))
+    except (ValueError, KeyError, TypeError) as error:
+        raise click.UsageError(f"no edit holes: {error}") from None
+    llama_server = find(llama_server_path)
+    config = Config(models=models, generation=GenerationOptions(temperature=temperature), drafting=drafting)
+    settings = Settings(config, _bench_modes(modes, llama_server, edits=True), exact)
+    with errors.status("measuring the verify cost, starting the peers"):
+        runner = EditBench(load_pair(models), settings, None, llama_server)
+    try:
+        records = _run_holes(runner, holes, len(settings.modes))
+    finally:  # the peers' servers stop, also on Ctrl-C
+        runner.close()
+    summary = summarize_edits(records, settings.modes, runner.engine.costs)
+    roots_named = ", ".join(sorted({h.root for h in holes}))
+    _show_bench_table(summary, f"{len(holes)} next edits from the history of {roots_named}; T={temperature}; "
+                               f"preset {models.preset}{'; exact verification' if exact else ''}", as_json, edits=True)
+    notes = errors if as_json else console
+    for line in [*report.failures(summary), report.verdict(summary), providers_line(records),
+                 *(report.profile(summary) if profile else [])]:
+        if line:
+            notes.print(line, soft_wrap=True, highlight=False)
+    result = report.document(runner, seed, roots, None, summary, holes, records)
+    result["settings"]["edits"] = {"lines_above": edits.lines_above, "lines_below": edits.lines_below,
+                                   "context_lines": edits.context_lines, "format": edits.format}
+    report_path.write_text(json.dumps(result, indent=1))
+    notes.print(f"every record: {report_path}", soft_wrap=True)
 
 
 def _bench_holes(roots: list[Path], holes_file: Path | None, count: int, seed: int) -> list:

@@ -219,7 +219,7 @@ def test_a_tiny_real_bench_writes_json_a_figure_and_replays_its_holes(repository
                                                                                         "typing:cold")}
     # Piped, the table is tab-separated rows: each mode's name and figures whole, as the report's summary has them.
     lines = result.stdout.splitlines()
-    assert "\t".join(bench_report.HEADERS) in lines
+    assert "\t".join(bench_report.headers()) in lines
     for row in bench_report.rows(summary):
         assert "\t".join(row) in lines
     assert figure.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -174,17 +174,25 @@ COLUMNS = [("tok/s", "tokens_per_s", "1"), ("wall tok/s", "wall_tokens_per_s", "
 TABLE_WIDTH = 200  # columns the table needs; a narrower console would fold every cell
 
 
-HEADERS = ["mode", *(header for header, _, _ in COLUMNS)]
+# `bench --edits`: a suggestion is judged whole (its edits make the commit's file, or it
+# suggests no edit); prediction E and edit similarity do not apply to it.
+EDIT_COLUMNS = [column for column in COLUMNS if column[1] not in ("wall_tokens_per_s", "predicted_tokens_per_pass",
+                                                                 "measured_tokens_per_round", "edit_similarity")]
+EDIT_COLUMNS.insert(EDIT_COLUMNS.index(("exact", "exact_match", "%")) + 1, ("no edit", "no_edit_rate", "%"))
 
 
-def rows(summary: dict) -> list[list[str]]:
+def headers(columns: list[tuple[str, str, str]] = COLUMNS) -> list[str]:
+    return ["mode", *(header for header, _, _ in columns)]
+
+
+def rows(summary: dict, columns: list[tuple[str, str, str]] = COLUMNS) -> list[list[str]]:
     """Per mode, its name and each column's value as the table shows it."""
-    return [[mode, *(_number(entry[key], style) for _, key, style in COLUMNS)] for mode, entry in summary.items()]
+    return [[mode, *(_number(entry[key], style) for _, key, style in columns)] for mode, entry in summary.items()]
 
 
-def json_rows(summary: dict) -> list[dict]:
+def json_rows(summary: dict, columns: list[tuple[str, str, str]] = COLUMNS) -> list[dict]:
     """The table's data for scripts: per mode, each column's value unrounded, under its summary key."""
-    return [{"mode": mode, "failed": entry["failed"], **{key: entry[key] for _, key, _ in COLUMNS}}
+    return [{"mode": mode, "failed": entry["failed"], **{key: entry[key] for _, key, _ in columns}}
             for mode, entry in summary.items()]
 
 
@@ -194,12 +202,12 @@ def failures(summary: dict) -> list[str]:
             for mode, entry in summary.items() if entry["failed"]]
 
 
-def table(summary: dict, title: str) -> Table:
+def table(summary: dict, title: str, columns: list[tuple[str, str, str]] = COLUMNS) -> Table:
     result = Table(title=title, title_justify="left", box=box.SIMPLE_HEAD, pad_edge=False)
     result.add_column("mode", no_wrap=True)
-    for header, _, _ in COLUMNS:
+    for header, _, _ in columns:
         result.add_column(header, justify="right", no_wrap=True)
-    for row in rows(summary):
+    for row in rows(summary, columns):
         result.add_row(*row)
     return result
 

@@ -156,8 +156,15 @@ class Bench:
         for mode in order:
             records[mode], chosen[mode] = self._run_mode(mode, index, hole, prompt)
             records[mode]["shown"] = postprocess(self.model.detokenize(records[mode]["tokens"]), cursor)
-        generation = self.settings.config.generation
-        greedy = generation.temperature <= 0
+        self.judge_differences(records, chosen, prompt, self.settings.config.generation.max_tokens)
+        return [records[mode] for mode in modes]
+
+    def judge_differences(self, records: dict[str, dict], chosen: dict[str, list[int]], prompt: list[int],
+                          max_tokens: int) -> None:
+        """Mark each record identical to target's tokens or not; at T=0, where a mode's
+        tokens parted from target's, the gap there in target's logits, and whether it is
+        a near tie. `chosen`: each mode's tokens with the end token that stopped it."""
+        greedy = self.settings.config.generation.temperature <= 0
         target_logits = None  # behind target's tokens and end token [n, V], once a mode parted from them
         for mode, record in records.items():
             if "failed" in record:
@@ -166,24 +173,27 @@ class Bench:
             if greedy and "target" in records and not record["identical"]:
                 if target_logits is None:  # plain decoding again, untimed: the same tokens, with their rows
                     self.engine.prefill(prompt)
-                    target_logits = generate(self.engine, prompt, generation.max_tokens, mode="target",
-                                             keep_logits=True).logits
+                    target_logits = generate(self.engine, prompt, max_tokens, mode="target", keep_logits=True).logits
                 record["parting_gap"] = gap = parting_gap(target_logits, chosen[mode])
                 record["near_tie"] = not self.settings.exact and gap is not None and gap < NEAR_TIE_LOGITS
-        return [records[mode] for mode in modes]
 
     def _run_mode(self, mode: str, index: int, hole: Hole, prompt: list[int]) -> tuple[dict, list[int]]:
-        """The mode's record, and its tokens with the end token that stopped it (a peer's
-        come without it). No mode keeps logits rows while timed: the editor's path copies
-        none at temperature 0."""
         base = {"hole": index, "kind": hole.kind, "language": hole.language, "mode": mode, "truth": hole.truth,
                 "prompt_tokens": len(prompt)}
+        return self.run_mode(base, prompt, self.settings.config.generation.max_tokens, hole.file)
+
+    def run_mode(self, base: dict, prompt: list[int], max_tokens: int, document: str, stop: tuple[str, ...] = (),
+                 copy_from: list[int] | None = None) -> tuple[dict, list[int]]:
+        """The record of `base["mode"]` on hole `base["hole"]` (`base` and the figures),
+        and its tokens with the end token that stopped it (a peer's come without it). No
+        mode keeps logits rows while timed: the editor's path copies none at temperature 0."""
+        mode, index = base["mode"], base["hole"]
         generation = self.settings.config.generation
         if mode in PEERS:
             try:
                 if mode in self.failed:
                     raise PeerFailed(self.failed[mode])
-                result = self.peers[mode].generate(prompt, generation.max_tokens, generation.temperature, index)
+                result = self.peers[mode].generate(prompt, max_tokens, generation.temperature, index)
             except PeerFailed as error:
                 self.failed[mode] = str(error)
                 if mode in self.peers:
@@ -195,8 +205,8 @@ class Bench:
         engine = self.engines[draft]
         engine.prefill(prompt)  # outside the timing
         decode_before, logits_before = engine.llama_ms()
-        result = generate(engine, prompt, generation.max_tokens, sampling=Sampling(generation.temperature, seed=index),
-                          mode=provider, document=hole.file, language=hole.language)
+        result = generate(engine, prompt, max_tokens, stop, sampling=Sampling(generation.temperature, seed=index),
+                          mode=provider, document=document, language=base["language"], copy_from=copy_from)
         decode_after, logits_after = engine.llama_ms()
         s = result.stats
         return {**base, "tokens": result.tokens, "ms": s.total_ms, "decode_ms": decode_after - decode_before,

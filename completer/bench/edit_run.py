@@ -1,0 +1,99 @@
+"""`completer bench --edits`: every mode side by side on next edits cut from git history.
+
+    for each edit hole (completer.bench.edit_holes):
+        prompt = the next-edit prompt the editor's request makes: the editable region
+                 around the cursor, the text around it and the user's edits as history,
+                 in the preset's format (edits.format), fitted to the context
+        target = plain decoding of the rewrite until the format's stop string: n tokens,
+                 timed; the rewrite is the suggestion the editor would get
+        every other mode then makes exactly those n tokens (no stop string, the same
+        work), copy drafting from the region where the mode looks up; the peers too
+        the suggestion of each mode is judged against the truth: exact (its edits make
+        the commit's file), no edit (the region written again unchanged), or not a
+        rewrite (no stop string within the budget)
+The prompt is evaluated before the timing, as the inline bench's is: the times are the
+suggestion's latency with the prompt in the cache (warm caches).
+"""
+
+from completer.bench.edit_holes import EditHole
+from completer.bench import report
+from completer.bench.run import Bench
+from completer.next_edit import FORMATS, apply_edits, edits_between, fit_edit_prompt, with_ending_of
+from completer.prompt import Segment
+from completer.session import edit_format_name
+
+# The modes an edit bench runs by default: ours that make a rewrite (auto:local is auto
+# here, with no workspace index), and llama-server plain and with its n-gram speculation.
+EDIT_MODES = ("target", "ngram", "draft", "hybrid", "auto")
+EDIT_PEERS = ("peer:llama-server", "peer:llama-server:ngram-mod", "peer:llama-server:ngram-simple")
+
+
+def suggestion(output: str, stop: tuple[str, ...], edit_format, region_text: str) -> str | None:
+    """The region's rewrite in a model's output, cut at the first stop string as the
+    editor's request cuts it; None when the output is not a whole rewrite."""
+    cut = min((output.find(s) for s in stop if s in output), default=-1)
+    rewrite = edit_format.rewrite(output[:cut] if cut >= 0 else output, cut >= 0)
+    return with_ending_of(rewrite, region_text) if rewrite is not None else None
+
+
+class EditBench(Bench):
+    """The engines and peers of the inline bench, asked for next edits."""
+
+    def run_hole(self, index: int, hole: EditHole) -> list[dict]:
+        config = self.completer.config
+        edit_format = FORMATS[edit_format_name(config)]
+        document = hole.document
+        fitted = fit_edit_prompt(document, hole.cursor, hole.file, (config.edits.lines_above,
+                                 config.edits.lines_below, config.edits.context_lines), hole.history(),
+                                 edit_format, self.engine.context_tokens - 1, lambda text: len(self.model.tokenize(text)))
+        if fitted is None:
+            raise ValueError(f"{hole.file} at {hole.commit[:12]}: the region does not fit the context")
+        prompt, _ = self.completer.decoder.encode([Segment(fitted.prompt.text)])
+        copy = self.model.tokenize(fitted.prompt.copy)
+        truth = apply_edits(document, [hole.truth_edit])
+        base = {"hole": index, "kind": "edit", "language": hole.language, "truth": truth[fitted.region.start:
+                len(truth) - (len(document) - fitted.region.end)], "prompt_tokens": len(prompt)}
+        records, chosen = {}, {}
+        records["target"], chosen["target"] = self.run_mode({**base, "mode": "target"}, prompt, fitted.answer_tokens,
+                                                            hole.file, fitted.prompt.stop)
+        made = len(records["target"]["tokens"])
+        others = [mode for mode in self.settings.modes if mode != "target"]
+        for mode in others[index % len(others):] + others[:index % len(others)] if others else []:
+            records[mode], chosen[mode] = self.run_mode({**base, "mode": mode}, prompt, made, hole.file,
+                                                        copy_from=copy)
+        for record in records.values():
+            rewrite = suggestion(self.model.detokenize(record["tokens"]), fitted.prompt.stop, edit_format,
+                                 fitted.region.text) if "failed" not in record else None
+            record["shown"] = rewrite
+            record["no_edit"] = rewrite is not None and not edits_between(fitted.region, rewrite)
+            record["exact"] = rewrite is not None and apply_edits(document, edits_between(fitted.region, rewrite)) == truth
+        self.judge_differences(records, chosen, prompt, made)
+        return [records[mode] for mode in self.settings.modes]
+
+
+def summarize_edits(records: list[dict], modes: tuple[str, ...], costs) -> dict:
+    """The inline bench's summary per mode, with a suggestion judged whole: exact (its
+    edits make the commit's file), and how often it was no edit."""
+    summary = report.summarize([{**r, "shown": r["shown"] or ""} for r in records], modes, costs)
+    for mode, entry in summary.items():
+        rows = [r for r in records if r["mode"] == mode and "failed" not in r]
+        entry["exact_match"] = sum(r["exact"] for r in rows) / len(rows) if rows and not entry["failed"] else None
+        entry["no_edit_rate"] = sum(r["no_edit"] for r in rows) / len(rows) if rows and not entry["failed"] else None
+        entry["edit_similarity"] = None
+    return summary
+
+
+def providers_line(records: list[dict], mode: str = "auto") -> str | None:
+    """What each draft provider did in `mode`'s rounds: rounds, drafted tokens a round,
+    acceptance, tokens a target pass; None when the mode did not run."""
+    rounds: dict[str, list[int]] = {}  # provider -> [rounds, drafted, made]
+    for record in (r for r in records if r["mode"] == mode):
+        for provider, k, _, _, made in (round_ for round_ in record.get("rounds", ()) if round_[0]):
+            sums = rounds.setdefault(provider, [0, 0, 0])
+            for i, value in enumerate((1, k, made)):
+                sums[i] += value
+    if not rounds:
+        return None
+    parts = [f"{provider} {n} rounds, {drafted / n:.1f} drafted a round, acceptance {(made - n) / drafted:.2f}, "
+             f"{made / n:.2f} tokens a pass" for provider, (n, drafted, made) in sorted(rounds.items())]
+    return f"{mode}'s draft providers: " + "; ".join(parts)
