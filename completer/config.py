@@ -241,8 +241,8 @@ class NextEditOptions:
         "most this many tokens counted as characters / 3 (as Zed counts them); the oldest go first")
     format: str = option(
         "auto", "next edit: the prompt format, by model family: `instruction` (any instruct model: the smol pair), "
-        "`zeta` (Zed's Zeta), or `auto`: the preset's (`zeta` for the zeta preset; `instruction` for the others and "
-        "for a target of one's own)")
+        "`zeta` (Zed's Zeta), `sweep` (Sweep's next-edit model), or `auto`: the preset's (`zeta` and `sweep` for "
+        "those presets; `instruction` for the others and for a target of one's own)")
 
 
 @dataclass(frozen=True)

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
+from completer.prompt import Segment
+
 # A line and its break, as LSP counts lines (\n, \r\n or \r; not str.splitlines's others).
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
 
@@ -137,17 +139,29 @@ def unified_diff(before: str, after: str) -> str:
 @dataclass(frozen=True)
 class EditPrompt:
     """A rendered next-edit prompt: its text, the text a rewrite of the region copies
-    (what copy drafting proposes from), and the strings that end the rewrite."""
+    (what copy drafting proposes from), the strings that end the rewrite, and the
+    control tokens the text spells (each sent as its one token, not as text)."""
 
     text: str
     copy: str
     stop: tuple[str, ...]
+    control: tuple[str, ...] = ()
+
+    def segments(self) -> list[Segment]:
+        """The text as prompt segments: each control token's spelling a special segment."""
+        if not self.control:
+            return [Segment(self.text)]
+        pieces = re.split("(" + "|".join(map(re.escape, self.control)) + ")", self.text)
+        return [Segment(piece, piece in self.control) for piece in pieces if piece]
 
 
 class EditFormat:
     """One next-edit model family's prompt, and how its answer gives the region's new text."""
 
     family: str = ""
+    # The model ends a whole rewrite with its end-of-generation token too (else only a
+    # stop string ends one; at an end token the answer was cut short).
+    ends_with_end_token: bool = False
 
     def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent]) -> EditPrompt:
         """`before` and `after`: the file's text around the region; `events`: the recent
@@ -216,6 +230,57 @@ class ZetaFormat(EditFormat):
         return output[len(self.START) + 1:]
 
 
+class SweepFormat(EditFormat):
+    """Sweep's next-edit model (sweepai/sweep-next-edit-1.5B, Qwen2.5-Coder based), as
+    Sweep's own Neovim plugin writes its prompt (sweepai/cursortab.nvim,
+    server/provider/sweep/sweep.go): each recent edit as a `<|file_sep|>{path}.diff`
+    block of its changed lines (`original:` then `updated:`), then the region as it was
+    before the file's latest edit (`original/`), as it is (`current/`), and the model
+    writes it again after `updated/`. No cursor marker, no text around the region (the
+    plugin sends none); `<|file_sep|>` is the vocabulary's control token, which (an end
+    token to llama.cpp's Qwen2.5-Coder vocabulary) or the end of text ends the answer."""
+
+    family = "sweep"
+    SEPARATOR = "<|file_sep|>"
+    ends_with_end_token = True
+
+    def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent]) -> EditPrompt:
+        sep = self.SEPARATOR
+        blocks = "".join(f"{sep}{event.path}.diff\noriginal:\n{old}\nupdated:\n{new}\n"
+                         for event in events for old, new in [_changed_lines(event.before, event.after)])
+        current, _ = _without_last_break(region.text)
+        latest = next((event for event in reversed(events) if event.path == path), None)
+        original = (_lines_before_edit(latest, region) if latest is not None else None) or current
+        text = (f"{blocks}{sep}original/{path}\n{original}\n{sep}current/{path}\n{current}\n"
+                f"{sep}updated/{path}\n")
+        return EditPrompt(text, region.text, (sep,), (sep,))
+
+    def rewrite(self, output: str, stopped: bool) -> str | None:
+        return output if stopped else None
+
+
+def _changed_lines(before: str, after: str) -> tuple[str, str]:
+    """The lines from the first that differs to the last, before and after (no final break)."""
+    old, new = _lines(before), _lines(after)
+    head = 0
+    while head < min(len(old), len(new)) and old[head] == new[head]:
+        head += 1
+    tail = 0
+    while tail < min(len(old), len(new)) - head and old[-1 - tail] == new[-1 - tail]:
+        tail += 1
+    return (_without_last_break("".join(old[head:len(old) - tail]))[0],
+            _without_last_break("".join(new[head:len(new) - tail]))[0])
+
+
+def _lines_before_edit(event: EditEvent, region: Region) -> str | None:
+    """The region's lines in the document before `event`, when the event's text after
+    it is the document the region is in (no final break); else None."""
+    if event.after[region.start:region.end] != region.text:
+        return None
+    first, count = len(_lines(event.after[:region.start])), len(_lines(region.text))
+    return _without_last_break("".join(_lines(event.before)[first:first + count]))[0]
+
+
 def _without_last_break(text: str) -> tuple[str, str]:
     for break_ in ("\r\n", "\n", "\r"):
         if text.endswith(break_):
@@ -223,7 +288,7 @@ def _without_last_break(text: str) -> tuple[str, str]:
     return text, ""
 
 
-FORMATS = {format_.family: format_ for format_ in (InstructionFormat(), ZetaFormat())}
+FORMATS = {format_.family: format_ for format_ in (InstructionFormat(), ZetaFormat(), SweepFormat())}
 
 
 class EditHistory:

@@ -17,7 +17,9 @@ class Source(StrEnum):
     MODEL = "model"  # decoded for this request
     FORWARD_CACHE = "forward cache"  # the rest of the completion shown before, which the user is typing
     SUPERSEDED = "superseded"  # a newer request for the document took over: show nothing
-    NO_ROOM = "no room"  # no prompt fits the context: `warning` says which options to change
+    # No prompt fits the context, or the next-edit format spells control tokens the
+    # model lacks: `warning` says which options to change.
+    NO_ROOM = "no room"
     REFUSED = "refused"  # the server refused this request alone (it is up): the log says why
     SERVER_DOWN = "server down"  # the server cannot be used now: `warning` says why
 

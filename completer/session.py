@@ -368,7 +368,11 @@ class Completer:
         if fitted is None:
             return no_edit(Source.NO_ROOM, StopReason.PROMPT_TOO_LONG, "no next edit: the cursor's line alone does "
                            f"not fit {model.context_name} with its rewrite")
-        prompt, length = self.decoder.encode([Segment(fitted.prompt.text)], cancel)
+        try:
+            prompt, length = self.decoder.encode(fitted.prompt.segments(), cancel)
+        except ValueError as error:  # a format's control token that the model's vocabulary lacks
+            return no_edit(Source.NO_ROOM, StopReason.PROMPT_TOO_LONG,
+                           f"no next edit: {error}; edits.format {edit_format.family} is for another model's prompt")
         generation = self.config.generation
         decoded = self.decoder.decode(Decode(
             request.document, request.language, prompt, length, fitted.answer_tokens, 0.0,
@@ -380,7 +384,8 @@ class Completer:
         with self._state:
             if decoded.counts is not None:
                 self.counters.add(decoded.counts)
-        rewrite = edit_format.rewrite(decoded.text, stop_reason == StopReason.STOP)
+        rewrite = edit_format.rewrite(decoded.text, stop_reason == StopReason.STOP or (
+            edit_format.ends_with_end_token and stop_reason == StopReason.END))
         if rewrite is not None:
             rewrite = with_ending_of(rewrite, fitted.region.text)
         edits = edits_between(fitted.region, rewrite) if rewrite is not None else []

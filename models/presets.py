@@ -120,6 +120,16 @@ PRESETS: dict[str, Preset] = {
             edit_format="zeta",
         ),
         Preset(
+            "sweep",
+            # Sweep's next-edit model (sweepai/sweep-next-edit-1.5B, Qwen2.5-Coder based:
+            # the 0.5B draft's vocabulary); the file Sweep's plugins and others' pinned
+            # downloads (with its sha256) name.
+            HubFile("sweepai/sweep-next-edit-1.5B", "sweep-next-edit-1.5b.q8_0.v2.gguf"),
+            QWEN_CODER_DRAFT,
+            "next-edit suggestions (Sweep's 1.5B next-edit model): a CPU, or any GPU",
+            edit_format="sweep",
+        ),
+        Preset(
             "smol",
             # Q4_0 runs prefill about 2.3x and a decode step about 15% faster than the
             # shipped Q4_1 on 2 cores of an AVX-512 CPU with VNNI.

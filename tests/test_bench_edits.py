@@ -98,9 +98,13 @@ def test_a_history_without_near_changes_is_a_clear_usage_error(tmp_path):
 def test_a_suggestion_is_the_rewrite_up_to_the_stop_string_and_none_without_it():
     instruction: InstructionFormat = FORMATS["instruction"]
     stop = (instruction.CLOSE, instruction.OPEN)
-    assert suggestion("a = 1\n</region>\nmore", stop, instruction, "a = 0\n") == "a = 1\n"
-    assert suggestion("a = 1\n<region>\nb", stop, instruction, "a = 0\n") == "a = 1\n"
-    assert suggestion("a = 1\nb = 2", stop, instruction, "a = 0\n") is None  # cut by the budget: not shown
+    assert suggestion("a = 1\n</region>\nmore", False, stop, instruction, "a = 0\n") == "a = 1\n"
+    assert suggestion("a = 1\n<region>\nb", False, stop, instruction, "a = 0\n") == "a = 1\n"
+    assert suggestion("a = 1\nb = 2", False, stop, instruction, "a = 0\n") is None  # cut by the budget: not shown
+    assert suggestion("a = 1\nb = 2", True, stop, instruction, "a = 0\n") is None  # ended without its tag
+    sweep = FORMATS["sweep"]
+    assert suggestion("a = 1\n", True, sweep.prompt("a.py", "", editable_region("a = 0\n", 0, 0, 0), "", []).stop,
+                      sweep, "a = 0\n") == "a = 1\n"  # Sweep's model ends a rewrite with its end token
 
 
 def test_the_edit_bench_refuses_options_it_cannot_take(history):

@@ -227,3 +227,15 @@ def test_a_region_that_cannot_fit_gets_no_edit_saying_why(new_completer):
     edit = within(60, completer.next_edit, CompletionRequest("big.py", "big.py", text, 10, "python"))
     assert (edit.edits, edit.source, edit.stop_reason) == ([], Source.NO_ROOM, StopReason.PROMPT_TOO_LONG)
     assert "does not fit" in edit.warning
+
+
+def test_a_format_whose_control_tokens_the_model_lacks_gets_no_edit_saying_why(new_completer):
+    """Sweep's format spells `<|file_sep|>`, a Qwen2.5-Coder control token that smol's
+    vocabulary lacks: the answer says so at once, and the next request is served."""
+    completer = new_completer(replace(config(), edits=replace(SMALL_REGION, format="sweep")))
+    cursor = RENAMED.index("new_") + len("new_")
+    edit = within(60, completer.next_edit, CompletionRequest("shapes.py", "shapes.py", RENAMED, cursor, "python"))
+    assert (edit.edits, edit.source) == ([], Source.NO_ROOM)
+    assert "<|file_sep|>" in edit.warning and "edits.format sweep" in edit.warning
+    assert completer.complete(at_end("shapes.py", RENAMED)).source == Source.MODEL
+

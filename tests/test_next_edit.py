@@ -8,7 +8,7 @@ from hypothesis import strategies as st
 
 from completer.config import Config, ModelOptions, NextEditOptions
 from completer.models.presets import PRESETS
-from completer.next_edit import (FORMATS, EditEvent, TextEdit, ZetaFormat, apply_edits, edits_between,
+from completer.next_edit import (FORMATS, EditEvent, SweepFormat, TextEdit, ZetaFormat, apply_edits, edits_between,
                                  editable_region, with_ending_of)
 from completer.session import edit_format_name
 
@@ -96,8 +96,31 @@ def test_zetas_prompt_is_zeds_and_its_answer_is_the_text_between_the_markers():
     assert ZetaFormat().rewrite("def area(radius):", stopped=True) is None  # not in the format
 
 
+def test_sweeps_prompt_is_sweeps_plugins_and_its_control_token_is_one_segment():
+    before = "import math\n\ndef area(width, height):\n    return width * height\n\nprint(1)\n"
+    text = before.replace("area(width,", "area(w,")
+    region = editable_region(text, text.index("(w") + 2, 1, 1)
+    event = EditEvent("shapes.py", "shapes.py", before, text)
+    prompt = SweepFormat().prompt("shapes.py", text[:region.start], region, text[region.end:], [event])
+    # sweepai/cursortab.nvim server/provider/sweep/sweep.go: the edit's changed lines, then
+    # the region before the edit, as it is, and where the model writes it again.
+    assert prompt.text == (
+        "<|file_sep|>shapes.py.diff\noriginal:\ndef area(width, height):\nupdated:\ndef area(w, height):\n"
+        "<|file_sep|>original/shapes.py\n\ndef area(width, height):\n    return width * height\n"
+        "<|file_sep|>current/shapes.py\n\ndef area(w, height):\n    return width * height\n"
+        "<|file_sep|>updated/shapes.py\n")
+    segments = prompt.segments()
+    assert "".join(segment.text for segment in segments) == prompt.text
+    assert [s.text for s in segments if s.special] == ["<|file_sep|>"] * 4
+    assert not any("<|file_sep|>" in s.text for s in segments if not s.special)
+    assert prompt.copy == region.text and SweepFormat.ends_with_end_token
+    assert SweepFormat().rewrite("def area(w, height):\n    return w * height\n", stopped=True) is not None
+    assert SweepFormat().rewrite("def area(w, height):\n", stopped=False) is None
+
+
 def test_auto_is_the_presets_format_and_a_target_of_ones_own_gets_the_instruction_format():
     assert edit_format_name(Config(models=ModelOptions(preset="zeta"))) == "zeta"
+    assert edit_format_name(Config(models=ModelOptions(preset="sweep"))) == "sweep"
     assert edit_format_name(Config(models=ModelOptions(preset="zeta", target="own.gguf"))) == "instruction"
     assert edit_format_name(Config(models=ModelOptions(preset="smol"))) == "instruction"
     assert edit_format_name(Config(models=ModelOptions(preset="smol"), edits=NextEditOptions(format="zeta"))) == "zeta"

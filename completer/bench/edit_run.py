@@ -19,7 +19,6 @@ from completer.bench.edit_holes import EditHole
 from completer.bench import report
 from completer.bench.run import Bench
 from completer.next_edit import FORMATS, apply_edits, edits_between, fit_edit_prompt, with_ending_of
-from completer.prompt import Segment
 from completer.session import edit_format_name
 
 # The modes an edit bench runs by default: ours that make a rewrite (auto:local is auto
@@ -28,11 +27,13 @@ EDIT_MODES = ("target", "ngram", "draft", "hybrid", "auto")
 EDIT_PEERS = ("peer:llama-server", "peer:llama-server:ngram-mod", "peer:llama-server:ngram-simple")
 
 
-def suggestion(output: str, stop: tuple[str, ...], edit_format, region_text: str) -> str | None:
-    """The region's rewrite in a model's output, cut at the first stop string as the
-    editor's request cuts it; None when the output is not a whole rewrite."""
+def suggestion(output: str, ended: bool, stop: tuple[str, ...], edit_format, region_text: str) -> str | None:
+    """The region's rewrite in a model's output (`ended`: by an end token), cut at the
+    first stop string as the editor's request cuts it; None when the output is not a
+    whole rewrite."""
     cut = min((output.find(s) for s in stop if s in output), default=-1)
-    rewrite = edit_format.rewrite(output[:cut] if cut >= 0 else output, cut >= 0)
+    whole = cut >= 0 or (ended and edit_format.ends_with_end_token)
+    rewrite = edit_format.rewrite(output[:cut] if cut >= 0 else output, whole)
     return with_ending_of(rewrite, region_text) if rewrite is not None else None
 
 
@@ -43,12 +44,12 @@ class EditBench(Bench):
         config = self.completer.config
         edit_format = FORMATS[edit_format_name(config)]
         document = hole.document
-        fitted = fit_edit_prompt(document, hole.cursor, hole.file, (config.edits.lines_above,
-                                 config.edits.lines_below, config.edits.context_lines), hole.history(),
-                                 edit_format, self.engine.context_tokens - 1, lambda text: len(self.model.tokenize(text)))
+        lines = (config.edits.lines_above, config.edits.lines_below, config.edits.context_lines)
+        fitted = fit_edit_prompt(document, hole.cursor, hole.file, lines, hole.history(), edit_format,
+                                 self.engine.context_tokens - 1, lambda text: len(self.model.tokenize(text)))
         if fitted is None:
             raise ValueError(f"{hole.file} at {hole.commit[:12]}: the region does not fit the context")
-        prompt, _ = self.completer.decoder.encode([Segment(fitted.prompt.text)])
+        prompt, _ = self.completer.decoder.encode(fitted.prompt.segments())
         copy = self.model.tokenize(fitted.prompt.copy)
         truth = apply_edits(document, [hole.truth_edit])
         base = {"hole": index, "kind": "edit", "language": hole.language, "truth": truth[fitted.region.start:
@@ -61,12 +62,14 @@ class EditBench(Bench):
         for mode in others[index % len(others):] + others[:index % len(others)] if others else []:
             records[mode], chosen[mode] = self.run_mode({**base, "mode": mode}, prompt, made, hole.file,
                                                         copy_from=copy)
-        for record in records.values():
-            rewrite = suggestion(self.model.detokenize(record["tokens"]), fitted.prompt.stop, edit_format,
+        for mode, record in records.items():
+            ended = len(chosen[mode]) > len(record["tokens"])  # the end token that stopped it came with its tokens
+            rewrite = suggestion(self.model.detokenize(record["tokens"]), ended, fitted.prompt.stop, edit_format,
                                  fitted.region.text) if "failed" not in record else None
+            edits = edits_between(fitted.region, rewrite) if rewrite is not None else None
             record["shown"] = rewrite
-            record["no_edit"] = rewrite is not None and not edits_between(fitted.region, rewrite)
-            record["exact"] = rewrite is not None and apply_edits(document, edits_between(fitted.region, rewrite)) == truth
+            record["no_edit"] = edits == []
+            record["exact"] = edits is not None and apply_edits(document, edits) == truth
         self.judge_differences(records, chosen, prompt, made)
         return [records[mode] for mode in self.settings.modes]
 
