@@ -613,7 +613,7 @@ def _show_bench_table(summary: dict, title: str, as_json: bool, edits: bool = Fa
         Console(width=max(console.width, report.TABLE_WIDTH)).print(report.table(summary, title, columns))
     else:
         click.echo(f"{title}\n{tables.plain_rows(report.headers(columns), report.rows(summary, columns))}")
-    console.print(report.FOOTNOTE, soft_wrap=True)
+    console.print(report.EDIT_FOOTNOTE if edits else report.FOOTNOTE, soft_wrap=True)
 
 
 @main.command()

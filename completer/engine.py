@@ -261,13 +261,6 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
     hybrid_ngram = max(found.length, indexed.length, copied.length) >= engine.drafting.hybrid_min_match
     use_ngram = "ngram" in allowed or ("hybrid" in allowed and hybrid_ngram)
     use_model = engine.drafter is not None and ("draft" in allowed or ("hybrid" in allowed and not use_ngram))
-    # In a rewrite, a lookup that places the output in the original at least as surely
-    # as the prompt's n-grams do is the same evidence, aligned: the n-grams are left
-    # out, so that the tuner learns the copy's own curve (long, and kept) instead of
-    # short n-gram drafts of the same text (an edit bench had auto's n-grams win 220
-    # rounds of 3.5 tokens against 3 copy rounds).
-    if copied.tokens and (copied.length >= found.length or found.tokens[:1] == copied.tokens[:1]):
-        found = NO_MATCH
     candidates = []  # preferred first
     for provider, match in (("ngram", found), ("index", indexed), ("copy", copied)):
         if use_ngram and match.tokens:

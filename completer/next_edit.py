@@ -79,6 +79,17 @@ def edits_between(region: Region, rewrite: str) -> list[TextEdit]:
     return edits
 
 
+def region_rewrite(edit_format: "EditFormat", output: str, whole: bool, region_text: str) -> str | None:
+    """The region's new text in a model's answer (`whole`: it ended as the format ends a
+    rewrite), ending as the region does; None when the answer is not a whole rewrite, or
+    empties a region that has text: a small model closing the region at once (smol did
+    on 10 of 12 edits from a repository's history), not an edit a user makes next."""
+    rewrite = edit_format.rewrite(output, whole)
+    if rewrite is None or (not rewrite.strip() and region_text.strip()):
+        return None
+    return with_ending_of(rewrite, region_text)
+
+
 def with_ending_of(rewrite: str, original: str) -> str:
     """`rewrite` ending in the line breaks `original` ends in: a model's blank lines before
     it closes the region are its layout, not an edit."""

@@ -31,7 +31,7 @@ from completer.config import Config, PromptOptions
 from completer.context import ChunkRing, Workspace
 from completer.decoder import Decode, DecodeCounts, Decoded, Decoder, DecoderModel, Refused, Unavailable
 from completer.models.presets import PRESETS
-from completer.next_edit import FORMATS, EditHistory, edits_between, fit_edit_prompt, recent, with_ending_of
+from completer.next_edit import FORMATS, EditHistory, edits_between, fit_edit_prompt, recent, region_rewrite
 from completer.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
 from completer.prompt import FimTemplate, Segment, cursor_sections, render
 from completer.requests import (CancelFlag, Cancelled, CompleterStats, Completion, CompletionRequest, NextEdit,
@@ -384,10 +384,8 @@ class Completer:
         with self._state:
             if decoded.counts is not None:
                 self.counters.add(decoded.counts)
-        rewrite = edit_format.rewrite(decoded.text, stop_reason == StopReason.STOP or (
-            edit_format.ends_with_end_token and stop_reason == StopReason.END))
-        if rewrite is not None:
-            rewrite = with_ending_of(rewrite, fitted.region.text)
+        whole = stop_reason == StopReason.STOP or (edit_format.ends_with_end_token and stop_reason == StopReason.END)
+        rewrite = region_rewrite(edit_format, decoded.text, whole, fitted.region.text)
         edits = edits_between(fitted.region, rewrite) if rewrite is not None else []
         return NextEdit(edits, Source.MODEL, stop_reason, rewrite, prompt, decoded.result)
 

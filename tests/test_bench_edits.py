@@ -102,6 +102,8 @@ def test_a_suggestion_is_the_rewrite_up_to_the_stop_string_and_none_without_it()
     assert suggestion("a = 1\n<region>\nb", False, stop, instruction, "a = 0\n") == "a = 1\n"
     assert suggestion("a = 1\nb = 2", False, stop, instruction, "a = 0\n") is None  # cut by the budget: not shown
     assert suggestion("a = 1\nb = 2", True, stop, instruction, "a = 0\n") is None  # ended without its tag
+    assert suggestion("\n</region>", False, stop, instruction, "a = 0\n") is None  # the region emptied: no edit
+    assert suggestion("\n</region>", False, stop, instruction, "\n") == "\n"  # a blank region written again
     sweep = FORMATS["sweep"]
     assert suggestion("a = 1\n", True, sweep.prompt("a.py", "", editable_region("a = 0\n", 0, 0, 0), "", []).stop,
                       sweep, "a = 0\n") == "a = 1\n"  # Sweep's model ends a rewrite with its end token

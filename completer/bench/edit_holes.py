@@ -151,8 +151,8 @@ def changed_files(root: Path, wanted: int, region_lines: int) -> list[tuple[str,
             if len(entry.commit.parents) != 1:
                 continue
             for change in entry.changes():
-                suffix = Path(change.new.path.decode(errors="replace")).suffix if change.new.path else ""
-                if change.type != "modify" or suffix[1:] not in LANGUAGES:
+                if change.type != "modify" or Path(change.new.path.decode(errors="replace")).suffix[1:] not in \
+                        LANGUAGES:
                     continue
                 old, new = repo.object_store[change.old.sha].data, repo.object_store[change.new.sha].data
                 if max(len(old), len(new)) > MAX_BYTES or b"\0" in old + new:

@@ -18,7 +18,7 @@ suggestion's latency with the prompt in the cache (warm caches).
 from completer.bench.edit_holes import EditHole
 from completer.bench import report
 from completer.bench.run import Bench
-from completer.next_edit import FORMATS, apply_edits, edits_between, fit_edit_prompt, with_ending_of
+from completer.next_edit import FORMATS, apply_edits, edits_between, fit_edit_prompt, region_rewrite
 from completer.session import edit_format_name
 
 # The modes an edit bench runs by default: ours that make a rewrite (auto:local is auto
@@ -33,8 +33,7 @@ def suggestion(output: str, ended: bool, stop: tuple[str, ...], edit_format, reg
     whole rewrite."""
     cut = min((output.find(s) for s in stop if s in output), default=-1)
     whole = cut >= 0 or (ended and edit_format.ends_with_end_token)
-    rewrite = edit_format.rewrite(output[:cut] if cut >= 0 else output, whole)
-    return with_ending_of(rewrite, region_text) if rewrite is not None else None
+    return region_rewrite(edit_format, output[:cut] if cut >= 0 else output, whole, region_text)
 
 
 class EditBench(Bench):

@@ -219,6 +219,12 @@ FOOTNOTE = ("* projection, not a measurement: the same rounds if a verify pass c
             "what the rounds made. identical: same tokens as target; ties: differences that start where the two "
             "tokens nearly tie in target's logits (numerics; none with --exact), other: the rest. "
             "exact: first line equal to the file's; edit sim: similarity to the file's text.")
+EDIT_FOOTNOTE = ("* projection, not a measurement: the same rounds if a verify pass cost one decode step, as for a "
+                 "memory-bound target on a GPU. speedup: tokens/s over target's on the same rewrite (every mode makes "
+                 "target's tokens); median: of per-edit speedups; p50/p95 ms: one suggestion, its prompt cached. "
+                 "identical, ties, other: as for inline holes. exact: the suggestion's edits make the commit's file; "
+                 "no edit: the region written again unchanged; the rest were not whole rewrites (cut by the budget, "
+                 "or the region emptied), which the editor is not shown.")
 
 
 def typing_line(t: dict, files: int) -> str:
