@@ -26,6 +26,7 @@ REPO = Path(__file__).resolve().parent.parent
 SCRIPTS = Path(__file__).parent / "nvim"
 PLUGIN = REPO / "editor-extensions" / "nvim"
 MODULE = PLUGIN / "lua" / "completer" / "init.lua"
+NEXT_EDIT = PLUGIN / "lua" / "completer" / "next_edit.lua"
 HELP = PLUGIN / "doc" / "completer.txt"
 README = PLUGIN / "README.md"
 INFO, WARN, ERROR = 2, 3, 4  # vim.log.levels
@@ -219,8 +220,13 @@ def options(tmp_path_factory) -> dict:
     return run_nvim("plugin_options.lua", tmp, tmp / "cache", timeout_s=60, lua=True)
 
 
+NEXT_EDIT_OPTIONS = {"next_edit", "next_edit_debounce_ms", "keymaps.next_edit_accept", "keymaps.next_edit_dismiss",
+                     "keymaps.next_edit_request"}
+
+
 def test_options_in_the_module_header_the_defaults_and_the_help_agree(options):
     defaults = options["defaults"]
+    assert NEXT_EDIT_OPTIONS <= set(defaults)
     header = header_options(MODULE.read_text())
     documented = help_options(HELP.read_text())
     assert len(header) == len(set(header)) and set(header) == set(defaults)
@@ -243,6 +249,40 @@ def test_the_plugin_asks_for_the_servers_statistics_by_their_protocol_name():
 
 def test_the_plugin_warms_by_the_servers_protocol_name():
     assert re.search(r'^local WARM = "(.*)"$', MODULE.read_text(), re.MULTILINE).group(1) == protocol.WARM
+
+
+def test_the_plugin_asks_for_next_edits_by_the_servers_protocol_names():
+    source = NEXT_EDIT.read_text()
+    names = dict(re.findall(r'^local ([A-Z_]+) = "(.*)"$', source, re.MULTILINE))
+    assert names == {name: getattr(protocol, name) for name in
+                     ("INLINE_EDIT", "DID_SHOW_INLINE_EDIT", "REJECT_EDIT_COMMAND", "INLINE_EDIT_CAPABILITY")}
+
+
+def user_commands(source: str) -> list[str]:
+    """The commands a Lua module defines."""
+    return re.findall(r'nvim_create_user_command\("(\w+)"', source)
+
+
+def highlight_groups(source: str) -> list[str]:
+    """The highlight groups a Lua module names (M.hl = "...", M.hl_delete = "...")."""
+    return re.findall(r'^M\.hl\w* = "(\w+)"$', source, re.MULTILINE)
+
+
+def help_tags(text: str) -> set[str]:
+    return set(re.findall(r"\*([^*\s]+)\*", text))
+
+
+def test_every_command_and_highlight_group_is_documented():
+    commands = user_commands(MODULE.read_text())
+    groups = [group for path in MODULE.parent.glob("*.lua") for group in highlight_groups(path.read_text())]
+    assert sorted(commands) == ["CompleterNextEdit", "CompleterStats", "CompleterToggle"]
+    assert sorted(groups) == ["CompleterGhost", "CompleterNextEditDelete", "CompleterNextEditInsert"]
+    tags = help_tags(HELP.read_text())
+    assert {f":{command}" for command in commands} | set(groups) <= tags
+    assert ":CompleterNextEdit" not in help_tags(HELP.read_text().replace("*:CompleterNextEdit*", ""))
+    readme = README.read_text()
+    for name in [f":{command}" for command in commands] + groups:
+        assert f"`{name}`" in readme, name
 
 
 def test_setup_names_bad_options_in_one_warning_and_keeps_their_defaults(options):

@@ -20,8 +20,11 @@ M.hl = "CompleterGhost"
 local REQUEST_CANCELLED, CONTENT_MODIFIED = -32800, -32801
 local AUTOMATIC = 2 -- lsp.InlineCompletionTriggerKind.Automatic
 
--- Set by init.lua's setup: the LSP config name, the debounce and whether suggestions are on.
-M.options = { name = "completer", debounce_ms = 150, enabled = function() return true end }
+-- Set by init.lua's setup: the LSP config name, the debounce, whether suggestions are on,
+-- and whether a next edit waits at the cursor of a buffer (none is asked for there then:
+-- the user went to that edit to take it with the same key).
+M.options = { name = "completer", debounce_ms = 150, enabled = function() return true end,
+              held = function() return false end }
 
 --- Per attached buffer: { timer, pending = {client, id}?, seq, suggestion?, extmark? }
 --- A suggestion: { row, col (0-based byte column where it starts), before (the line up to
@@ -79,7 +82,7 @@ local function current(buf)
 end
 
 -- Virtual text shows a tab as one cell: expand it, as the buffer would.
-local function expand_tabs(buf, text)
+function M.expand_tabs(buf, text)
   return (text:gsub("\t", string.rep(" ", vim.bo[buf].tabstop)))
 end
 
@@ -88,14 +91,14 @@ local function render(buf, cur)
   local lines = vim.split(cur.shown, "\n", { plain = true })
   local virt_lines = {}
   for i = 2, #lines do
-    virt_lines[#virt_lines + 1] = { { expand_tabs(buf, lines[i]), M.hl } }
+    virt_lines[#virt_lines + 1] = { { M.expand_tabs(buf, lines[i]), M.hl } }
   end
   -- Reusing the extmark id updates it in place: the text shifts as the user types
   -- without being cleared and drawn again. Right gravity (the default) keeps the cursor
   -- before the inline text.
   state.extmark = vim.api.nvim_buf_set_extmark(buf, M.ns, cur.row, cur.col, {
     id = state.extmark,
-    virt_text = { { expand_tabs(buf, lines[1]), M.hl } },
+    virt_text = { { M.expand_tabs(buf, lines[1]), M.hl } },
     virt_text_pos = "inline",
     virt_lines = virt_lines[1] and virt_lines or nil,
     hl_mode = "combine",
@@ -177,7 +180,7 @@ local function request(buf)
   local state = buffers[buf]
   local client = client_for(buf)
   if not state or not client or not client.initialized or not M.options.enabled() or not in_insert_mode()
-    or vim.api.nvim_get_current_buf() ~= buf or vim.fn.pumvisible() == 1 then
+    or vim.api.nvim_get_current_buf() ~= buf or vim.fn.pumvisible() == 1 or M.options.held(buf) then
     return
   end
   cancel(state) -- newest wins; the server also drops older work for the document itself

@@ -1,55 +1,79 @@
 -- completer.nvim: code completions from completer's local language server (llama.cpp
--- with speculative decoding), shown as ghost text in Insert mode.
+-- with speculative decoding), shown as ghost text in Insert mode, and next edits: the
+-- edits you are likely to make next around the cursor, shown where they would go.
 --
 --   require('completer').setup({ ... })   -- once, in your config (Neovim >= 0.11)
 --
 -- setup() registers the server with vim.lsp.config/vim.lsp.enable. On Neovim 0.12+ the
 -- built-in vim.lsp.inline_completion draws the suggestions; on 0.11, lua/completer/
--- ghost.lua does. Either way the keys below accept or dismiss them, and do what they
--- did before when nothing is shown.
+-- ghost.lua does. lua/completer/next_edit.lua shows next edits on both. Either way the
+-- keys below accept or dismiss them, and do what they did before when nothing is shown.
 --
 -- Options (every one optional; each meaning is `:help completer-options`' own words,
 -- and tests/test_nvim_plugin.py checks that this list, `defaults` below and
 -- doc/completer.txt agree):
 --
---   enabled:             Show suggestions from the start. :CompleterToggle turns them
---                        off and on; the server runs either way, so turning them on
---                        again is instant.
---   cmd:                 The command that starts the language server, speaking LSP on
---                        stdio. When its program is not executable, setup() says so
---                        once and starts nothing.
---   filetypes:           Filetypes to complete in, e.g. `{ "python", "lua" }`. An
---                        empty list means every filetype (of buffers that are files).
---   root_markers:        Files or folders whose presence marks the workspace root (see
---                        lsp-root_markers). The server takes context from other open
---                        files under that root.
---   init_options:        The server's options, as nested tables, passed as they are in
---                        the `initializationOptions` of `initialize`. The groups are
---                        models, generation, prompt, drafting, cache, server and
---                        edits; completer's README lists every option. The machine-level
---                        ones are left out, with a warning (see completer-machine):
---                        they go in cmd, as the server's flags.
---   debounce_ms:         Milliseconds to wait after the last keystroke before asking
---                        for a suggestion: long enough to skip the keystrokes of a
---                        word typed at speed, short enough to feel immediate. A newer
---                        request cancels an older one anyway. Neovim 0.11 only: the
---                        built-in client of 0.12 debounces itself.
---   use_builtin:         On Neovim 0.12 and newer, let vim.lsp.inline_completion show
---                        the suggestions. Set it to false to use this plugin's ghost
---                        text there too.
---   stats_interval_ms:   completer.statusline() asks the server for its statistics at
---                        most this often.
---   keymaps.accept:      Insert-mode key that accepts the whole suggestion.
---   keymaps.accept_line: Accepts the suggestion's first line; at a line break, the
---                        next line. What is left stays shown.
---   keymaps.accept_word: Accepts the suggestion's first word (with the blanks before
---                        it). What is left stays shown.
---   keymaps.dismiss:     Hides the suggestion.
+--   enabled:                   Show suggestions from the start. :CompleterToggle turns
+--                              them off and on; the server runs either way, so turning
+--                              them on again is instant.
+--   cmd:                       The command that starts the language server, speaking
+--                              LSP on stdio. When its program is not executable,
+--                              setup() says so once and starts nothing.
+--   filetypes:                 Filetypes to complete in, e.g. `{ "python", "lua" }`. An
+--                              empty list means every filetype (of buffers that are
+--                              files).
+--   root_markers:              Files or folders whose presence marks the workspace root
+--                              (see lsp-root_markers). The server takes context from
+--                              other open files under that root.
+--   init_options:              The server's options, as nested tables, passed as they
+--                              are in the `initializationOptions` of `initialize`. The
+--                              groups are models, generation, prompt, drafting, cache,
+--                              server and edits; completer's README lists every option.
+--                              The machine-level ones are left out, with a warning (see
+--                              completer-machine): they go in cmd, as the server's
+--                              flags.
+--   debounce_ms:               Milliseconds to wait after the last keystroke before
+--                              asking for a suggestion: long enough to skip the
+--                              keystrokes of a word typed at speed, short enough to feel
+--                              immediate. A newer request cancels an older one anyway.
+--                              Neovim 0.11 only: the built-in client of 0.12 debounces
+--                              itself.
+--   use_builtin:               On Neovim 0.12 and newer, let vim.lsp.inline_completion
+--                              show the suggestions. Set it to false to use this
+--                              plugin's ghost text there too.
+--   stats_interval_ms:         completer.statusline() asks the server for its statistics
+--                              at most this often.
+--   next_edit:                 Suggest next edits: the edits you are likely to make next,
+--                              anywhere around the cursor, when the server offers them
+--                              (it advertises the copilotInlineEdit capability). They
+--                              are asked for after a pause in typing in Insert mode,
+--                              and with :CompleterNextEdit.
+--   next_edit_debounce_ms:     Milliseconds to wait after the last change in Insert mode
+--                              before asking for a next edit: longer than debounce_ms,
+--                              as the server rewrites several lines for it, and the
+--                              suggestion at the cursor comes first.
+--   keymaps.accept:            Insert-mode key that accepts the whole suggestion. With
+--                              no suggestion at the cursor, it does what
+--                              keymaps.next_edit_accept does.
+--   keymaps.accept_line:       Accepts the suggestion's first line; at a line break, the
+--                              next line. What is left stays shown.
+--   keymaps.accept_word:       Accepts the suggestion's first word (with the blanks
+--                              before it). What is left stays shown.
+--   keymaps.dismiss:           Hides the suggestion. With no suggestion at the cursor,
+--                              it does what keymaps.next_edit_dismiss does.
+--   keymaps.next_edit_accept:  Normal-mode key for a next edit: away from it, moves the
+--                              cursor to its first edit; there, applies all its edits,
+--                              as one undo step.
+--   keymaps.next_edit_dismiss: Normal-mode key that hides the next edit and tells the
+--                              server it was rejected.
+--   keymaps.next_edit_request: Normal- and Insert-mode key that asks for a next edit at
+--                              the cursor now, as :CompleterNextEdit.
 --
 -- A keymap set to false is not mapped. With nothing shown, each key does what it did
 -- before setup() (your own mapping, buffer-local or global, or the key itself).
 
 local ghost = require("completer.ghost")
+local next_edit = require("completer.next_edit")
 
 local M = {}
 
@@ -81,23 +105,38 @@ local defaults = {
   debounce_ms = 150,
   use_builtin = true,
   stats_interval_ms = 3000,
-  -- As llama.vim (<Tab>, <S-Tab>, <C-B>) and copilot.vim (<C-]> dismisses).
+  next_edit = true,
+  -- A next edit costs a rewrite of the lines around the cursor (edits.lines_above and
+  -- lines_below): ask once the user has paused, not between words.
+  next_edit_debounce_ms = 500,
+  -- As llama.vim (<Tab>, <S-Tab>, <C-B>) and copilot.vim (<C-]> dismisses); for next
+  -- edits, as copilot-lsp's suggested mappings (<Tab> walks to the edit and applies it,
+  -- <Esc> in Normal mode clears it).
   keymaps = {
     accept = "<Tab>",
     accept_line = "<S-Tab>",
     accept_word = "<C-B>",
     dismiss = "<C-]>",
+    next_edit_accept = "<Tab>",
+    next_edit_dismiss = "<Esc>",
+    next_edit_request = "<M-n>",
   },
 }
 
 -- Exposed read-only for the documentation test; setup() works on a copy.
 M.defaults = vim.deepcopy(defaults)
 
+-- What each key does: `ghost` keys act on the suggestion at the cursor first (`kind`: how
+-- much of it they accept), then, with none there, on the next edit (next_edit.lua's
+-- function of that name), in the modes they are mapped in.
 local KEY_ACTIONS = {
-  accept = { kind = "all", desc = "accept the suggestion" },
-  accept_line = { kind = "line", desc = "accept a line of the suggestion" },
-  accept_word = { kind = "word", desc = "accept a word of the suggestion" },
-  dismiss = { desc = "dismiss the suggestion" },
+  accept = { modes = { "i" }, ghost = true, kind = "all", next_edit = "accept", desc = "accept the suggestion" },
+  accept_line = { modes = { "i" }, ghost = true, kind = "line", desc = "accept a line of the suggestion" },
+  accept_word = { modes = { "i" }, ghost = true, kind = "word", desc = "accept a word of the suggestion" },
+  dismiss = { modes = { "i" }, ghost = true, next_edit = "dismiss", desc = "dismiss the suggestion" },
+  next_edit_accept = { modes = { "n" }, next_edit = "accept", desc = "go to the next edit, or apply it" },
+  next_edit_dismiss = { modes = { "n" }, next_edit = "dismiss", desc = "dismiss the next edit" },
+  next_edit_request = { modes = { "n", "i" }, next_edit = "request", desc = "ask for a next edit" },
 }
 
 M.config = vim.deepcopy(defaults)
@@ -105,7 +144,7 @@ M.enabled = defaults.enabled
 M.failure = nil -- why the server cannot run, once setup() found out
 local builtin = false -- vim.lsp.inline_completion draws the suggestions
 local registered = false -- setup() has called vim.lsp.config
-local saved_keys = {} -- bufnr -> { [name] = { lhs, previous = maparg() dict? } }
+local saved_keys = {} -- bufnr -> { [name] = { [mode] = { lhs, previous = maparg() dict? } } }
 local stats = { value = nil, at = -math.huge, asked_at = nil } -- the last completer/stats answer
 
 local function notify(message, level)
@@ -239,7 +278,7 @@ end
 
 --- Perform `name` (accept, accept_line, accept_word, dismiss) on the suggestion shown in
 --- `buf`; false when none is shown.
-local function act(buf, name)
+local function act_on_ghost(buf, name)
   local kind = KEY_ACTIONS[name].kind
   if not builtin then
     if name == "dismiss" then
@@ -297,11 +336,21 @@ local function fall_through(lhs, previous)
   end
 end
 
-local function press(buf, name)
+--- Perform key `name` in `buf`: on the suggestion at the cursor, which wins, else on the
+--- next edit. False when neither is shown (or a next edit cannot be asked for).
+local function act(buf, name)
+  local action = KEY_ACTIONS[name]
+  if action.ghost and act_on_ghost(buf, name) then
+    return true
+  end
+  return action.next_edit ~= nil and next_edit[action.next_edit](buf)
+end
+
+local function press(buf, name, mode)
   if M.enabled and act(buf, name) then
     return
   end
-  local key = (saved_keys[buf] or {})[name]
+  local key = ((saved_keys[buf] or {})[name] or {})[mode]
   if key then
     fall_through(key.lhs, key.previous)
   end
@@ -316,13 +365,16 @@ local function map_keys(buf)
   saved_keys[buf] = {}
   for name, lhs in pairs(M.config.keymaps) do
     if lhs and KEY_ACTIONS[name] then
-      local previous = vim.api.nvim_buf_call(buf, function()
-        return vim.fn.maparg(lhs, "i", false, true)
-      end)
-      saved_keys[buf][name] = { lhs = lhs, previous = next(previous) ~= nil and previous or nil }
-      vim.keymap.set("i", lhs, function()
-        press(buf, name)
-      end, { buffer = buf, silent = true, desc = "completer: " .. KEY_ACTIONS[name].desc })
+      saved_keys[buf][name] = {}
+      for _, mode in ipairs(KEY_ACTIONS[name].modes) do
+        local previous = vim.api.nvim_buf_call(buf, function()
+          return vim.fn.maparg(lhs, mode, false, true)
+        end)
+        saved_keys[buf][name][mode] = { lhs = lhs, previous = next(previous) ~= nil and previous or nil }
+        vim.keymap.set(mode, lhs, function()
+          press(buf, name, mode)
+        end, { buffer = buf, silent = true, desc = "completer: " .. KEY_ACTIONS[name].desc })
+      end
     end
   end
 end
@@ -333,12 +385,14 @@ local function unmap_keys(buf)
   if not keys or not vim.api.nvim_buf_is_valid(buf) then
     return
   end
-  for _, key in pairs(keys) do
-    pcall(vim.keymap.del, "i", key.lhs, { buffer = buf })
-    if key.previous and key.previous.buffer == 1 then
-      vim.api.nvim_buf_call(buf, function()
-        vim.fn.mapset("i", false, key.previous)
-      end)
+  for _, modes in pairs(keys) do
+    for mode, key in pairs(modes) do
+      pcall(vim.keymap.del, mode, key.lhs, { buffer = buf })
+      if key.previous and key.previous.buffer == 1 then
+        vim.api.nvim_buf_call(buf, function()
+          vim.fn.mapset(mode, false, key.previous)
+        end)
+      end
     end
   end
 end
@@ -435,7 +489,21 @@ function M.toggle(on)
   elseif not on then
     ghost.clear_all()
   end
+  if not on then
+    next_edit.clear_all()
+  end
   notify("suggestions " .. (on and "on" or "off"), vim.log.levels.INFO)
+end
+
+--- :CompleterNextEdit: ask for a next edit at the cursor now, or say why none can be.
+function M.request_next_edit()
+  local buf = vim.api.nvim_get_current_buf()
+  local reason = next_edit.unavailable(buf)
+  if reason then
+    notify("no next edit: " .. reason, vim.log.levels.WARN)
+  else
+    next_edit.request(buf)
+  end
 end
 
 ------------------------------------------------------------------------------
@@ -456,6 +524,7 @@ local function on_attach(buf, client)
   else
     ghost.attach(buf)
   end
+  next_edit.attach(buf)
   map_keys(buf)
   vim.api.nvim_create_autocmd("BufEnter", {
     group = vim.api.nvim_create_augroup("completer_warm_" .. buf, { clear = true }),
@@ -469,6 +538,7 @@ end
 
 local function on_detach(buf)
   ghost.detach(buf)
+  next_edit.detach(buf)
   unmap_keys(buf)
   pcall(vim.api.nvim_del_augroup_by_name, "completer_warm_" .. buf)
 end
@@ -489,16 +559,20 @@ function M.setup(opts)
   end
 
   local group = vim.api.nvim_create_augroup("completer", { clear = true })
-  local function link_ghost()
+  local function link_highlights()
     vim.api.nvim_set_hl(0, ghost.hl, { link = "Comment", default = true })
+    vim.api.nvim_set_hl(0, next_edit.hl_delete, { link = "DiffDelete", default = true })
+    vim.api.nvim_set_hl(0, next_edit.hl_insert, { link = "DiffAdd", default = true })
   end
-  link_ghost()
-  vim.api.nvim_create_autocmd("ColorScheme", { group = group, callback = link_ghost }) -- :hi clear drops it
+  link_highlights()
+  vim.api.nvim_create_autocmd("ColorScheme", { group = group, callback = link_highlights }) -- :hi clear drops them
   vim.api.nvim_create_user_command("CompleterStats", M.show_stats,
     { desc = "completer: the server's statistics" })
   vim.api.nvim_create_user_command("CompleterToggle", function()
     M.toggle()
   end, { desc = "completer: suggestions on/off" })
+  vim.api.nvim_create_user_command("CompleterNextEdit", M.request_next_edit,
+    { desc = "completer: ask for a next edit at the cursor" })
 
   if vim.fn.has("nvim-0.11") == 0 then
     M.failure = "Neovim 0.11 or newer is needed (vim.lsp.config)"
@@ -521,6 +595,14 @@ function M.setup(opts)
     debounce_ms = M.config.debounce_ms,
     enabled = function()
       return M.enabled
+    end,
+    held = next_edit.at_cursor,
+  }
+  next_edit.options = {
+    name = NAME,
+    debounce_ms = M.config.next_edit_debounce_ms,
+    enabled = function()
+      return M.enabled and M.config.next_edit
     end,
   }
 

@@ -1,0 +1,172 @@
+"""The Neovim plugin's next edits (editor-extensions/nvim/lua/completer/next_edit.lua) in a
+real headless Neovim 0.11.4 against the real server with the smol models: no mocks.
+
+tests/nvim/plugin_next_edit.lua renames a parameter as a user would and records what the
+plugin drew and did, with the edits the server sent captured on their way to the plugin;
+the assertions are here, with this file's own reading of where each edit is drawn and
+what applying the edits makes of the text.
+"""
+
+import json
+
+import pytest
+
+from test_nvim_plugin import checks, run_nvim
+
+DELETE, INSERT = "CompleterNextEditDelete", "CompleterNextEditInsert"
+
+
+@pytest.fixture(scope="module")
+def session(smol, smol_cache, tmp_path_factory) -> dict:
+    """One Neovim session through tests/nvim/plugin_next_edit.lua."""
+    answer = run_nvim("plugin_next_edit.lua", tmp_path_factory.mktemp("nvim-next-edit"), smol_cache, timeout_s=420)
+    assert "error" not in answer, answer.get("error")
+    return answer
+
+
+def offset(lines: list[str], position: dict) -> int:
+    """A position's offset in the lines joined. The text is ASCII: every position
+    encoding counts its characters alike."""
+    return sum(len(line) + 1 for line in lines[:position["line"]]) + position["character"]
+
+
+def applied(lines: list[str], edits: list[dict]) -> tuple[list[str], list[int]]:
+    """The lines with the edits (in order, apart) applied, and the cursor after the last
+    one's new text, as Neovim gives it (1-based line, 0-based column)."""
+    text, shift = "\n".join(lines), 0
+    for edit in edits:
+        start, end = offset(lines, edit["range"]["start"]) + shift, offset(lines, edit["range"]["end"]) + shift
+        text = text[:start] + edit["text"] + text[end:]
+        shift += len(edit["text"]) - (end - start)
+        after = start + len(edit["text"])
+    before_cursor = text[:after].split("\n")
+    return text.split("\n"), [len(before_cursor), len(before_cursor[-1])]
+
+
+def drawn(edit: dict) -> list[dict]:
+    """The extmarks an edit is drawn with: the range it replaces highlighted; its text
+    inline after that range when both stay within a line, else as virtual lines (without
+    the text's last line break): above the line it is inserted before when it is whole
+    lines inserted there, below the range's last line otherwise."""
+    start, end, text = edit["range"]["start"], edit["range"]["end"], edit["text"]
+    marks = []
+    empty = start == end
+    if not empty:
+        marks.append({"row": start["line"], "col": start["character"], "end_row": end["line"],
+                      "end_col": end["character"], "hl_group": DELETE})
+    if start["line"] == end["line"] and "\n" not in text:
+        if text:
+            marks.append({"row": end["line"], "col": end["character"], "virt_text": text, "virt_text_pos": "inline"})
+        return marks
+    lines = text.split("\n")
+    whole_lines = lines[-1] == ""
+    lines = lines[:-1] if whole_lines else lines
+    above = whole_lines and empty and start["character"] == 0
+    if lines:
+        marks.append({"row": start["line"] if above else end["line"], "col": 0, "virt_lines": lines,
+                      "virt_lines_above": above})
+    return marks
+
+
+def canonical(marks: list[dict]) -> list[dict]:
+    """Extmarks as drawn() writes them: the details they have, in a stable order."""
+    kept = [{key: value for key, value in mark.items()
+             if value is not None and (key != "virt_lines_above" or mark["virt_lines"] is not None)}
+            for mark in marks]
+    return sorted(kept, key=lambda mark: json.dumps(mark, sort_keys=True))
+
+
+def expected_marks(edits: list[dict]) -> list[dict]:
+    return canonical([mark for edit in edits for mark in drawn(edit)])
+
+
+def edits_of(answer: dict) -> list[dict]:
+    edits = answer["result"]["edits"]
+    assert edits, "the smol model suggested no edit here: the scenario needs one"
+    return edits
+
+
+def test_after_a_rename_tab_goes_to_the_next_edit_then_applies_it_as_one_undo_step(session):
+    found = checks(session, "accept")["accept"]
+    edits = edits_of(found["answer"])
+    assert {edit["textDocument"]["version"] for edit in edits} == {found["version"]}
+    assert canonical(found["marks"]) == expected_marks(edits)  # what was suggested is what is shown
+    first = edits[0]["range"]["start"]
+    assert found["cursor"][0] - 1 != first["line"], "this test needs an edit away from the cursor"
+    assert found["kept"] == found["marks"]  # dismissing the ghost text (if any) kept the next edit
+    # <Tab> (in Insert mode): to the first edit's start; <Tab> again: every edit applied.
+    assert found["jumped"] == [first["line"] + 1, first["character"]] and found["jump_mode"] == "i"
+    assert found["inline_asked_at_edit"] == 0  # no ghost text there to take the next <Tab>
+    expected, cursor = applied(found["before"], edits)
+    assert found["after"] == expected
+    assert found["after_cursor"] == cursor and found["marks_after"] == []
+    assert found["undone"] == found["before"]  # one `u`: all the edits, and only them
+    assert found["stats_before"] == {"shown": 1, "accepted": 0, "rejected": 0}
+    assert found["accepted_counted"] and found["stats"] == {"shown": 1, "accepted": 1, "rejected": 0}
+
+
+def test_escape_dismisses_the_next_edit_and_the_server_counts_a_rejection(session):
+    renamed = checks(session, "accept")["accept"]["before"]
+    found = checks(session, "dismiss")["dismiss"]
+    edits = edits_of(found["answer"])
+    assert found["answers"] == 1  # :CompleterNextEdit asked once
+    assert canonical(found["marks"]) == expected_marks(edits)
+    first = edits[0]["range"]["start"]
+    assert first["line"] != 3, "this test needs an edit away from the cursor's line"
+    assert found["jumped"] == [first["line"] + 1, first["character"]]  # <Tab> in Normal mode
+    assert found["marks_after"] == [] and found["lines"] == renamed  # <Esc>: hidden, nothing applied
+    assert found["user_tab"] == 1  # with nothing shown, <Tab> is the user's own again
+    before = found["stats_before"]
+    assert found["rejected_counted"]
+    assert found["stats"] == {"shown": before["shown"], "accepted": before["accepted"],
+                              "rejected": before["rejected"] + 1}
+
+
+def test_edits_for_a_version_the_buffer_has_left_are_never_shown(session):
+    found = checks(session, "outdated")["outdated"]
+    edits = edits_of(found["answer"])
+    assert {edit["textDocument"]["version"] for edit in edits} == {found["version_before"]}
+    assert found["version"] != found["version_before"]  # the buffer changed as they arrived
+    assert found["marks"] == [] and found["marks_later"] == []
+    assert found["stats"]["shown"] == found["stats_before"]["shown"]  # no didShowInlineEdit
+
+
+def test_the_session_raised_no_error(session):
+    assert session["errmsg"] == ""
+    assert session["notifications"] == []
+    assert "Error" not in session["messages"] and "stack traceback" not in session["messages"], session["messages"]
+
+
+def on_screen(lines: list[str], marks: list[dict]) -> list[str]:
+    """The buffer's lines as a screen shows them with the extmarks' virtual text (lines
+    that fit the screen's width)."""
+    screen = []
+    for row, line in enumerate(lines):
+        here = [mark for mark in marks if mark["row"] == row]
+        for mark in sorted((mark for mark in here if mark["virt_text"]), key=lambda mark: -mark["col"]):
+            line = line[:mark["col"]] + mark["virt_text"] + line[mark["col"]:]
+        virtual = [mark for mark in here if mark["virt_lines"]]
+        screen += [text for mark in virtual if mark["virt_lines_above"] for text in mark["virt_lines"]]
+        screen.append(line)
+        screen += [text for mark in virtual if not mark["virt_lines_above"] for text in mark["virt_lines"]]
+    return screen
+
+
+def test_the_screen_shows_the_next_edit_where_it_would_go(smol, smol_cache, tmp_path):
+    """A Neovim with a screen (in a terminal of another one, read as text), where the user
+    renames the parameter and leaves Insert mode: the next edit's text is on the screen
+    where it would go. The screen is kept in tmp_path / "screen.txt"."""
+    answer = run_nvim("next_edit_screen.lua", tmp_path, smol_cache, timeout_s=240, lua=True)
+    assert "error" not in answer, answer.get("error")
+    screen = [line.rstrip() for line in answer["screen"]]
+    (tmp_path / "screen.txt").write_text("\n".join(screen) + "\n")
+    shown = answer["shown"]
+    assert any(mark["virt_lines"] or mark["virt_text"] for mark in shown["marks"])
+    expected = on_screen(shown["lines"], shown["marks"])
+    assert screen[:len(expected)] == expected, "\n".join(screen)
+
+
+def test_a_change_typed_ahead_of_insert_modes_events_asks_for_a_next_edit(session):
+    found = checks(session, "typed_ahead")["typed_ahead"]
+    assert found["line"] == "def area(h, height):"
+    assert found["sent"] and found["asked"] == 1 and found["version"] == found["buffer_version"]
