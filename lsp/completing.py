@@ -39,17 +39,27 @@ def request_at(document: Document | None, uri: str, position: types.Position, en
     return CompletionRequest(uri, to_fs_path(uri) or uri, document.text, cursor, document.language)
 
 
-def inline_edit_params(params: Any) -> tuple[str, int | None, types.Position]:
-    """(uri, version or None, position) of an INLINE_EDIT request; invalid params otherwise."""
+def document_position(params: Any) -> tuple[str, int | None, types.Position] | None:
+    """(uri, version or None, position) of params shaped {"textDocument": {"uri",
+    "version"?}, "position": {"line", "character"}} (a custom method's, which pygls
+    hands over unchecked); None when they are not."""
     document = getattr(params, "textDocument", None)
     uri, version = getattr(document, "uri", None), getattr(document, "version", None)
     position = getattr(params, "position", None)
     line, character = getattr(position, "line", None), getattr(position, "character", None)
     numbers = (line, character) + ((version,) if version is not None else ())
     if not isinstance(uri, str) or not all(isinstance(n, int) and not isinstance(n, bool) and n >= 0 for n in numbers):
+        return None
+    return uri, version, types.Position(line, character)
+
+
+def inline_edit_params(params: Any) -> tuple[str, int | None, types.Position]:
+    """(uri, version or None, position) of an INLINE_EDIT request; invalid params otherwise."""
+    found = document_position(params)
+    if found is None:
         raise JsonRpcInvalidParams(f"{protocol.INLINE_EDIT} takes {{\"textDocument\": {{\"uri\", \"version\"}}, "
                                    "\"position\": {\"line\", \"character\"}}")
-    return uri, version, types.Position(line, character)
+    return found
 
 
 async def next_edit(completer: Completer, request: CompletionRequest, in_worker: InWorker) -> NextEdit:

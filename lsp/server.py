@@ -42,8 +42,8 @@ from pygls.uris import to_fs_path
 from completer.config import Config, config_from_dict, machine_options
 from completer.loading import Loaded, needs_reload
 from completer.lsp import protocol
-from completer.lsp.completing import (Answer, answer_for, complete, completion_items, edit_items, inline_edit_params,
-                                      inline_items, next_edit, request_at)
+from completer.lsp.completing import (Answer, answer_for, complete, completion_items, document_position, edit_items,
+                                      inline_edit_params, inline_items, next_edit, request_at)
 from completer.lsp.documents import Document
 from completer.lsp.loading import LoadProgress, load_models
 from completer.requests import CompleterStats
@@ -451,14 +451,13 @@ def reject_edit(ls: CompleterServer, *arguments: Any) -> None:
 
 @server.feature(protocol.WARM)
 async def warm(ls: CompleterServer, params: Any) -> None:
-    uri = getattr(getattr(params, "textDocument", None), "uri", None)
-    position = getattr(params, "position", None)
-    line, character = getattr(position, "line", None), getattr(position, "character", None)
-    if not isinstance(uri, str) or not all(isinstance(n, int) and n >= 0 for n in (line, character)):
+    found = document_position(params)
+    if found is None:
         log.warning("%s takes {\"textDocument\": {\"uri\"}, \"position\": {\"line\", \"character\"}}, not %r",
                     protocol.WARM, params)
         return
-    await warm_at(ls, uri, types.Position(line, character))
+    uri, _, position = found
+    await warm_at(ls, uri, position)
 
 
 async def warm_at(ls: CompleterServer, uri: str, position: types.Position) -> None:
