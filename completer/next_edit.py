@@ -248,8 +248,9 @@ class SweepFormat(EditFormat):
     block of its changed lines (`original:` then `updated:`), then the region as it was
     before the file's latest edit (`original/`), as it is (`current/`), and the model
     writes it again after `updated/`. No cursor marker, no text around the region (the
-    plugin sends none); `<|file_sep|>` is the vocabulary's control token, which (an end
-    token to llama.cpp's Qwen2.5-Coder vocabulary) or the end of text ends the answer."""
+    plugin sends none). `<|file_sep|>` is the vocabulary's control token, and ends the
+    answer as an end-of-generation token: the pinned llama.cpp's src/llama-vocab.cpp
+    takes it as the FIM separator and adds that to the end tokens."""
 
     family = "sweep"
     SEPARATOR = "<|file_sep|>"

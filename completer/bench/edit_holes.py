@@ -9,8 +9,8 @@
               the size of the editable region
     holes   = N of those, seeded: one hunk is the truth, the others are the user's
               edits, made in their order in the file; the cursor stands where the
-              last of them ends, and the truth must lie in the editable region
-              around it (else another hunk is tried, then another file)
+              last of them changed the text, and the truth must lie in the editable
+              region around it (else another hunk is tried, then another file)
     history = one edit event: the file before the commit, and with the user's edits
 A hole is plain data (JSON), the file's text before the commit included: a run can be
 replayed exactly from its holes, whatever the repository holds by then.

@@ -10,16 +10,17 @@
         work), copy drafting from the region where the mode looks up; the peers too
         the suggestion of each mode is judged against the truth: exact (its edits make
         the commit's file), no edit (the region written again unchanged), or not a
-        rewrite (no stop string within the budget)
+        rewrite (no stop string within the budget, or the region emptied: not shown)
 The prompt is evaluated before the timing, as the inline bench's is: the times are the
 suggestion's latency with the prompt in the cache (warm caches).
 """
 
-from completer.bench.edit_holes import EditHole
 from completer.bench import report
+from completer.bench.edit_holes import EditHole
 from completer.bench.run import Bench
 from completer.next_edit import FORMATS, apply_edits, edits_between, fit_edit_prompt, region_rewrite
 from completer.session import edit_format_name
+from completer.tuning import CostModel
 
 # The modes an edit bench runs by default: ours that make a rewrite (auto:local is auto
 # here, with no workspace index), and llama-server plain and with its n-gram speculation.
@@ -58,7 +59,8 @@ class EditBench(Bench):
                                                             hole.file, fitted.prompt.stop)
         made = len(records["target"]["tokens"])
         others = [mode for mode in self.settings.modes if mode != "target"]
-        for mode in others[index % len(others):] + others[:index % len(others)] if others else []:
+        turn = index % len(others) if others else 0  # the order rotates per hole: drift hits every mode alike
+        for mode in others[turn:] + others[:turn]:
             records[mode], chosen[mode] = self.run_mode({**base, "mode": mode}, prompt, made, hole.file,
                                                         copy_from=copy)
         for mode, record in records.items():
@@ -73,7 +75,7 @@ class EditBench(Bench):
         return [records[mode] for mode in self.settings.modes]
 
 
-def summarize_edits(records: list[dict], modes: tuple[str, ...], costs) -> dict:
+def summarize_edits(records: list[dict], modes: tuple[str, ...], costs: CostModel) -> dict:
     """The inline bench's summary per mode, with a suggestion judged whole: exact (its
     edits make the commit's file), and how often it was no edit."""
     summary = report.summarize([{**r, "shown": r["shown"] or ""} for r in records], modes, costs)
