@@ -9,7 +9,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from completer.lsp import protocol
-from lsp_session import insert, open_document, start, stats, wait_ready
+from lsp_session import inline, insert, open_document, start, stats, wait_ready
 
 # A parameter renamed at its definition: the uses below are the next edit a model would make.
 RENAMED = ("import math\n\n\ndef area(w, height):\n    return width * height\n\n\n"
@@ -63,10 +63,18 @@ async def test_an_edit_for_a_version_that_is_gone_is_not_given(client):
     open_document(client, uri, RENAMED)
     assert await inline_edit(client, uri, 7, 3, len("def area(w")) == {"edits": []}  # the client is at a version the server is not
     assert (await stats(client))["edit_requests"] == 0  # so nothing was computed
+    # A completion with a long prompt holds the models (about 2,500 tokens, seconds of prefill
+    # for smol here) while the edit request passes its first version check and waits its turn,
+    # so the change lands before the edit is computed, however fast the machine is.
+    busy = "file:///project/long.py"
+    open_document(client, busy, "".join(f"value_{n} = compute({n}, 'x' * {n})\n" for n in range(256)))
+    holding = asyncio.ensure_future(inline(client, busy, 256, 0))
+    await asyncio.sleep(0.3)
     asking = asyncio.ensure_future(inline_edit(client, uri, 1, 3, len("def area(w")))
     await asyncio.sleep(0.3)
-    insert(client, uri, 2, 0, 0, "# changed while the edit was computed\n")
+    insert(client, uri, 2, 0, 0, "# changed while the edit waited\n")
     assert await asking == {"edits": []}
+    await holding
     current = await stats(client)
     # The model had edits for version 1 (smol on this text): the version check dropped them.
     assert (current["edit_requests"], current["edits_suggested"]) == (1, 1)
