@@ -226,6 +226,11 @@ class ServerOptions:
         "meantime replaces it without touching the model. Editors debounce already, and the newest request "
         "cancels an older generation anyway, so 0"
     )
+    prefetch: bool = option(
+        True, "language server: while an inline completion that ends its line is shown, compute the one that "
+        "follows its acceptance, so that after Tab the next one is there with no model call (as llama.vim "
+        "does). Whole acceptance only; any other request stops it within a round"
+    )
 
 
 @dataclass(frozen=True)

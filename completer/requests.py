@@ -12,10 +12,11 @@ from completer.next_edit import TextEdit
 
 
 class Source(StrEnum):
-    """Where a completion came from. Only MODEL and FORWARD_CACHE carry text."""
+    """Where a completion came from. Only MODEL, FORWARD_CACHE and PREFETCH carry text."""
 
     MODEL = "model"  # decoded for this request
     FORWARD_CACHE = "forward cache"  # the rest of the completion shown before, which the user is typing
+    PREFETCH = "prefetch"  # computed while the completion it follows was shown, before the user accepted it
     SUPERSEDED = "superseded"  # a newer request for the document took over: show nothing
     # No prompt fits the context, or the next-edit format spells control tokens the
     # model lacks: `warning` says which options to change.
@@ -148,6 +149,8 @@ class CompleterStats:
     index_mb: float = 0.0
     edit_requests: int = 0  # next-edit requests answered
     edits_suggested: int = 0  # of those, answers with at least one edit
+    prefetches: int = 0
+    prefetch_hits: int = 0
 
 
 def cursor_offset(text: str, line: int, character: int) -> int:

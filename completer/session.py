@@ -5,6 +5,9 @@ llama-server or an OpenAI-compatible server).
 
     request (document text, cursor)
       -> forward cache: the user typed the start of what is shown? its rest, no decoding
+      -> prefetch: the user accepted what is shown, and its follow-up was computed while
+         it was on screen? that, no decoding (waited for while still being computed);
+         any other request stops the prefetch
       -> newest request wins: an older one for the document is cancelled (its generation
          stops at its next round, its stream is closed)
       -> the decoder: connected, or an empty answer saying why (a server down)
@@ -21,6 +24,7 @@ llama-server or an OpenAI-compatible server).
       answer is the edits between the two
 """
 
+import dataclasses
 import logging
 import threading
 from collections.abc import Callable
@@ -84,6 +88,35 @@ class CompletionSession:
 
 
 @dataclass
+class Prefetch:
+    """The completion that follows a shown one once the user accepts it whole, computed
+    while it is on screen (llama.vim computes the same ahead): `request` is the document
+    as acceptance leaves it. Only a request with exactly its text and cursor is served
+    from it; the caches already hold the shown text's tokens, so it costs the next ones."""
+
+    request: CompletionRequest
+    start: int  # where the shown completion starts in request.text (it ends at request.cursor)
+    cancel: CancelFlag = field(default_factory=CancelFlag)
+    done: threading.Event = field(default_factory=threading.Event)
+    forward: ForwardCache = field(default_factory=ForwardCache)  # the document's forward cache, once served
+    completion: Completion | None = None
+    counts: DecodeCounts | None = None  # into the statistics once served: they count requests answered
+
+    def serves(self, request: CompletionRequest) -> bool:
+        ahead = self.request
+        return (request.document, request.text, request.cursor) == (ahead.document, ahead.text, ahead.cursor)
+
+    def on_the_way(self, text: str) -> bool:
+        """Whether `text` is the document's text before acceptance with a start of the
+        completion typed (all of it: accepted): the user may still come to the request."""
+        ahead = self.request
+        typed = len(text) - (len(ahead.text) - (ahead.cursor - self.start))
+        return (0 <= typed <= ahead.cursor - self.start
+                and text[: self.start + typed] == ahead.text[: self.start + typed]
+                and text[self.start + typed :] == ahead.text[ahead.cursor :])
+
+
+@dataclass
 class Counters:
     """Since the completer started, for `completer/stats`."""
 
@@ -99,6 +132,8 @@ class Counters:
     warmed_tokens: int = 0  # prompt tokens evaluated ahead of a request (Completer.warm)
     edit_requests: int = 0
     edits_suggested: int = 0
+    prefetches: int = 0  # completions computed ahead of an acceptance (Completer.prefetch)
+    prefetch_hits: int = 0  # requests answered from one
 
     def stats(self, **state) -> CompleterStats:
         """The counters as statistics, beside the completer's `state` (CompleterStats fields)."""
@@ -112,6 +147,8 @@ class Counters:
             warmed_tokens=self.warmed_tokens,
             edit_requests=self.edit_requests,
             edits_suggested=self.edits_suggested,
+            prefetches=self.prefetches,
+            prefetch_hits=self.prefetch_hits,
             **state,
         )
 
@@ -193,6 +230,9 @@ def edit_format_name(config: Config) -> str:
     return PRESETS[config.models.preset].edit_format
 
 
+# How often a request served by a prefetch still being computed looks at its own cancel flag.
+PREFETCH_POLL_S = 0.005
+
 # The key of a document's next-edit requests among the running ones: newest wins among
 # them, apart from its inline completions.
 EDITS = "edits:"
@@ -211,6 +251,7 @@ class Completer:
         self.current: str | None = None  # the document last entered: the one the user is in
         self._state = threading.Lock()  # sessions, the current document, running requests, counters
         self._running: dict[str, CancelFlag] = {}  # document -> its newest request's cancel flag
+        self._prefetch: Prefetch | None = None  # the one prefetch kept, running or done
         self.history = EditHistory()  # the user's recent edits, for next-edit prompts
         self.configure(config or Config())
 
@@ -218,6 +259,7 @@ class Completer:
         """New options: each request takes the options in force when it starts (the
         models stay); a new index size applies from the next index_workspace()."""
         self.config = config
+        self._drop_prefetch(lambda ahead: True)  # computed under the old options
         self.ring.resize(config.prompt.chunks, config.prompt.chunk_lines)
         self.decoder.configure(config)
 
@@ -240,6 +282,7 @@ class Completer:
         """The editor closed the document: its session and the decoder's caches of it go."""
         self.cancel(document)
         self.cancel(EDITS + document)
+        self._drop_prefetch(lambda ahead: ahead.request.document == document)
         with self._state:
             self.history.forget(document)
             session = self.sessions.pop(document, None)
@@ -265,6 +308,7 @@ class Completer:
 
     def reset(self) -> None:
         """Forget every document: sessions, forward caches and the decoder's caches, as if just loaded."""
+        self._drop_prefetch(lambda ahead: True)
         with self._state:
             self.sessions.clear()
             self.current = None
@@ -317,6 +361,52 @@ class Completer:
             self.counters.warmed_tokens += warmed
         return warmed
 
+    def prefetch(self, request: CompletionRequest, start: int) -> Completion | None:
+        """Compute the completion at `request` now, for complete() to answer that request
+        with: `request` is the document as accepting a shown completion (request.text[start
+        : request.cursor]) leaves it. Only while no request is running: one the user waits
+        for goes first, and any that comes stops it at its next round. The same prefetch
+        already there is kept; another is replaced. Returns what it computed; None when it
+        did not start."""
+        request.check_cursor()
+        ahead = Prefetch(request, start)
+        with self._state:
+            if self._running or (self._prefetch is not None and self._prefetch.serves(request)):
+                return None
+            if self._prefetch is not None:
+                self._prefetch.cancel.set()
+            self._prefetch = ahead
+            self.counters.prefetches += 1
+        try:
+            ahead.completion = self._in_turn(
+                ahead.cancel, lambda model: self._decode(request, model, ahead.cancel, ahead), empty_completion)
+        finally:
+            ahead.done.set()
+        return ahead.completion
+
+    def document_changed(self, document: str, text: str) -> None:
+        """The editor changed a document: a prefetch for it that the change does not lead to
+        (the user typed something else than the shown completion) stops."""
+        self._drop_prefetch(lambda ahead: ahead.request.document == document and not ahead.on_the_way(text))
+
+    def _drop_prefetch(self, unless_kept: Callable[[Prefetch], bool]) -> None:
+        """Stop and forget the prefetch if `unless_kept(prefetch)`."""
+        with self._state:
+            ahead = self._prefetch
+            if ahead is None or not unless_kept(ahead):
+                return
+            self._prefetch = None
+        ahead.cancel.set()
+
+    def _take_prefetch(self, request: CompletionRequest) -> Prefetch | None:
+        """The prefetch for this request, taken (it serves once); any other stops."""
+        with self._state:
+            ahead, self._prefetch = self._prefetch, None
+        if ahead is not None and not ahead.serves(request):
+            ahead.cancel.set()
+            return None
+        return ahead
+
     def complete(self, request: CompletionRequest, cancel: CancelFlag | None = None) -> Completion:
         """The completion at the request's cursor. `cancel` (from new_request_flag(), made
         here when not given) stops it; the answer is then empty (Source.SUPERSEDED)."""
@@ -342,6 +432,7 @@ class Completer:
         request.check_cursor()
         key = EDITS + request.document
         cancel = cancel or self.new_request_flag(key)
+        self._drop_prefetch(lambda ahead: not ahead.done.is_set())  # a running one would hold up this request
         try:
             edit = self._in_turn(cancel, lambda model: self._next_edit(request, model, cancel), no_edit)
         finally:
@@ -426,13 +517,31 @@ class Completer:
             if rest is not None:
                 self.counters.forward_cache_hits += 1
                 return Completion(rest, Source.FORWARD_CACHE)
+        ahead = self._take_prefetch(request)
+        if ahead is not None:
+            while not ahead.done.wait(PREFETCH_POLL_S):  # still computing what this request would compute
+                if cancel.is_set():
+                    ahead.cancel.set()
+                    return superseded()
+            if ahead.completion is not None and ahead.completion.source == Source.MODEL:
+                with self._state:  # the request is the document's text now, as _enter takes it
+                    session.forward = ahead.forward
+                    session.text, session.cursor = request.text, request.cursor
+                    self.history.observe(request.document, self.workspace_path(request.path), request.text)
+                    self.counters.prefetch_hits += 1
+                    if ahead.counts is not None:
+                        self.counters.add(ahead.counts)
+                return dataclasses.replace(ahead.completion, source=Source.PREFETCH)
         return self._in_turn(cancel, lambda model: self._decode(request, model, cancel), empty_completion)
 
-    def _decode(self, request: CompletionRequest, model: DecoderModel, cancel: CancelFlag) -> Completion:
+    def _decode(self, request: CompletionRequest, model: DecoderModel, cancel: CancelFlag,
+                ahead: Prefetch | None = None) -> Completion:
         """Under the decoder's turn: the document entered, its prompt decoded. A prompt the
         decoder finds longer than its context (our count was an estimate, or a server's
-        slots shrank) is tried once more at half the length."""
-        session = self._enter(request, cancel)
+        slots shrank) is tried once more at half the length. `ahead`: the prefetch this
+        is, which keeps the completion's forward cache and counts until it is served (the
+        request is what the user may make next, not what the document is)."""
+        session = self._enter(request, cancel, ahead=ahead is not None)
         prompt, length, suffix = self.prompt(request, model, cancel)
         try:
             decoded, cursor = self._decoded(request, prompt, length, suffix, cancel)
@@ -448,9 +557,13 @@ class Completer:
         timed_out = stop_reason == StopReason.TIME
         shown = postprocess(decoded.text, cursor, timed_out=timed_out)
         with self._state:
-            session.forward.remember(request.text[: request.cursor], decoded.text, shown, timed_out)
-            if decoded.counts is not None:
-                self.counters.add(decoded.counts)
+            if ahead is None:
+                session.forward.remember(request.text[: request.cursor], decoded.text, shown, timed_out)
+                if decoded.counts is not None:
+                    self.counters.add(decoded.counts)
+            else:
+                ahead.forward.remember(request.text[: request.cursor], decoded.text, shown, timed_out)
+                ahead.counts = decoded.counts
         evaluated = decoded.counts.evaluated_tokens if decoded.counts is not None else 0
         return Completion(shown, Source.MODEL, stop_reason, prompt, evaluated, decoded.result)
 
@@ -465,17 +578,20 @@ class Completer:
                         lambda text: cut_to_scope(text, cursor) != text, cancel)
         return self.decoder.decode(decode), cursor
 
-    def _enter(self, request: CompletionRequest, cancel: CancelFlag | None) -> CompletionSession:
+    def _enter(self, request: CompletionRequest, cancel: CancelFlag | None, ahead: bool = False) -> CompletionSession:
         """Under the decoder's turn: the request's document becomes the current one, and the
         workspace document the user left a context chunk (measured in the decoder's
-        tokens, under the request's cancel flag) that the decoder may draft from."""
+        tokens, under the request's cancel flag) that the decoder may draft from. `ahead`:
+        a prefetch, whose text is not yet the document's: the session's text and the edit
+        history stay as they are."""
         with self._state:
             session = self.sessions.setdefault(request.document, CompletionSession(request.path))
             left_document = self.current if self.current != request.document else None
             left = self.sessions.get(left_document) if left_document is not None else None
             self.current = request.document
-            session.text, session.cursor = request.text, request.cursor
-            self.history.observe(request.document, self.workspace_path(request.path), request.text)
+            if not ahead:
+                session.text, session.cursor = request.text, request.cursor
+                self.history.observe(request.document, self.workspace_path(request.path), request.text)
         left_for_drafting = None
         if left is not None and left.text and self.workspace.contains(left.path):
             self.ring.add(left.path, left.text, left.cursor, lambda text: self.decoder.count(text, cancel))

@@ -117,6 +117,19 @@ def answer_for(document: Document, version: int, request: CompletionRequest, pos
     return Answer(document, position, request.cursor, completion.text)
 
 
+def after_acceptance(answer: Answer) -> CompletionRequest | None:
+    """The request an editor makes once the user accepts the whole answer: the text with
+    it inserted, the cursor after it. None where text follows the cursor on its line:
+    there the item re-inserts that text, and the editors leave the cursor in different
+    places (VS Code after it, the Neovim plugin before it), so no one request is sure to come."""
+    document = answer.document
+    if document.line_end_at(answer.cursor) != answer.cursor:
+        return None
+    text = document.text[: answer.cursor] + answer.text + document.text[answer.cursor :]
+    return CompletionRequest(document.uri, to_fs_path(document.uri) or document.uri, text,
+                             answer.cursor + len(answer.text), document.language)
+
+
 def _accept_command(answer: Answer, item_id: int) -> types.Command:
     return types.Command("Accept completion", protocol.ACCEPT_COMMAND, arguments=[item_id, answer.document.version])
 

@@ -75,11 +75,15 @@ class Document:
         line = bisect.bisect_right(self.line_starts, offset) - 1
         return self.line_starts[line] + len(self._line(line))
 
-    def apply(self, change: types.TextDocumentContentChangeEvent, encoding: str) -> None:
+    def apply(self, change: types.TextDocumentContentChangeEvent, encoding: str) -> tuple[int, int] | None:
+        """The change made; the offsets of the text it replaced, None when it replaced all."""
         if isinstance(change, types.TextDocumentContentChangePartial):
             start = self.offset_at(change.range.start, encoding)
             end = max(start, self.offset_at(change.range.end, encoding))
             self.text = self.text[:start] + change.text + self.text[end:]
+            replaced = (start, end)
         else:
             self.text = change.text
+            replaced = None
         self._line_starts = None
+        return replaced

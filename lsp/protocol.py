@@ -21,6 +21,13 @@ WARM = "completer/warm"
 # completion was computed for].
 ACCEPT_COMMAND = "completer.accept"
 
+# Notifications in the shapes Copilot's language server takes: params {"item": <an item
+# returned, whose command carries ACCEPT_COMMAND's arguments>}, the editor shows the item;
+# and the same with "acceptedLength": the user took its first acceptedLength code units
+# (the negotiated position encoding's) of its text, a word or a line at a time.
+DID_SHOW_COMPLETION = "textDocument/didShowCompletion"
+DID_PARTIALLY_ACCEPT_COMPLETION = "textDocument/didPartiallyAcceptCompletion"
+
 # Request, Copilot's language server's next-edit request (so that clients written for
 # it, such as copilot-lsp's next-edit module for Neovim, work here): params
 # {"textDocument": {"uri", "version"}, "position": {"line", "character"}}; result
@@ -57,6 +64,15 @@ STATS_KEYS = (
     "suggestions_shown",  # items returned with text
     "suggestions_accepted",  # items whose accept command ran
     "suggestion_acceptance_rate",
+    "suggestions_seen",  # items the editor said it showed (DID_SHOW_COMPLETION)
+    "suggestions_partially_accepted",  # items taken in part (DID_PARTIALLY_ACCEPT_COMPLETION)
+    "accepted_chars",  # characters accepted, whole items and parts
+    # Of those, the ones checked 30 s and 2 min after their acceptance (in documents still
+    # open), and of these, the ones still in the document then (lsp/acceptance.py).
+    "checked_chars_30s",
+    "retained_chars_30s",
+    "checked_chars_120s",
+    "retained_chars_120s",
     "sessions",  # documents with a completion session (open ones the server has completed in)
     "saved_kv_mb",  # KV caches saved for documents not being completed (cache.budget_mb bounds it)
     "warmed_tokens",  # prompt tokens evaluated ahead of a request, after completer/warm
@@ -68,6 +84,8 @@ STATS_KEYS = (
     "edits_shown",  # next edits the client said it showed (DID_SHOW_INLINE_EDIT)
     "edits_accepted",  # next edits whose ACCEPT_EDIT_COMMAND ran
     "edits_rejected",  # next edits whose REJECT_EDIT_COMMAND ran
+    "prefetches",  # completions computed while the one they follow was shown (server.prefetch)
+    "prefetch_hits",  # requests answered from one, with no model call
 )
 
 # Where `settings` of workspace/didChangeConfiguration may nest the options.

@@ -5,8 +5,13 @@
     didOpen/didChange  lsp.documents keeps the text (LSP line breaks, negotiated encoding)
     completer/warm     the prompt at that position is evaluated ahead, giving way to requests
     inlineCompletion   -> Completer.complete in a worker thread; the newest request for a
-                          document cancels the older one, $/cancelRequest cancels its own
-    completion         the same, as one completion item marked as AI
+                          document cancels the older one, $/cancelRequest cancels its own;
+                          then, while the answer is shown, Completer.prefetch computes the
+                          one after its acceptance
+    completion         the same (no prefetch), as one completion item marked as AI
+    didShowCompletion, didPartiallyAcceptCompletion, completer.accept
+                       what of the items was shown and taken (lsp.acceptance), and how much
+                       of it is still there 30 s and 2 min later
     copilotInlineEdit  -> Completer.next_edit in a worker thread: the edits the user will
                           make next around the cursor (Copilot's request and shape), for the
                           document's version then; didShowInlineEdit and the edits' commands
@@ -42,9 +47,11 @@ from pygls.uris import to_fs_path
 from completer.config import Config, config_from_dict, machine_options
 from completer.loading import Loaded, needs_reload
 from completer.lsp import protocol
-from completer.lsp.completing import (Answer, answer_for, complete, completion_items, document_position, edit_items,
-                                      inline_edit_params, inline_items, next_edit, request_at)
-from completer.lsp.documents import Document
+from completer.lsp.acceptance import RETENTION_CHECKS_S, Acceptances, Accepted
+from completer.lsp.completing import (Answer, after_acceptance, answer_for, complete, completion_items,
+                                      document_position, edit_items, inline_edit_params, inline_items, next_edit,
+                                      request_at)
+from completer.lsp.documents import Document, characters
 from completer.lsp.loading import LoadProgress, load_models
 from completer.requests import CompleterStats
 from completer.session import Completer
@@ -173,6 +180,7 @@ class CompleterServer(LanguageServer):
         self.warning_shown = ""  # the completer's warning the user was last told (a dropped draft, a server down)
         self.suggestions = Suggestions()
         self.edits = Suggestions()  # next edits
+        self.acceptances = Acceptances()  # what of the suggestions was taken, and kept
         self.item_ids = itertools.count(1)
         # Inference runs here, off the event loop, one generation at a time (the
         # Completer's lock); more workers let a superseded request return at once.
@@ -182,6 +190,7 @@ class CompleterServer(LanguageServer):
         # The last completer/warm that came while the models loaded (the file the editor
         # opened first, which started the server): it runs once they are ready.
         self.pending_warm: tuple[str, types.Position] | None = None
+        self.prefetching: asyncio.Future | None = None  # the last prefetch started (server.prefetch)
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """A body pygls could not parse (not JSON, not UTF-8): answer with a parse error, as
@@ -206,6 +215,21 @@ class CompleterServer(LanguageServer):
     def in_worker(self, function, *args) -> asyncio.Future:
         return self.loop.run_in_executor(self.workers, function, *args)
 
+    def offer(self, answer: Answer) -> int:
+        """A new item's id, for `answer`, remembered for what the editor says of it."""
+        item = next(self.item_ids)
+        self.acceptances.offer(item, answer.document.uri, answer.cursor, answer.text)
+        return item
+
+    def check_later(self, accepted: Accepted | None) -> None:
+        """Check at each of RETENTION_CHECKS_S how much of `accepted` is still there."""
+        for which, delay in enumerate(RETENTION_CHECKS_S if accepted is not None else ()):
+            self.loop.call_later(delay, self.check_retention, accepted, which)
+
+    def check_retention(self, accepted: Accepted, which: int) -> None:
+        document = self.documents.get(accepted.uri)
+        self.acceptances.check(accepted, which, document.text if document is not None else None)
+
     def accepts_progress(self) -> bool:
         """Whether the client accepts progress tokens the server makes."""
         window = self.client_capabilities.window if self.client_capabilities else None
@@ -221,6 +245,12 @@ class CompleterServer(LanguageServer):
             "suggestions_shown": self.suggestions.shown,
             "suggestions_accepted": self.suggestions.accepted,
             "suggestion_acceptance_rate": self.suggestions.acceptance_rate,
+            "suggestions_seen": self.acceptances.seen,
+            "suggestions_partially_accepted": self.acceptances.partially_accepted,
+            "accepted_chars": self.acceptances.accepted_chars,
+            **{f"{what}_chars_{seconds:.0f}s": getattr(retention, what)
+               for seconds, retention in zip(RETENTION_CHECKS_S, self.acceptances.retention)
+               for what in ("checked", "retained")},
             "edits_shown": self.edits.shown,
             "edits_accepted": self.edits.accepted,
             "edits_rejected": self.edits.rejected,
@@ -368,8 +398,12 @@ def did_change(ls: CompleterServer, params: types.DidChangeTextDocumentParams) -
         ls.tell(types.MessageType.Warning, f"didChange for {params.text_document.uri}, which is not open: ignored")
         return
     for change in params.content_changes:
-        document.apply(change, ls.encoding)
+        replaced = document.apply(change, ls.encoding)
+        if replaced is not None:
+            ls.acceptances.changed(document.uri, *replaced, len(change.text))
     document.version = params.text_document.version
+    if ls.completer is not None:
+        ls.completer.document_changed(document.uri, document.text)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
@@ -413,13 +447,27 @@ async def answer_at(ls: CompleterServer, uri: str, position: types.Position) -> 
 async def inline_completion(ls: CompleterServer, params: types.InlineCompletionParams
                             ) -> types.InlineCompletionList | None:
     answer = await answer_at(ls, params.text_document.uri, params.position)
-    return inline_items(answer, ls.encoding, next(ls.item_ids)) if answer else None
+    if answer is None:
+        return None
+    ls.prefetching = asyncio.ensure_future(prefetch_after(ls, answer))  # kept: the loop holds tasks weakly
+    return inline_items(answer, ls.encoding, ls.offer(answer))
+
+
+async def prefetch_after(ls: CompleterServer, answer: Answer) -> None:
+    """While `answer` is shown, the completion that follows its acceptance (server.prefetch)."""
+    accepted = after_acceptance(answer)
+    if ls.completer is None or accepted is None or not ls.config.server.prefetch:
+        return
+    try:
+        await ls.in_worker(ls.completer.prefetch, accepted, answer.cursor)
+    except Exception:  # nothing waits on it: the request it was for decodes as it would have
+        log.exception("computing the completion after the one shown in %s", answer.document.uri)
 
 
 @server.feature(types.TEXT_DOCUMENT_COMPLETION, types.CompletionOptions(trigger_characters=[".", "(", " "]))
 async def completion(ls: CompleterServer, params: types.CompletionParams) -> types.CompletionList | None:
     answer = await answer_at(ls, params.text_document.uri, params.position)
-    return completion_items(answer, next(ls.item_ids)) if answer else None
+    return completion_items(answer, ls.offer(answer)) if answer else None
 
 
 @server.feature(protocol.INLINE_EDIT)
@@ -477,6 +525,34 @@ async def warm_at(ls: CompleterServer, uri: str, position: types.Position) -> No
 @server.command(protocol.ACCEPT_COMMAND)
 def accept(ls: CompleterServer, *arguments: Any) -> None:
     ls.suggestions.accepted += 1
+    if arguments and isinstance(arguments[0], int):
+        ls.check_later(ls.acceptances.take(arguments[0]))
+
+
+@server.feature(protocol.DID_SHOW_COMPLETION)
+def did_show_completion(ls: CompleterServer, params: Any) -> None:
+    item = item_id(params)
+    if item is not None:
+        ls.acceptances.shown(item)
+
+
+@server.feature(protocol.DID_PARTIALLY_ACCEPT_COMPLETION)
+def did_partially_accept_completion(ls: CompleterServer, params: Any) -> None:
+    item, length = item_id(params), getattr(params, "acceptedLength", None)
+    offered = ls.acceptances.offered.get(item) if item is not None else None
+    if offered is None or not isinstance(length, int) or isinstance(length, bool) or length < 1:
+        log.warning("%s takes {\"item\": <an item this server returned>, \"acceptedLength\": n >= 1}, not %r",
+                    protocol.DID_PARTIALLY_ACCEPT_COMPLETION, params)
+        return
+    ls.check_later(ls.acceptances.take(item, characters(offered.text, length, ls.encoding)))
+
+
+def item_id(params: Any) -> int | None:
+    """The id of the item a DID_SHOW_COMPLETION or DID_PARTIALLY_ACCEPT_COMPLETION is about:
+    the first argument of its command."""
+    arguments = getattr(getattr(getattr(params, "item", None), "command", None), "arguments", None)
+    first = arguments[0] if isinstance(arguments, (list, tuple)) and arguments else None
+    return first if isinstance(first, int) and not isinstance(first, bool) else None
 
 
 @server.feature(protocol.STATS)

@@ -239,3 +239,80 @@ def test_a_format_whose_control_tokens_the_model_lacks_gets_no_edit_saying_why(n
     assert "<|file_sep|>" in edit.warning and "edits.format sweep" in edit.warning
     assert completer.complete(at_end("shapes.py", RENAMED)).source == Source.MODEL
 
+
+
+def test_the_completion_after_an_acceptance_is_computed_ahead_and_answers_that_request_alone(new_completer):
+    """While a completion is shown, the one after its acceptance is computed (prefetch):
+    the request acceptance makes (its text, its cursor) gets it with no model call, the
+    same text that decoding it gives; a request for any other text decodes, and the
+    prefetch is gone."""
+    completer = new_completer(config())
+    text = fresh_text()
+    shown = completer.complete(at_end("a.py", text))
+    accepted = at_end("a.py", text + shown.text)
+    ahead = completer.prefetch(accepted, len(text))
+    assert ahead.source == Source.MODEL, ahead  # its text may be empty: the function may end there
+    assert completer.prefetch(accepted, len(text)) is None  # already there: kept, not computed again
+    served = completer.complete(accepted)
+    assert (served.source, served.text) == (Source.PREFETCH, ahead.text)
+    # Served, the request is the document's text as one decoded would be: next edits see it.
+    assert completer.history.seen["a.py"] == accepted.text
+    assert (completer.sessions["a.py"].text, completer.sessions["a.py"].cursor) == (accepted.text, accepted.cursor)
+    completer.forget_shown("a.py")
+    assert completer.complete(accepted).text == served.text  # what decoding that request gives
+    assert (completer.stats().prefetches, completer.stats().prefetch_hits) == (1, 1)
+
+    other = fresh_text()
+    shown = completer.complete(at_end("a.py", other))
+    accepted = at_end("a.py", other + shown.text)
+    completer.prefetch(accepted, len(other))
+    elsewhere = replace(accepted, cursor=accepted.cursor - 1)  # the same text, the cursor elsewhere
+    assert completer.complete(elsewhere).source == Source.MODEL
+    assert completer.complete(accepted).source != Source.PREFETCH  # it was dropped
+    completer.prefetch(accepted, len(other))
+    assert completer.complete(at_end("a.py", other + "x")).source == Source.MODEL  # the user typed something else
+    assert completer.complete(accepted).source != Source.PREFETCH
+    assert (completer.stats().prefetches, completer.stats().prefetch_hits) == (3, 1)
+
+
+def test_a_prefetch_lives_while_the_user_types_the_completion_and_stops_at_anything_else(new_completer):
+    completer = new_completer(config())
+    text = fresh_text()
+    shown = completer.complete(at_end("a.py", text))
+    assert len(shown.text) > 1, shown
+    accepted = at_end("a.py", text + shown.text)
+    completer.prefetch(accepted, len(text))
+    for typed in range(len(shown.text) + 1):  # typed in by hand, up to the whole of it
+        completer.document_changed("a.py", text + shown.text[:typed])
+    completer.document_changed("b.py", "another document")
+    assert completer.complete(accepted).source == Source.PREFETCH
+    completer.prefetch(accepted, len(text))
+    completer.document_changed("a.py", text + shown.text[:1] + "#")
+    assert completer.complete(accepted).source != Source.PREFETCH
+    completer.prefetch(accepted, len(text))
+    completer.document_changed("a.py", text.replace("import math", "import cmath") + shown.text)  # edited above
+    assert completer.complete(accepted).source != Source.PREFETCH
+
+
+def test_a_request_stops_a_running_prefetch_or_waits_for_the_one_it_is_for(new_completer):
+    """A prefetch decoding 400 tokens of digits (seconds here): a request for another
+    document stops it at once; the request it is for waits for it and is served."""
+    completer = new_completer(config(max_tokens=400, heal=False))
+    text = f"# {uuid.uuid4().hex}\nDIGITS = \"" + "0123456789" * 20
+    results = {}
+    prefetching = threading.Thread(target=lambda: results.setdefault("ahead", completer.prefetch(at_end("a.py", text),
+                                                                                                len(text) - 10)))
+    prefetching.start()
+    time.sleep(0.5)
+    assert within(60, completer.complete, at_end("b.py", fresh_text())).source == Source.MODEL
+    prefetching.join(60)
+    assert results["ahead"].source == Source.SUPERSEDED
+    completer.configure(config(max_tokens=48, heal=False))
+    waiting = threading.Thread(target=lambda: results.setdefault("ahead again", completer.prefetch(
+        at_end("a.py", text), len(text) - 10)))
+    waiting.start()
+    while completer.stats().prefetches < 2:
+        time.sleep(0.01)
+    served = within(60, completer.complete, at_end("a.py", text))
+    waiting.join(60)
+    assert (served.source, served.text) == (Source.PREFETCH, results["ahead again"].text)

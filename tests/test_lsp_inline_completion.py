@@ -6,6 +6,7 @@ import pytest
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
+from completer.lsp import protocol
 from completer.lsp.documents import units
 from lsp_session import inline, insert, open_document, start, stats, wait_ready, warm
 
@@ -80,6 +81,34 @@ async def test_accepting_an_item_counts_in_the_statistics(client):
         item.command.command, item.command.arguments))
     current = await stats(client)
     assert current["suggestions_accepted"] == 1 and current["suggestion_acceptance_rate"] == 1.0
+
+
+async def test_an_item_shown_and_taken_in_parts_then_whole_counts_each_character_once(client):
+    """Copilot's didShowCompletion and didPartiallyAcceptCompletion (acceptedLength in the
+    negotiated units, UTF-16 here); malformed ones are ignored with a warning, and the
+    server goes on."""
+    uri = "file:///project/parts.py"
+    open_document(client, uri, STATS_PY + "label = '🙂 ")
+    item = (await inline(client, uri, 5, len("    label = '") + 3)).items[0]
+    text = item.insert_text
+    assert len(text) >= 3, text
+    payload = {"insertText": text, "command": {"title": item.command.title, "command": item.command.command,
+                                               "arguments": item.command.arguments}}
+    client.protocol.notify(protocol.DID_SHOW_COMPLETION, {"item": payload})
+    client.protocol.notify(protocol.DID_SHOW_COMPLETION, {"item": payload})  # still the same item on screen
+    client.protocol.notify(protocol.DID_PARTIALLY_ACCEPT_COMPLETION, {"item": payload, "acceptedLength": 2})
+    for malformed in ({"item": payload}, {"item": payload, "acceptedLength": 0}, {"item": {"command": None}},
+                      {"item": payload, "acceptedLength": "2"}, None):
+        client.protocol.notify(protocol.DID_PARTIALLY_ACCEPT_COMPLETION, malformed)
+    current = await stats(client)
+    taken = len(text.encode("utf-16-le")[:4].decode("utf-16-le", errors="ignore"))  # 2 units, in characters
+    assert (current["suggestions_seen"], current["suggestions_partially_accepted"], current["accepted_chars"]) == (
+        1, 1, taken)
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        item.command.command, item.command.arguments))
+    current = await stats(client)
+    assert (current["suggestions_accepted"], current["accepted_chars"]) == (1, len(text))
+    assert current["checked_chars_30s"] == current["retained_chars_30s"] == 0  # not yet checked
 
 
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-8", "utf-32"])
@@ -174,3 +203,35 @@ async def test_a_warmed_document_completes_from_the_cache_and_the_workspace_is_i
         assert (await stats(client))["ready"]
     finally:
         await client.shutdown_session()
+
+
+async def shown_then_computed_ahead(client, uri: str) -> str:
+    """The suggestion at the end of STATS_PY, once the server has started computing the
+    one after its acceptance (a user reads a suggestion longer than that takes to start)."""
+    open_document(client, uri, STATS_PY)
+    shown = (await inline(client, uri, 5, 4)).items[0].insert_text
+    while (await stats(client))["prefetches"] < 1:
+        await asyncio.sleep(0.02)
+    return shown
+
+
+async def test_after_a_whole_suggestion_is_accepted_the_next_one_was_computed_while_it_was_shown(client):
+    uri = "file:///project/ahead.py"
+    shown = await shown_then_computed_ahead(client, uri)
+    insert(client, uri, 2, 5, 4, shown)  # Tab: the editor puts the item in, the cursor after it
+    lines = shown.split("\n")
+    end = types.Position(5 + len(lines) - 1, 4 + len(shown) if len(lines) == 1 else len(lines[-1]))
+    result = await inline(client, uri, end.line, end.character)
+    assert (await stats(client))["prefetch_hits"] == 1
+    assert result is None or result.items[0].range.start == end
+
+
+async def test_a_suggestion_computed_ahead_is_not_given_after_anything_but_its_acceptance(client):
+    uri = "file:///project/other.py"
+    shown = await shown_then_computed_ahead(client, uri)
+    typed = "#" if not shown.startswith("#") else "x"
+    insert(client, uri, 2, 5, 4, typed)  # the user typed something else than the suggestion
+    await inline(client, uri, 5, 5)
+    insert(client, uri, 3, 5, 5, shown)  # the suggestion's text, after the other keystroke
+    await inline(client, uri, 5 + shown.count("\n"), len((STATS_PY + typed + shown).split("\n")[-1]))
+    assert (await stats(client))["prefetch_hits"] == 0

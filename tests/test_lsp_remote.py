@@ -18,8 +18,12 @@ LONG = "def numbers():\n    return [\n        1,\n        2,\n        3,\n      
 LONG_RUN = {"max_tokens": 400, "time_budget_ms": 3000}
 # Healing is the local engine's alone (it needs the vocabulary's bytes and a constrained
 # first token): off on both sides, the two backends' prompts and answers are the same.
+# No prefetch: these tests count the server's tasks and what its slots evaluated, to which
+# a prefetch after each answer would add its own (test_completer runs the prefetch on both
+# backends).
 SAME_AS_LOCAL = {"prompt": {"heal": False}, "generation": {"max_tokens": 16, "time_budget_ms": 0,
-                                                           "draft_mode": "target"}}
+                                                           "draft_mode": "target"},
+                 "server": {"prefetch": False}}
 
 
 @pytest.fixture(scope="module")

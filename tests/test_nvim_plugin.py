@@ -138,7 +138,11 @@ def test_accept_line_and_accept_word_take_only_their_piece(session):
         assert step["lines"] == text.split("\n"), step["key"]
         assert step["ghost"] == remaining  # what is left stays shown
         assert step["cursor"] == [len(step["lines"]), len(step["lines"][-1])]
-    assert partial["accepted_after"] == partial["accepted_before"] + 1  # taken in parts: counted once
+    before, after = partial["stats_before"], partial["stats_after"]
+    assert before["seen"] >= 1  # the ghost text on screen was reported (textDocument/didShowCompletion)
+    assert after["accepted"] == before["accepted"]  # a part left: not taken whole
+    assert after["partially"] == before["partially"] + 1  # one suggestion taken in parts
+    assert after["chars"] - before["chars"] == len(text) - len("\n".join(partial["before"]))  # the parts' characters
 
 
 def test_statusline_toggle_and_stats_command(session):

@@ -48,8 +48,9 @@ def test_every_server_option_is_a_setting_with_the_servers_default_and_descripti
 def test_the_protocol_module_matches_the_servers():
     source = (EXTENSION / "src" / "protocol.ts").read_text()
     constants = dict(re.findall(r'export const (\w+) = "([^"]*)";', source))
-    names = ("SERVER_NAME", "STATS", "WARM", "ACCEPT_COMMAND", "INLINE_EDIT", "DID_SHOW_INLINE_EDIT",
-             "ACCEPT_EDIT_COMMAND", "REJECT_EDIT_COMMAND", "INLINE_EDIT_CAPABILITY", "SETTINGS_SECTION")
+    names = ("SERVER_NAME", "STATS", "WARM", "ACCEPT_COMMAND", "DID_SHOW_COMPLETION", "INLINE_EDIT",
+             "DID_SHOW_INLINE_EDIT", "ACCEPT_EDIT_COMMAND", "REJECT_EDIT_COMMAND", "INLINE_EDIT_CAPABILITY",
+             "SETTINGS_SECTION")
     assert constants == {name: getattr(protocol, name) for name in names}
     stats_interface = source[source.index("interface Stats"):]
     assert tuple(re.findall(r"^  (\w+): ", stats_interface, re.MULTILINE)) == protocol.STATS_KEYS
@@ -123,7 +124,7 @@ def test_a_real_vscode_shows_the_servers_suggestion_and_tab_accepts_it(smol, smo
     # Plain decoding: smol's next edit here is then the same every run (batched verification's
     # near-tie flips made it vary, once to an edit with nothing to draw).
     options = {"models.preset": "smol", "generation.maxTokens": 16, "generation.timeBudgetMs": 0,
-               setting_name("generation.draft_mode"): "target",
+               setting_name("generation.draft_mode"): "target", 
                **{setting_name(f"edits.{key}"): value for key, value in NEXT_EDIT["edits"].items()}}
     env = {**os.environ, "CODE_SERVER": toolchain["code_server"], "VSIX": str(EXTENSION / "completer.vsix"),
            "COMPLETER": str(Path(sys.executable).with_name("completer")), "WORKSPACE": str(workspace),

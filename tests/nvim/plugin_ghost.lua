@@ -59,6 +59,12 @@ local function accepted()
   return result.suggestions_accepted
 end
 
+local function acceptance_stats()
+  local _, result = H.request(client, "completer/stats")
+  return { accepted = result.suggestions_accepted, partially = result.suggestions_partially_accepted,
+           chars = result.accepted_chars, seen = result.suggestions_seen }
+end
+
 --- Type `keys` on a fresh `last` line (in one go: Insert mode's first key and the
 --- next, before any request) and return the line once it changed.
 local function type_on(last, keys)
@@ -188,7 +194,7 @@ H.run(function()
     local before = reset("class Stats")
     H.type("A")
     local shown = wait_ghost("a suggestion after class Stats")
-    local count = accepted()
+    local count = acceptance_stats()
     local steps = {}
     for _, key in ipairs({ "<S-Tab>", "<S-Tab>", "<C-B>" }) do
       local lines = H.lines(buf)
@@ -204,8 +210,8 @@ H.run(function()
       end
     end
     H.sleep(500)
-    H.check("partial", { before = before, ghost = shown, steps = steps, accepted_before = count,
-                         accepted_after = accepted() })
+    H.check("partial", { before = before, ghost = shown, steps = steps, stats_before = count,
+                         stats_after = acceptance_stats() })
   end)
 
   H.section("fallback_raw", function()

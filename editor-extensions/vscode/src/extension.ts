@@ -5,7 +5,7 @@
 import * as vscode from "vscode";
 import { DidChangeConfigurationNotification, LanguageClient, State } from "vscode-languageclient/node";
 import { NextEditController } from "./nextEditController";
-import { SERVER_NAME, SETTINGS_SECTION, STATS, type Stats, WARM } from "./protocol";
+import { DID_SHOW_COMPLETION, SERVER_NAME, SETTINGS_SECTION, STATS, type Stats, WARM } from "./protocol";
 import {
   type Launch,
   launch,
@@ -112,6 +112,21 @@ class Extension {
         documentSelector: languages.flatMap((language) => SCHEMES.map((scheme) => ({ language, scheme }))),
         initializationOptions: this.serverOptions(),
         outputChannel: this.output,
+        middleware: {
+          // VS Code's stable API does not say when it shows an inline item, so the first
+          // item returned, which VS Code shows first, is reported as shown.
+          provideInlineCompletionItems: async (document, position, context, token, next) => {
+            const result = await next(document, position, context, token);
+            const command = (Array.isArray(result) ? result : result?.items)?.[0]?.command;
+            if (command) {
+              const { title, arguments: args } = command;
+              void client.sendNotification(DID_SHOW_COMPLETION, {
+                item: { command: { title, command: command.command, arguments: args } },
+              });
+            }
+            return result;
+          },
+        },
       },
     );
     this.client = client;

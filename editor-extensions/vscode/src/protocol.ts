@@ -13,6 +13,11 @@ export const WARM = "completer/warm";
 // Command each completion item carries; VS Code runs it when the user accepts the item.
 export const ACCEPT_COMMAND = "completer.accept";
 
+// Notifications in Copilot's shapes: params { item: <an item returned> }, the editor shows
+// it; the same with acceptedLength, the user took the first acceptedLength UTF-16 units of
+// its text. VS Code's stable API reports no partial acceptance, so only the first is sent.
+export const DID_SHOW_COMPLETION = "textDocument/didShowCompletion";
+
 // Request, Copilot's next-edit request: params InlineEditParams; result InlineEditResult,
 // the edits the user will make next around the position, in order, for that version of
 // the document; none when the model suggests none or the document changed meanwhile.
@@ -84,6 +89,13 @@ export interface Stats {
   suggestions_shown: number;
   suggestions_accepted: number;
   suggestion_acceptance_rate: number;
+  suggestions_seen: number;
+  suggestions_partially_accepted: number;
+  accepted_chars: number;
+  checked_chars_30s: number;
+  retained_chars_30s: number;
+  checked_chars_120s: number;
+  retained_chars_120s: number;
   sessions: number;
   saved_kv_mb: number;
   warmed_tokens: number;
@@ -95,4 +107,6 @@ export interface Stats {
   edits_shown: number;
   edits_accepted: number;
   edits_rejected: number;
+  prefetches: number;
+  prefetch_hits: number;
 }

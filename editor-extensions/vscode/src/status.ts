@@ -19,6 +19,11 @@ export function percent(rate: number): string {
   return `${Math.round(rate * 100)}%`;
 }
 
+// Of the accepted characters checked at some time after their acceptance, the share still there.
+function retained(kept: number, checked: number): string {
+  return checked ? `${percent(kept / checked)} of ${checked}` : "not checked yet";
+}
+
 export function statsLines(stats: Stats): string[] {
   return [
     stats.backend === "local"
@@ -26,7 +31,8 @@ export function statsLines(stats: Stats): string[] {
       : `server (${stats.backend}): ${stats.target || "not connected"}`,
     ...(stats.draft_failure ? [stats.draft_failure] : []),
     ...(stats.server_error ? [stats.server_error] : []),
-    `requests: ${stats.requests} (${stats.forward_cache_hits} from the suggestion shown, ${stats.superseded} superseded)`,
+    `requests: ${stats.requests} (${stats.forward_cache_hits} from the suggestion shown, ` +
+      `${stats.prefetch_hits} computed ahead of an acceptance, ${stats.superseded} superseded)`,
     `draft acceptance: ${percent(stats.draft_acceptance_rate)}`,
     `speed: ${stats.tokens_per_second.toFixed(1)} tokens/s`,
     `KV cache hits: ${percent(stats.cache_hit_rate)} of prompt tokens (${stats.warmed_tokens} evaluated ahead)`,
@@ -34,7 +40,9 @@ export function statsLines(stats: Stats): string[] {
       ? `workspace index: ${stats.index_files} files, ${stats.index_tokens} tokens, ${stats.index_mb.toFixed(0)} MB`
       : "workspace index: none yet",
     `suggestions: ${stats.suggestions_shown} shown, ${stats.suggestions_accepted} accepted ` +
-      `(${percent(stats.suggestion_acceptance_rate)})`,
+      `(${percent(stats.suggestion_acceptance_rate)}), ${stats.suggestions_partially_accepted} taken in part`,
+    `accepted: ${stats.accepted_chars} characters; still there after 30 s: ${retained(stats.retained_chars_30s, stats.checked_chars_30s)}, ` +
+      `after 2 min: ${retained(stats.retained_chars_120s, stats.checked_chars_120s)}`,
     `next edits: ${stats.edits_shown} shown, ${stats.edits_accepted} accepted, ${stats.edits_rejected} dismissed`,
   ];
 }

@@ -30,6 +30,15 @@ const stats: Stats = {
   edits_shown: 4,
   edits_accepted: 1,
   edits_rejected: 2,
+  suggestions_seen: 7,
+  suggestions_partially_accepted: 1,
+  accepted_chars: 120,
+  checked_chars_30s: 100,
+  retained_chars_30s: 93,
+  checked_chars_120s: 0,
+  retained_chars_120s: 0,
+  prefetches: 4,
+  prefetch_hits: 3,
 };
 
 describe("statusView", () => {
@@ -40,6 +49,10 @@ describe("statusView", () => {
     expect(view.tooltip).toContain("suggestions: 7 shown, 3 accepted (43%)");
     expect(view.tooltip).toContain("workspace index: 1790 files, 8400000 tokens, 64 MB");
     expect(view.tooltip).toContain("next edits: 4 shown, 1 accepted, 2 dismissed");
+    expect(view.tooltip).toContain(
+      "accepted: 120 characters; still there after 30 s: 93% of 100, after 2 min: not checked yet",
+    );
+    expect(view.tooltip).toContain("requests: 12 (5 from the suggestion shown, 3 computed ahead of an acceptance, 2 superseded)");
     expect(statsLines({ ...stats, index_files: 0 })).toContain("workspace index: none yet");
   });
 

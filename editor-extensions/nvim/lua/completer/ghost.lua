@@ -18,6 +18,9 @@ M.ns = vim.api.nvim_create_namespace("completer")
 M.hl = "CompleterGhost"
 
 local REQUEST_CANCELLED, CONTENT_MODIFIED = -32800, -32801
+-- Copilot's notifications (lsp/protocol.py): an item is shown; part of one was taken.
+local DID_SHOW_COMPLETION = "textDocument/didShowCompletion"
+local DID_PARTIALLY_ACCEPT_COMPLETION = "textDocument/didPartiallyAcceptCompletion"
 local AUTOMATIC = 2 -- lsp.InlineCompletionTriggerKind.Automatic
 
 -- Set by init.lua's setup: the LSP config name, the debounce, whether suggestions are on,
@@ -28,8 +31,10 @@ M.options = { name = "completer", debounce_ms = 150, enabled = function() return
 
 --- Per attached buffer: { timer, pending = {client, id}?, seq, suggestion?, extmark? }
 --- A suggestion: { row, col (0-based byte column where it starts), before (the line up to
---- col), after (the line after col: what the item replaces), text (the item's insertText),
---- command, client_id, accepted (its accept command already ran) }.
+--- col), after (the line after col: what the item replaces), text (the item's insertText
+--- less what was taken a word or a line at a time), taken (bytes of the insertText taken
+--- so: typed through and accepted in parts), item (the item), command, client_id,
+--- accepted (its accept command already ran) }.
 local buffers = {}
 
 local function client_for(buf)
@@ -164,6 +169,8 @@ local function on_answer(buf, seq, tick, cursor, line, client, err, result)
     before = line:sub(1, col),
     after = line:sub(col + 1),
     text = item.insertText,
+    taken = 0,
+    item = item,
     command = item.command,
     client_id = client.id,
     accepted = false,
@@ -171,6 +178,7 @@ local function on_answer(buf, seq, tick, cursor, line, client, err, result)
   local cur = current(buf)
   if cur then
     render(buf, cur)
+    client:notify(DID_SHOW_COMPLETION, { item = item })
   else
     state.suggestion = nil
   end
@@ -246,8 +254,8 @@ function M.insert(buf, row, col, text)
   return row, col
 end
 
--- The server counts acceptances through the item's command; a suggestion taken in parts
--- counts once.
+-- The server counts acceptances through the item's command, once a suggestion is taken
+-- whole (in one go or in parts), and parts taken through DID_PARTIALLY_ACCEPT_COMPLETION.
 local function run_command(buf, s)
   if s.accepted or not s.command then
     return
@@ -256,6 +264,15 @@ local function run_command(buf, s)
   local client = vim.lsp.get_client_by_id(s.client_id)
   if client and not client:is_stopped() then
     client:exec_cmd(s.command, { bufnr = buf })
+  end
+end
+
+local function report_part(s)
+  local client = vim.lsp.get_client_by_id(s.client_id)
+  if client and not client:is_stopped() then
+    local taken = s.item.insertText:sub(1, s.taken)
+    local length = client.offset_encoding == "utf-8" and #taken or vim.str_utfindex(taken, client.offset_encoding)
+    client:notify(DID_PARTIALLY_ACCEPT_COMPLETION, { item = s.item, acceptedLength = length })
   end
 end
 
@@ -278,19 +295,22 @@ function M.accept(buf, kind)
     local last = #shown == 1 and cur.col + #shown[1] or #shown[#shown]
     M.clear(buf)
     vim.api.nvim_win_set_cursor(0, { cur.row + #shown, last })
+    run_command(buf, s)
   else
     local row, col = M.insert(buf, cur.row, cur.col, piece)
     -- The rest stays shown, anchored at the new cursor.
+    s.taken = s.taken + (cur.col - s.col) + #piece
     s.row, s.col, s.before = row, col, vim.api.nvim_get_current_line():sub(1, col)
     s.text = cur.remaining:sub(#piece + 1)
     local rest = current(buf)
     if rest then
       render(buf, rest)
+      report_part(s)
     else
       hide(buf)
+      run_command(buf, s) -- nothing left: taken whole
     end
   end
-  run_command(buf, s)
   return true
 end
 
