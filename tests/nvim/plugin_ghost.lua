@@ -59,6 +59,11 @@ local function accepted()
   return result.suggestions_accepted
 end
 
+local function stat(name)
+  local _, result = H.request(client, "completer/stats")
+  return result[name]
+end
+
 local function acceptance_stats()
   local _, result = H.request(client, "completer/stats")
   return { accepted = result.suggestions_accepted, partially = result.suggestions_partially_accepted,
@@ -118,10 +123,17 @@ H.run(function()
   end)
 
   H.section("accept_all", function()
-    -- The buffer gets exactly the suggestion shown, and the server counts it.
+    -- The buffer gets exactly the suggestion shown, and the server counts it; the next
+    -- suggestion, asked after <Tab>, comes from what the server computed while this one
+    -- was shown (server.prefetch).
     local before = reset("def stdev(values)")
+    local prefetch_before = stat("prefetches")
     H.type("A")
     local shown = wait_ghost("a suggestion after def stdev(values)")
+    local prefetching = pcall(H.wait, function()
+      return stat("prefetches") > prefetch_before
+    end, 10000)
+    local hits_before = stat("prefetch_hits")
     local count, presses = accepted(), vim.g.user_tab
     H.type("<Tab>")
     H.wait(function()
@@ -139,6 +151,10 @@ H.run(function()
       return accepted() > count
     end, 10000)
     H.check("accept_all_counted", { before = count, after = accepted(), counted = counted })
+    local served = pcall(H.wait, function()
+      return stat("prefetch_hits") > hits_before
+    end, 10000)
+    H.check("accept_all_prefetched", { prefetching = prefetching, served = served })
   end)
 
   H.section("typing", function()
