@@ -480,6 +480,12 @@ class Completer:
         edits = edits_between(fitted.region, rewrite) if rewrite is not None else []
         return NextEdit(edits, Source.MODEL, stop_reason, rewrite, prompt, decoded.result)
 
+    def _take_text(self, session: CompletionSession, request: CompletionRequest) -> None:
+        """Under the state lock: the request's text is the document's now, for its context
+        chunk and the edit history."""
+        session.text, session.cursor = request.text, request.cursor
+        self.history.observe(request.document, self.workspace_path(request.path), request.text)
+
     def workspace_path(self, path: str) -> str:
         """A file's path as prompts name it: relative to the workspace, inside it."""
         return self.workspace.relative(path) if self.workspace.contains(path) else path
@@ -524,10 +530,9 @@ class Completer:
                     ahead.cancel.set()
                     return superseded()
             if ahead.completion is not None and ahead.completion.source == Source.MODEL:
-                with self._state:  # the request is the document's text now, as _enter takes it
+                with self._state:
                     session.forward = ahead.forward
-                    session.text, session.cursor = request.text, request.cursor
-                    self.history.observe(request.document, self.workspace_path(request.path), request.text)
+                    self._take_text(session, request)
                     self.counters.prefetch_hits += 1
                     if ahead.counts is not None:
                         self.counters.add(ahead.counts)
@@ -590,8 +595,7 @@ class Completer:
             left = self.sessions.get(left_document) if left_document is not None else None
             self.current = request.document
             if not ahead:
-                session.text, session.cursor = request.text, request.cursor
-                self.history.observe(request.document, self.workspace_path(request.path), request.text)
+                self._take_text(session, request)
         left_for_drafting = None
         if left is not None and left.text and self.workspace.contains(left.path):
             self.ring.add(left.path, left.text, left.cursor, lambda text: self.decoder.count(text, cancel))

@@ -222,8 +222,11 @@ class CompleterServer(LanguageServer):
         return item
 
     def check_later(self, accepted: Accepted | None) -> None:
-        """Check at each of RETENTION_CHECKS_S how much of `accepted` is still there."""
-        for which, delay in enumerate(RETENTION_CHECKS_S if accepted is not None else ()):
+        """Check at each of RETENTION_CHECKS_S how much of `accepted` is still there (None:
+        nothing new was taken)."""
+        if accepted is None:
+            return
+        for which, delay in enumerate(RETENTION_CHECKS_S):
             self.loop.call_later(delay, self.check_retention, accepted, which)
 
     def check_retention(self, accepted: Accepted, which: int) -> None:

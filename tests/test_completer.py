@@ -311,7 +311,9 @@ def test_a_request_stops_a_running_prefetch_or_waits_for_the_one_it_is_for(new_c
     waiting = threading.Thread(target=lambda: results.setdefault("ahead again", completer.prefetch(
         at_end("a.py", text), len(text) - 10)))
     waiting.start()
+    deadline = time.monotonic() + 60
     while completer.stats().prefetches < 2:
+        assert time.monotonic() < deadline, "the second prefetch did not start"
         time.sleep(0.01)
     served = within(60, completer.complete, at_end("a.py", text))
     waiting.join(60)

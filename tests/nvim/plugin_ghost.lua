@@ -54,14 +54,13 @@ local function wait_ghost(what)
   end, 90000, what)
 end
 
-local function accepted()
-  local _, result = H.request(client, "completer/stats")
-  return result.suggestions_accepted
-end
-
 local function stat(name)
   local _, result = H.request(client, "completer/stats")
   return result[name]
+end
+
+local function accepted()
+  return stat("suggestions_accepted")
 end
 
 local function acceptance_stats()
