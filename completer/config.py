@@ -139,6 +139,11 @@ class GenerationOptions:
         1.0, "above temperature 0, sample among the most likely tokens that hold this much probability "
         "(nucleus sampling); 1 = every token"
     )
+    candidates: int = option(
+        1, "suggestions offered at once, as llama.vim's n_cmpl: the completion, and others that part from it "
+        "where the target's two most likely tokens were close, each greedy after its first token (one batch a "
+        "round decodes them all); the editor cycles through them. The local engine only: a server backend offers one",
+    )
 
     @property
     def speculates(self) -> bool:
@@ -297,6 +302,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "generation.temperature": (0.0, 10.0),  # far above 1 the distribution is near uniform: noise
     "generation.time_budget_ms": (0.0, 600_000.0),  # 0 = no limit; past 10 minutes no user still waits
     "generation.top_p": (0.0, 1.0),  # a probability
+    "generation.candidates": (1, 5),  # the completion and engine.MAX_TREE_BRANCHES branches beside it
     "prompt.chunk_lines": (3, INT_MAX),  # ChunkRing.add drops a chunk with fewer than 3 lines of code
     "drafting.ngram_min_match": (1, INT_MAX),  # a match of 0 tokens is everywhere
     "drafting.hybrid_min_match": (1, INT_MAX),

@@ -68,6 +68,7 @@ class Decode:
     # The text the answer rewrites (a next edit's region), for a decoder that drafts from
     # it (the local engine's copy drafting); "" for an answer that writes new text.
     copy_from: str = ""
+    candidates: int = 1  # texts wanted: the answer and candidates - 1 others (the local engine's)
 
 
 @dataclass(frozen=True)
@@ -88,6 +89,8 @@ class Decoded:
     stop_reason: str  # a requests.StopReason
     counts: DecodeCounts | None  # None when the decoder could not say (a stream closed early)
     result: Any  # the decoder's own result (requests.Completion.result)
+    # The other candidates' (text, stop reason), before post-processing, as `text` is.
+    alternatives: tuple[tuple[str, str], ...] = ()
 
 
 def with_length(tokens: list[int]) -> tuple[list[int], int]:

@@ -403,13 +403,13 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
         if keep_logits:
             rows.append(logits)
         end_token = next((t for t in new if engine.model.is_end_of_generation(t)), None)
-        stop_reason, text = _stop_after_round(engine, tokens, prompt_length, stop, done, healing)
+        stop_reason, text = stop_after_round(engine, tokens, prompt_length, stop, done, healing)
         if stop_reason != "max_tokens":
             break
     del tokens[prompt_length + max_tokens:]
     generated = tokens[prompt_length:]
     if stop_reason != "stop":
-        text = _text(engine, generated, healing)
+        text = generated_text(engine, generated, healing)
     stats = summarize(mode, rounds, len(generated), (time.perf_counter() - started) * 1000)
     kept = _kept_logits(engine, rows, len(generated) + (stop_reason == "end")) if keep_logits else None
     return Generation(text, generated, stop_reason, stats, kept, end_token if stop_reason == "end" else None)
@@ -420,7 +420,7 @@ def _kept_logits(engine: Engine, rows: list[np.ndarray], n: int) -> np.ndarray:
     return np.concatenate([np.empty((0, engine.model.n_vocab), np.float32), *rows])[:n]
 
 
-def _stop_after_round(engine: Engine, tokens: list[int], prompt_length: int, stop: tuple[str, ...],
+def stop_after_round(engine: Engine, tokens: list[int], prompt_length: int, stop: tuple[str, ...],
                       done: Callable[[str], bool] | None, healing: Healing | None) -> tuple[str, str]:
     """(why generation stops now, or "max_tokens" to go on; the text so far). An end
     token is cut from `tokens` with what followed it; a stop string from the text."""
@@ -429,7 +429,7 @@ def _stop_after_round(engine: Engine, tokens: list[int], prompt_length: int, sto
     if end is not None:
         del tokens[prompt_length + end:]
         return "end", ""
-    text = _text(engine, produced, healing)
+    text = generated_text(engine, produced, healing)
     cut = min((text.find(s) for s in stop if s and s in text), default=-1)
     if cut >= 0:
         return "stop", text[:cut]
@@ -438,7 +438,7 @@ def _stop_after_round(engine: Engine, tokens: list[int], prompt_length: int, sto
     return "max_tokens", text
 
 
-def _text(engine: Engine, generated: list[int], healing: Healing | None) -> str:
+def generated_text(engine: Engine, generated: list[int], healing: Healing | None) -> str:
     """The generated text, less the bytes healing backed up over (the user typed them)."""
     text = engine.model.detokenize(generated)
     return text[len(healing.text):] if healing is not None else text

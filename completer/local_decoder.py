@@ -8,11 +8,13 @@ recently used document evaluates only what changed.
 """
 
 import threading
+import time
 from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
+from completer.candidates import candidates
 from completer.config import Config
 from completer.context import Workspace
 from completer.decoder import Decode, DecodeCounts, Decoded, DecoderModel, with_length
@@ -191,14 +193,24 @@ class LocalDecoder:
         prompt = decode.prompt
         evaluated = len(prompt) - self.engine.cached_length(prompt)
         healed_prompt, healing = heal(prompt, self.engine.model, self.prefixes) if decode.heal else (prompt, None)
+        started = time.perf_counter()
+        several = decode.candidates > 1
         result = generate(self.engine, healed_prompt, decode.max_tokens, stop=tuple(decode.stop),
                           time_budget_ms=decode.time_budget_ms or None, sampling=decode.sampling,
                           mode=decode.draft_mode, cancel=decode.cancel, document=decode.document,
                           language=decode.language, done=decode.done, healing=healing,
-                          copy_from=self.engine.model.tokenize(decode.copy_from) if decode.copy_from else None)
+                          copy_from=self.engine.model.tokenize(decode.copy_from) if decode.copy_from else None,
+                          keep_logits=several)
         stats = result.stats
         counts = DecodeCounts(len(prompt), evaluated, stats.tokens, stats.total_ms, stats.drafted, stats.accepted)
-        return Decoded(result.text, result.stop_reason, counts, result)
+        alternatives = ()
+        if several and result.stop_reason != "cancelled":
+            # The time budget counts from the request's decoding: the others stop with the answer's.
+            deadline = started + decode.time_budget_ms / 1000 if decode.time_budget_ms else None
+            alternatives = tuple((c.text, c.stop_reason) for c in candidates(
+                self.engine, healed_prompt, result, decode.candidates - 1, decode.max_tokens, tuple(decode.stop),
+                decode.done, healing, decode.cancel, deadline))
+        return Decoded(result.text, result.stop_reason, counts, result, alternatives)
 
     def prompt_text(self, prompt: list[int]) -> str:
         return self.engine.model.detokenize(prompt, special=True)

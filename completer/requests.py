@@ -109,6 +109,9 @@ class Completion:
     # model was dropped, why the server cannot be used now, or why no prompt fits; "" while
     # all is well.
     warning: str = ""
+    # The other candidates (generation.candidates), distinct and none empty; the editor
+    # cycles through them after `text`.
+    alternatives: list[str] = field(default_factory=list)
 
     @property
     def prompt_tokens(self) -> int:

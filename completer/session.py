@@ -48,33 +48,45 @@ P = TypeVar("P")  # a prompt as a decoder takes it
 A = TypeVar("A")  # an answer: a Completion or a NextEdit
 
 
-@dataclass
-class ForwardCache:
-    """The completion last shown in a document. When the user types what it starts
-    with, the rest of the model's text is the answer, with no model call. It is also
-    the better answer: the model wrote it whole, not from a prompt cut inside one of
-    its tokens. The rest is post-processed again for the cursor as it is now: typing
-    can move it mid-line (an editor auto-closing a bracket), where one line is shown,
-    without what already follows the cursor."""
+@dataclass(frozen=True)
+class Shown:
+    """A candidate as it was shown: the model's text and what post-processing made of it."""
 
-    text_before: str = ""  # the document's text before the cursor when it was shown
-    generated: str = ""  # the model's text, before post-processing
-    shown: str = ""  # what post-processing made of it then
+    generated: str  # the model's text, before post-processing
+    shown: str
     timed_out: bool = False  # the generation ran out of time: its last line is half-written
 
-    def remember(self, text_before: str, generated: str, shown: str, timed_out: bool = False) -> None:
-        self.text_before, self.generated, self.shown, self.timed_out = text_before, generated, shown, timed_out
 
-    def lookup(self, text_before: str, cursor: CursorContext) -> str | None:
-        """What post-processing shows at `cursor` of the model's text after what the user
-        typed, if the text before the cursor is the old one plus a start of the shown
-        completion; None otherwise, or when that leaves nothing to show."""
-        if not self.shown or not text_before.startswith(self.text_before):
-            return None
+@dataclass
+class ForwardCache:
+    """The completion last shown in a document, and its other candidates. When the user
+    types what one starts with, the rest of the model's text is the answer, with no
+    model call. It is also the better answer: the model wrote it whole, not from a
+    prompt cut inside one of its tokens. The rest is post-processed again for the cursor
+    as it is now: typing can move it mid-line (an editor auto-closing a bracket), where
+    one line is shown, without what already follows the cursor."""
+
+    text_before: str = ""  # the document's text before the cursor when it was shown
+    candidates: tuple[Shown, ...] = ()  # the completion first
+
+    def remember(self, text_before: str, candidates: tuple[Shown, ...]) -> None:
+        self.text_before, self.candidates = text_before, candidates
+
+    def lookup(self, text_before: str, cursor: CursorContext) -> list[str]:
+        """What post-processing shows at `cursor` of each candidate's model text after what
+        the user typed, for the candidates that the text before the cursor is the old one
+        plus a start of (the first one such first), without empty answers or repeats."""
+        if not text_before.startswith(self.text_before):
+            return []
         typed = text_before[len(self.text_before) :]
-        if not self.shown.startswith(typed) or typed == self.shown:
-            return None
-        return postprocess(self.generated[len(typed) :], cursor, timed_out=self.timed_out) or None
+        rests = [postprocess(c.generated[len(typed) :], cursor, timed_out=c.timed_out) for c in self.candidates
+                 if c.shown.startswith(typed) and typed != c.shown]
+        return distinct(rests)
+
+
+def distinct(texts: list[str]) -> list[str]:
+    """`texts` without empty ones and repeats, in order."""
+    return list(dict.fromkeys(text for text in texts if text))
 
 
 @dataclass
@@ -519,10 +531,10 @@ class Completer:
         with self._state:
             self.counters.requests += 1
             session = self.sessions.setdefault(request.document, CompletionSession(request.path))
-            rest = session.forward.lookup(text_before, self.cursor_context(request))
-            if rest is not None:
+            rests = session.forward.lookup(text_before, self.cursor_context(request))
+            if rests:
                 self.counters.forward_cache_hits += 1
-                return Completion(rest, Source.FORWARD_CACHE)
+                return Completion(rests[0], Source.FORWARD_CACHE, alternatives=rests[1:])
         ahead = self._take_prefetch(request)
         if ahead is not None:
             while not ahead.done.wait(PREFETCH_POLL_S):  # still computing what this request would compute
@@ -559,18 +571,21 @@ class Completer:
         stop_reason = StopReason(decoded.stop_reason)
         if stop_reason == StopReason.CANCELLED:
             return superseded()
-        timed_out = stop_reason == StopReason.TIME
-        shown = postprocess(decoded.text, cursor, timed_out=timed_out)
+        candidates = tuple(Shown(text, postprocess(text, cursor, timed_out=timed_out), timed_out)
+                           for text, timed_out in [(decoded.text, stop_reason == StopReason.TIME)] +
+                           [(text, reason == StopReason.TIME) for text, reason in decoded.alternatives])
         with self._state:
+            forward = session.forward if ahead is None else ahead.forward
+            forward.remember(request.text[: request.cursor], candidates)
             if ahead is None:
-                session.forward.remember(request.text[: request.cursor], decoded.text, shown, timed_out)
                 if decoded.counts is not None:
                     self.counters.add(decoded.counts)
             else:
-                ahead.forward.remember(request.text[: request.cursor], decoded.text, shown, timed_out)
                 ahead.counts = decoded.counts
         evaluated = decoded.counts.evaluated_tokens if decoded.counts is not None else 0
-        return Completion(shown, Source.MODEL, stop_reason, prompt, evaluated, decoded.result)
+        shown = distinct([c.shown for c in candidates]) or [""]  # where the completion shows nothing, the next one
+        return Completion(shown[0], Source.MODEL, stop_reason, prompt, evaluated, decoded.result,
+                          alternatives=shown[1:])
 
     def _decoded(self, request: CompletionRequest, prompt: list[int] | str, length: int, suffix: str,
                  cancel: CancelFlag) -> tuple[Decoded, CursorContext]:
@@ -580,7 +595,7 @@ class Completer:
         decode = Decode(request.document, request.language, prompt, length, options.max_tokens,
                         options.time_budget_ms, Sampling(options.temperature, options.top_k, options.top_p),
                         options.draft_mode, self.config.prompt.heal, stops_for(cursor),
-                        lambda text: cut_to_scope(text, cursor) != text, cancel)
+                        lambda text: cut_to_scope(text, cursor) != text, cancel, candidates=options.candidates)
         return self.decoder.decode(decode), cursor
 
     def _enter(self, request: CompletionRequest, cancel: CancelFlag | None, ahead: bool = False) -> CompletionSession:

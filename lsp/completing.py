@@ -25,6 +25,12 @@ class Answer:
     position: types.Position  # the cursor, in client units
     cursor: int  # the same, as an offset into the document's text
     text: str  # to insert at the cursor
+    alternatives: tuple[str, ...] = ()  # other candidates, shown after it on request
+
+    @property
+    def texts(self) -> tuple[str, ...]:
+        """Every candidate, the completion first."""
+        return (self.text, *self.alternatives)
 
 
 def request_at(document: Document | None, uri: str, position: types.Position, encoding: str) -> CompletionRequest:
@@ -114,7 +120,7 @@ def answer_for(document: Document, version: int, request: CompletionRequest, pos
     request was made at `version`."""
     if not completion.text or document.version != version or document.text != request.text:
         return None
-    return Answer(document, position, request.cursor, completion.text)
+    return Answer(document, position, request.cursor, completion.text, tuple(completion.alternatives))
 
 
 def after_acceptance(answer: Answer) -> CompletionRequest | None:
@@ -134,33 +140,35 @@ def _accept_command(answer: Answer, item_id: int) -> types.Command:
     return types.Command("Accept completion", protocol.ACCEPT_COMMAND, arguments=[item_id, answer.document.version])
 
 
-def inline_items(answer: Answer, encoding: str, item_id: int) -> types.InlineCompletionList:
-    """One item replacing the rest of the cursor's line: the completion, then what
-    followed the cursor (post-processing cut it from the completion), so that editors
-    show the completion as ghost text before it."""
+def inline_items(answer: Answer, encoding: str, item_ids: list[int]) -> types.InlineCompletionList:
+    """An item per candidate (ids in `item_ids`, as answer.texts), each replacing the rest
+    of the cursor's line: the candidate, then what followed the cursor (post-processing
+    cut it from the candidate), so that editors show the candidate as ghost text before it."""
     document = answer.document
     line_end = document.line_end_at(answer.cursor)
     rest = document.text[answer.cursor : line_end]
-    insert = answer.text + rest if rest.strip() else answer.text
     end = document.position_at(line_end, encoding)
-    item = types.InlineCompletionItem(insert, range=types.Range(answer.position, end),
-                                      command=_accept_command(answer, item_id))
-    return types.InlineCompletionList([item])
+    return types.InlineCompletionList([
+        types.InlineCompletionItem(text + rest if rest.strip() else text, range=types.Range(answer.position, end),
+                                   command=_accept_command(answer, item_id))
+        for text, item_id in zip(answer.texts, item_ids)])
 
 
-def completion_items(answer: Answer, item_id: int) -> types.CompletionList:
-    """For clients without inline completion: one item, marked as AI. Incomplete, so that
-    the client asks again as the user types."""
-    first_line = answer.text.strip().split("\n", 1)[0]
-    item = types.CompletionItem(
-        label=first_line[:60] or answer.text[:60],
-        label_details=types.CompletionItemLabelDetails(description="AI · completer"),
-        kind=types.CompletionItemKind.Snippet,
-        detail="AI completion (completer)",
-        documentation=types.MarkupContent(types.MarkupKind.PlainText, answer.text),
-        text_edit=types.TextEdit(types.Range(answer.position, answer.position), answer.text),
-        insert_text_format=types.InsertTextFormat.PlainText,
-        sort_text="0",
-        command=_accept_command(answer, item_id),
-    )
-    return types.CompletionList(is_incomplete=True, items=[item])
+def completion_items(answer: Answer, item_ids: list[int]) -> types.CompletionList:
+    """For clients without inline completion: an item per candidate, marked as AI.
+    Incomplete, so that the client asks again as the user types."""
+    items = []
+    for rank, (text, item_id) in enumerate(zip(answer.texts, item_ids)):
+        first_line = text.strip().split("\n", 1)[0]
+        items.append(types.CompletionItem(
+            label=first_line[:60] or text[:60],
+            label_details=types.CompletionItemLabelDetails(description="AI · completer"),
+            kind=types.CompletionItemKind.Snippet,
+            detail="AI completion (completer)",
+            documentation=types.MarkupContent(types.MarkupKind.PlainText, text),
+            text_edit=types.TextEdit(types.Range(answer.position, answer.position), text),
+            insert_text_format=types.InsertTextFormat.PlainText,
+            sort_text=str(rank),
+            command=_accept_command(answer, item_id),
+        ))
+    return types.CompletionList(is_incomplete=True, items=items)

@@ -215,11 +215,13 @@ class CompleterServer(LanguageServer):
     def in_worker(self, function, *args) -> asyncio.Future:
         return self.loop.run_in_executor(self.workers, function, *args)
 
-    def offer(self, answer: Answer) -> int:
-        """A new item's id, for `answer`, remembered for what the editor says of it."""
-        item = next(self.item_ids)
-        self.acceptances.offer(item, answer.document.uri, answer.cursor, answer.text)
-        return item
+    def offer(self, answer: Answer) -> list[int]:
+        """New items' ids, one per candidate of `answer`, remembered for what the editor says of them."""
+        items = []
+        for text in answer.texts:
+            items.append(next(self.item_ids))
+            self.acceptances.offer(items[-1], answer.document.uri, answer.cursor, text)
+        return items
 
     def check_later(self, accepted: Accepted | None) -> None:
         """Check at each of RETENTION_CHECKS_S how much of `accepted` is still there (None:

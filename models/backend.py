@@ -385,17 +385,7 @@ class LlamaContext:
                    for i, token in enumerate(tokens)]
         for number, (at, branch) in enumerate(branches, 1):
             entries += [(token, start + at + j, (number,)) for j, token in enumerate(branch)]
-        best = np.empty(width, np.int64)
-        step = 1 if self.single_token_eval else self.n_batch
-        for chunk_start in range(0, width, step):
-            chunk = entries[chunk_start : chunk_start + step]
-            started = time.perf_counter()
-            self._decode([e[0] for e in chunk], [e[1] for e in chunk], [e[2] for e in chunk], range(len(chunk)))
-            decoded = time.perf_counter()
-            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(len(chunk), self.n_vocab))
-            best[chunk_start : chunk_start + len(chunk)] = logits.argmax(axis=1)
-            self.decode_ms += (decoded - started) * 1000
-            self.logits_ms += (time.perf_counter() - decoded) * 1000
+        best = self._argmax_of(entries)
         ends = np.cumsum([len(tokens), *(len(branch) for _, branch in branches)])
         return best[: len(tokens)], [best[a:b] for a, b in zip(ends[:-1], ends[1:])]
 
@@ -406,10 +396,47 @@ class LlamaContext:
         llama_cpp.llama_memory_seq_cp(self._memory, number, SEQUENCE, at, at + count)
         self.drop_branches()
 
+    def fork(self, number: int, length: int) -> None:
+        """Branch `number` (1-based) holds the text's first `length` cells, shared with
+        it: a candidate that parts from the text there, decoded with eval_forks."""
+        llama_cpp.llama_memory_seq_rm(self._memory, number, -1, -1)
+        llama_cpp.llama_memory_seq_cp(self._memory, SEQUENCE, number, 0, length)
+
+    def eval_forks(self, rows: list[tuple[int, int, list[int]]]) -> list[np.ndarray]:
+        """Evaluate, in one batch, each fork's (number, start, tokens): tokens at positions
+        start... in branch `number` alone, which must hold exactly `start` cells. Returns
+        the argmax of every row, per fork."""
+        entries = [(token, start + i, (number,)) for number, start, tokens in rows for i, token in enumerate(tokens)]
+        if any(start + len(tokens) > self.n_ctx for _, start, tokens in rows):
+            raise ValueError(f"a candidate does not fit the context of {self.n_ctx}")
+        best = self._argmax_of(entries)
+        ends = np.cumsum([0, *(len(tokens) for _, _, tokens in rows)])
+        return [best[a:b] for a, b in zip(ends[:-1], ends[1:])]
+
+    def cut_fork(self, number: int, length: int) -> None:
+        """Branch `number` keeps its first `length` cells."""
+        llama_cpp.llama_memory_seq_rm(self._memory, number, length, -1)
+
     def drop_branches(self) -> None:
         """Free the cells only branches hold."""
         for number in range(1, self.branches + 1):
             llama_cpp.llama_memory_seq_rm(self._memory, number, -1, -1)
+
+    def _argmax_of(self, entries: list[tuple[int, int, tuple[int, ...]]]) -> np.ndarray:
+        """Decode `entries` (token, position, sequences) in batches of n_batch (one token
+        each with single_token_eval), with logits at every row: the argmax of each row."""
+        best = np.empty(len(entries), np.int64)
+        step = 1 if self.single_token_eval else self.n_batch
+        for chunk_start in range(0, len(entries), step):
+            chunk = entries[chunk_start : chunk_start + step]
+            started = time.perf_counter()
+            self._decode([e[0] for e in chunk], [e[1] for e in chunk], [e[2] for e in chunk], range(len(chunk)))
+            decoded = time.perf_counter()
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(len(chunk), self.n_vocab))
+            best[chunk_start : chunk_start + len(chunk)] = logits.argmax(axis=1)
+            self.decode_ms += (decoded - started) * 1000
+            self.logits_ms += (time.perf_counter() - decoded) * 1000
+        return best
 
     def _decode(self, tokens: list[int], positions, sequences, logits_at) -> None:
         """One llama_decode: token i at positions[i], in the sequences sequences[i]."""

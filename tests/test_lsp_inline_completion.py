@@ -111,6 +111,27 @@ async def test_an_item_shown_and_taken_in_parts_then_whole_counts_each_character
     assert current["checked_chars_30s"] == current["retained_chars_30s"] == 0  # not yet checked
 
 
+async def test_several_candidates_are_items_each_with_its_own_acceptance(smol, smol_cache):
+    """generation.candidates 3: distinct items (VS Code cycles through them, as the Neovim
+    plugin does), each replacing the same range, each counted when taken."""
+    client = await started(smol_cache, generation={"candidates": 3})
+    uri = "file:///project/candidates.py"
+    open_document(client, uri, STATS_PY + "label = '")
+    result = await inline(client, uri, 5, len("    label = '"))
+    texts = [item.insert_text for item in result.items]
+    assert 2 <= len(texts) <= 3 and len(set(texts)) == len(texts) and all(texts), texts
+    assert all(item.range == result.items[0].range for item in result.items)
+    ids = [item.command.arguments[0] for item in result.items]
+    assert len(set(ids)) == len(ids)
+    taken = result.items[1]
+    await client.workspace_execute_command_async(types.ExecuteCommandParams(
+        taken.command.command, taken.command.arguments))
+    current = await stats(client)
+    assert (current["suggestions_shown"], current["suggestions_accepted"]) == (1, 1)
+    assert current["accepted_chars"] == len(taken.insert_text)  # the second candidate's characters
+    await client.shutdown_session()
+
+
 @pytest.mark.parametrize("encoding", ["utf-16", "utf-8", "utf-32"])
 async def test_positions_count_the_negotiated_code_units_on_emoji_and_cjk(smol, smol_cache, encoding):
     client = await start(smol_cache, encodings=[encoding])

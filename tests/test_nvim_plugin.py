@@ -155,11 +155,25 @@ def test_statusline_toggle_and_stats_command(session):
     off = found["toggled_off"]
     assert off["ghost"] is None and off["requests_after"] == off["requests_before"]
     assert off["user_tab"] == 1  # <Tab> falls through while off
+    assert found["other_filetype"] == {"filetype": "text", "shown": True}  # off for python only
     assert found["toggled_on"] is True
     assert found["stats_printed"] is True
     assert re.search(r"^suggestions_accepted\s+\d+$", session["messages"], re.MULTILINE)
     assert [(n["message"], n["level"]) for n in session["notifications"]] == [
-        ("completer: suggestions off", INFO), ("completer: suggestions on", INFO)]
+        ("completer: suggestions off for python", INFO), ("completer: suggestions on for python", INFO)]
+
+
+def test_candidates_cycle_and_the_one_shown_is_taken(session):
+    found = checks(session, "candidates")["candidates"]
+    assert found["first"] != found["second"]
+    before = "\n".join(found["before"])
+    assert found["after"] == (before + found["second"]).split("\n")
+
+
+def test_an_open_menu_hides_the_suggestion_and_takes_tab(session):
+    found = checks(session, "menu")["menu"]
+    assert found["with_menu"] == {"ghost": None, "pum": 1, "requests": 0}
+    assert found["user_tab"] == 1 and found["shown"] not in found["line"]  # the user's <Tab>, not an acceptance
 
 
 def test_the_session_raised_no_error(session):

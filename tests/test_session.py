@@ -23,7 +23,7 @@ from completer.postprocess import CursorContext, postprocess
 from completer.prompt import TEMPLATES, Segment, path_header, render
 from completer.local_decoder import WARM_PIECE, DocumentCaches, LocalDecoder
 from completer.requests import CompletionRequest, Source, cursor_offset
-from completer.session import Completer, ForwardCache, PromptTooLong, fit_prompt
+from completer.session import Completer, ForwardCache, PromptTooLong, Shown, fit_prompt
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
@@ -171,19 +171,20 @@ def test_typing_then_an_auto_closed_bracket_never_repeats_what_follows_the_curso
     forward = ForwardCache()
     generated = line + closer + more
     shown = postprocess(generated, CursorContext(LINE, "\n"))
-    forward.remember(LINE, generated, shown)
+    forward.remember(LINE, (Shown(generated, shown),))
     typed = min(typed, len(line) - 1)  # a start of the line, not all of it
     answer = forward.lookup(LINE + line[:typed], CursorContext(LINE + line[:typed], closer + "\n"))
-    assert answer == (line[typed:].rstrip() or None)
+    assert answer == ([line[typed:].rstrip()] if line[typed:].rstrip() else [])
 
 
 def test_the_forward_cache_answers_only_for_the_text_it_was_shown_after():
     forward = ForwardCache()
     generated = "return [self.fill(text) for text in texts]\n\ndef wrap_all(texts):"
-    forward.remember("x = 1\n    ", generated, postprocess(generated, CursorContext("    ", "\n")))
+    forward.remember("x = 1\n    ", (Shown(generated, postprocess(generated, CursorContext("    ", "\n"))),))
 
     def lookup(text_before: str) -> str | None:
-        return forward.lookup(text_before, CursorContext(text_before.split("\n")[-1], "\n"))
+        rests = forward.lookup(text_before, CursorContext(text_before.split("\n")[-1], "\n"))
+        return rests[0] if rests else None
 
     assert lookup("x = 1\n    return [self") == ".fill(text) for text in texts]"
     assert lookup("x = 1\n    zz") is None  # typed something else: ask the model
@@ -204,6 +205,31 @@ def test_typing_into_the_shown_completion_needs_no_model_call(engine):
     assert evaluated(engine) == evaluated_before
     assert held(engine) == cache and engine.target.context.length() == len(cache[0])
     assert completer.counters.forward_cache_hits == completer.counters.requests - 1 == len(shown) - 1
+
+
+def test_candidates_are_distinct_and_typing_one_keeps_it(engine):
+    """generation.candidates 3: the others are post-processed as the completion is, none
+    empty or repeated; typing the start of another candidate answers with its rest from
+    the forward cache, first, with no model call."""
+    config = Config(generation=GenerationOptions(max_tokens=16, time_budget_ms=0, candidates=3))
+    completer = Completer(LocalDecoder(engine), config)
+    offered = 0
+    for name in ["textwrap.py", "shlex.py", "string.py"]:
+        text = file_text(name) + "\n    def fill_all(self, texts):\n        return "
+        first = completer.complete(request_at_end(name, text))
+        texts = [first.text, *first.alternatives]
+        assert all(texts) and len(set(texts)) == len(texts) and len(texts) <= 3
+        for other in first.alternatives:
+            parted = next(i for i, (a, b) in enumerate(zip(other, first.text + "\0")) if a != b)
+            if parted + 1 >= len(other):
+                continue  # nothing would be left to show after typing through where it parts
+            offered += 1
+            evaluated_before = evaluated(engine)
+            again = completer.complete(request_at_end(name, text + other[: parted + 1]))
+            # Post-processed for the cursor as it is now: a line typed may show fewer lines after it.
+            assert again.source == Source.FORWARD_CACHE and again.text and other[parted + 1:].startswith(again.text)
+            assert evaluated(engine) == evaluated_before
+    assert offered > 0  # smol's close runners-up make candidates in these holes
 
 
 def spoil(snapshot, state: bytes | None = None) -> None:

@@ -124,7 +124,7 @@ def test_a_real_vscode_shows_the_servers_suggestion_and_tab_accepts_it(smol, smo
     # Plain decoding: smol's next edit here is then the same every run (batched verification's
     # near-tie flips made it vary, once to an edit with nothing to draw).
     options = {"models.preset": "smol", "generation.maxTokens": 16, "generation.timeBudgetMs": 0,
-               setting_name("generation.draft_mode"): "target", 
+               setting_name("generation.draft_mode"): "target", setting_name("generation.candidates"): 3,
                **{setting_name(f"edits.{key}"): value for key, value in NEXT_EDIT["edits"].items()}}
     env = {**os.environ, "CODE_SERVER": toolchain["code_server"], "VSIX": str(EXTENSION / "completer.vsix"),
            "COMPLETER": str(Path(sys.executable).with_name("completer")), "WORKSPACE": str(workspace),
@@ -148,6 +148,9 @@ def test_a_real_vscode_shows_the_servers_suggestion_and_tab_accepts_it(smol, smo
     shown = "".join(result["shown"])
     assert shown.strip(), result
     assert (ARTIFACTS / "vscode-inline-suggestion.png").stat().st_size > 10_000
+    # Alt+] showed another of the server's candidates, Alt+[ the first again, which Tab took.
+    assert result["candidates"]["next"] and result["candidates"]["back"] == result["shown"], result["candidates"]
+    assert (ARTIFACTS / "vscode-candidates.png").stat().st_size > 10_000
     # Tab put exactly the ghost text after what was typed.
     written = result["after"]
     assert written.startswith(before + TYPED)
@@ -155,6 +158,8 @@ def test_a_real_vscode_shows_the_servers_suggestion_and_tab_accepts_it(smol, smo
     assert re.sub(r"\s", "", inserted) == re.sub(r"\s", "", shown)
     # The status bar shows the live acceptance rate and speed once completions ran.
     assert re.fullmatch(r"\s*\d+% · \d+ tok/s", result["status"]), result["status"]
+    # Turned off for python: nothing shows as the user types; on again, a suggestion does.
+    assert result["paused"] == {"shown_while_off": 0, "shown_when_on": True}
     check_next_edit(result["next_edit"])
     # A model setting changed in VS Code reached the server, whose load error (with the
     # fix) became a notification.

@@ -252,6 +252,68 @@ H.run(function()
     vim.cmd.buffer(buf)
   end)
 
+  H.section("candidates", function()
+    -- generation.candidates 3 (sent as the settings change): <M-]> shows the next
+    -- candidate, <M-[> the one before, and <Tab> takes the one shown.
+    client:notify("workspace/didChangeConfiguration",
+      { settings = { completer = { generation = { candidates = 3 } } } })
+    local before = reset("    label = '")
+    H.type("A")
+    local first = wait_ghost("a suggestion with candidates")
+    local function shows(text)
+      return function()
+        local ghost = H.ghost(buf)
+        return ghost and ghost.text == text
+      end
+    end
+    H.type("<M-]>")
+    local second = H.wait(function()
+      local ghost = H.ghost(buf)
+      return ghost and ghost.text ~= first.text and ghost
+    end, 5000, "the next candidate")
+    H.type("<M-[>")
+    H.wait(shows(first.text), 5000, "the first candidate again")
+    H.type("<M-]>")
+    H.wait(shows(second.text), 5000, "the second candidate again")
+    H.type("<Tab>")
+    H.wait(function()
+      return last_line() ~= before[#before]
+    end, 5000, "the second candidate accepted")
+    H.check("candidates", { before = before, first = first.text, second = second.text, after = H.lines(buf) })
+    H.type("<Esc>")
+    client:notify("workspace/didChangeConfiguration",
+      { settings = { completer = { generation = { candidates = 1 } } } })
+  end)
+
+  H.section("menu", function()
+    -- A popup menu opened over a suggestion hides it, nothing is asked while the menu is
+    -- open, and <Tab> does what it did before (the user's mapping, which would pick from
+    -- the menu).
+    reset("    center = mean(")
+    H.type("A")
+    local shown = wait_ghost("a suggestion to open a menu over")
+    -- Keyword completion: the buffer's words, none inserted, so that only the menu
+    -- opening (CompleteChanged) can hide the suggestion.
+    local completeopt = vim.o.completeopt
+    vim.o.completeopt = "menu,menuone,noinsert,noselect"
+    H.type("<C-n>")
+    H.wait(function()
+      return vim.fn.pumvisible() == 1
+    end, 5000, "the popup menu")
+    local requests = inline_requests
+    H.sleep(1000) -- past the debounce
+    local with_menu = { ghost = H.ghost(buf) or vim.NIL, pum = vim.fn.pumvisible(), requests = inline_requests - requests }
+    local presses = vim.g.user_tab
+    H.type("<Tab>")
+    H.wait(function()
+      return vim.g.user_tab ~= presses
+    end, 5000, "the user's <Tab> mapping")
+    H.check("menu", { shown = shown.text, with_menu = with_menu, line = last_line(),
+                      user_tab = vim.g.user_tab - presses })
+    H.type("<C-e><Esc>")
+    vim.o.completeopt = completeopt
+  end)
+
   H.section("toggle", function()
     -- The statusline, :CompleterToggle and :CompleterStats.
     local shows, line = pcall(H.wait, function()
@@ -259,7 +321,7 @@ H.run(function()
       return status:match("^completer: %d+%% accepted, [%d.]+ tok/s$") and status
     end, 10000)
     H.check("statusline_ready", shows and line or completer.statusline())
-    vim.cmd("CompleterToggle")
+    vim.cmd("CompleterToggle") -- for python, stats.py's filetype
     H.check("statusline_off", completer.statusline())
     local requests, presses = inline_requests, vim.g.user_tab
     reset("def stdev(values)")
@@ -271,6 +333,19 @@ H.run(function()
     H.check("toggled_off", { ghost = ghost_off or vim.NIL, requests_before = requests,
                              requests_after = inline_requests, user_tab = vim.g.user_tab - presses })
     H.type("<Esc>")
+    -- Another filetype still gets suggestions.
+    vim.cmd.edit(vim.fs.joinpath(os.getenv("WORKSPACE"), "todo.txt"))
+    local notes = vim.api.nvim_get_current_buf()
+    vim.api.nvim_buf_set_lines(notes, 0, -1, false, { "Things to do:", "1. write the tests", "2. run the tests" })
+    H.wait(function()
+      return vim.fn.maparg("<Tab>", "i", false, true).desc == ACCEPT_DESC
+    end, 10000, "the plugin's <Tab> in todo.txt")
+    H.type("Go")
+    H.check("other_filetype", { filetype = vim.bo[notes].filetype, shown = (pcall(H.wait, function()
+      return H.ghost(notes)
+    end, 90000)) })
+    H.type("<Esc>")
+    vim.cmd.buffer(buf)
     vim.cmd("CompleterToggle")
     reset("def stdev(values)")
     H.type("A")

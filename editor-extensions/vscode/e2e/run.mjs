@@ -286,6 +286,53 @@ async function dismissNext(page, profile) {
   return { count: 1, decorations_after: await waitForDecorations(page, false) };
 }
 
+// VS Code's own Alt+] and Alt+[ (Show Next / Previous Inline Suggestion) over the server's
+// candidates: the next one on screen (pictured), then the first again. What each showed.
+async function cycle(page, ghostText, first) {
+  const until = async (wanted, timeout) => {
+    for (const start = Date.now(); Date.now() - start < timeout;) {
+      const now = await ghostText();
+      if (now.length && wanted(now)) return now;
+      await page.waitForTimeout(100);
+    }
+    return null;
+  };
+  await page.keyboard.press("Alt+BracketRight");
+  const next = await until((now) => JSON.stringify(now) !== JSON.stringify(first), 10_000);
+  if (next) {
+    await page.waitForTimeout(300);
+    await page.screenshot({ path: join(artifacts, "vscode-candidates.png") });
+  }
+  await page.keyboard.press("Alt+BracketLeft");
+  const back = await until((now) => JSON.stringify(now) === JSON.stringify(first), 10_000);
+  log(`candidates: ${JSON.stringify({ next, back })}`);
+  return { next, back };
+}
+
+async function runCommand(page, title) {
+  await page.keyboard.press("Control+Shift+P");
+  await page.keyboard.type(`completer: ${title}`);
+  await page.waitForSelector(`.quick-input-list .monaco-list-row[aria-label*="${title}"]`);
+  await page.keyboard.press("Enter");
+}
+
+// completer: Toggle Suggestions for This Language: off, nothing shows after typing; on
+// again, a suggestion shows.
+async function pauseLanguage(page, ghost) {
+  await runCommand(page, "Toggle Suggestions for This Language");
+  const off = page.locator(".notification-toast").filter({ hasText: "suggestions off for python" });
+  await off.first().waitFor({ timeout: 10_000 });
+  await page.keyboard.press("Enter");
+  await page.keyboard.type("total = ", { delay: 30 });
+  await page.waitForTimeout(3000); // past the debounce and a completion's time
+  const shownWhileOff = await ghost.count();
+  await runCommand(page, "Toggle Suggestions for This Language");
+  await page.keyboard.type("s", { delay: 30 });
+  const shownWhenOn = await ghost.first().waitFor({ timeout: minutes(1) }).then(() => true, () => false);
+  await page.keyboard.press("Escape");
+  return { shown_while_off: shownWhileOff, shown_when_on: shownWhenOn };
+}
+
 // The statistics as the user reads them: completer: Show Statistics, a modal dialog.
 async function statistics(page) {
   await page.keyboard.press("Control+Shift+P");
@@ -330,9 +377,11 @@ async function drive(url, profile) {
     const ghost = page.locator(".monaco-editor .ghost-text-decoration, .monaco-editor .ghost-text");
     await ghost.first().waitFor({ timeout: minutes(2) });
     await page.waitForTimeout(500); // let the suggestion's lines finish rendering for the picture
-    const shown = (await ghost.allTextContents()).map((text) => text.replace(/\u00a0/g, " "));
+    const ghostText = async () => (await ghost.allTextContents()).map((text) => text.replace(/\u00a0/g, " "));
+    const shown = await ghostText();
     await page.screenshot({ path: join(artifacts, "vscode-inline-suggestion.png") });
     log(`suggestion on screen: ${JSON.stringify(shown)}`);
+    const candidates = await cycle(page, ghostText, shown);
 
     const before = readFileSync(join(workspace, file), "utf8");
     await page.keyboard.press("Tab");
@@ -346,6 +395,7 @@ async function drive(url, profile) {
     await figures.first().waitFor({ timeout: 30_000 });
     const status = await figures.first().textContent();
     await page.screenshot({ path: join(artifacts, "vscode-accepted.png") });
+    const paused = await pauseLanguage(page, ghost);
 
     const next_edit = await nextEdit(page, profile);
     next_edit.statistics = await statistics(page);
@@ -373,7 +423,8 @@ async function drive(url, profile) {
     const notification = (await toast.first().locator(".notification-list-item-message").textContent()).replace(/\u00a0/g, " ");
     await page.locator(".statusbar-item:has(.codicon-error)").first().waitFor({ timeout: 30_000 });
     await page.screenshot({ path: join(artifacts, "vscode-load-error.png") });
-    return { shown, before, after, status, notification, workspace_notice: workspaceNotice, next_edit };
+    return { shown, candidates, before, after, status, paused, notification, workspace_notice: workspaceNotice,
+      next_edit };
   } catch (error) {
     await page.screenshot({ path: join(artifacts, "vscode-failure.png") }).catch(() => {});
     throw error;

@@ -65,7 +65,14 @@ class Extension {
   private readonly status = vscode.window.createStatusBarItem(vscode.StatusBarAlignment.Right, 100);
   private readonly output = vscode.window.createOutputChannel(SERVER_NAME, { log: true });
   private poll: ReturnType<typeof setInterval> | undefined;
-  private readonly nextEdits = new NextEditController(() => this.client, served, this.output);
+  // Languages whose suggestions the user turned off (completer.toggleLanguage), for this
+  // session: nothing is asked for their documents, and the server keeps running.
+  private readonly paused = new Set<string>();
+  private readonly nextEdits = new NextEditController(
+    () => this.client,
+    (document) => served(document) && !this.paused.has(document.languageId),
+    this.output,
+  );
 
   constructor(private readonly context: vscode.ExtensionContext) {
     context.subscriptions.push(
@@ -81,6 +88,7 @@ class Extension {
       vscode.commands.registerCommand("completer.jumpToNextEdit", () => this.nextEdits.jump()),
       vscode.commands.registerCommand("completer.acceptNextEdit", () => this.nextEdits.accept()),
       vscode.commands.registerCommand("completer.dismissNextEdit", () => this.nextEdits.dismiss()),
+      vscode.commands.registerCommand("completer.toggleLanguage", () => this.toggleLanguage()),
       vscode.workspace.onDidOpenTextDocument(() => void this.update()),
       vscode.workspace.onDidChangeConfiguration((event) => void this.configurationChanged(event)),
       vscode.window.onDidChangeActiveTextEditor((editor) => void this.warm(editor)),
@@ -116,6 +124,7 @@ class Extension {
           // VS Code's stable API does not say when it shows an inline item, so the first
           // item returned, which VS Code shows first, is reported as shown.
           provideInlineCompletionItems: async (document, position, context, token, next) => {
+            if (this.paused.has(document.languageId)) return null;
             const result = await next(document, position, context, token);
             const command = (Array.isArray(result) ? result : result?.items)?.[0]?.command;
             if (command) {
@@ -241,6 +250,22 @@ class Extension {
       return;
     }
     void vscode.window.showInformationMessage("completer statistics", { modal: true, detail: statsLines(stats).join("\n") });
+  }
+
+  // Suggestions off, or on again, for the active editor's language, until VS Code closes.
+  private toggleLanguage(): void {
+    const language = vscode.window.activeTextEditor?.document.languageId;
+    if (!language) {
+      void vscode.window.showInformationMessage("completer: open a file to turn its language's suggestions off or on");
+      return;
+    }
+    const off = !this.paused.delete(language);
+    if (off) {
+      this.paused.add(language);
+      this.nextEdits.clear();
+      void vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
+    }
+    void vscode.window.showInformationMessage(`completer: suggestions ${off ? "off" : "on"} for ${language} (this session)`);
   }
 
   private pullModels(): void {

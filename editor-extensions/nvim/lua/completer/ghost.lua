@@ -11,6 +11,11 @@
 -- completion followed by what was after the cursor (when that was not blank). A
 -- suggestion is kept as that text plus the line around the cursor when it arrived, so
 -- that one function (`current`) can tell after every keystroke whether it still holds.
+-- With several candidates (the server's generation.candidates), the others are kept
+-- beside it, and M.cycle shows the next one that still agrees with what was typed.
+--
+-- Nothing is drawn while a completion menu is open (Vim's popup menu, nvim-cmp's or
+-- blink.cmp's): the menu has the user's attention, and the keys go to it.
 
 local M = {}
 
@@ -23,19 +28,33 @@ local DID_SHOW_COMPLETION = "textDocument/didShowCompletion"
 local DID_PARTIALLY_ACCEPT_COMPLETION = "textDocument/didPartiallyAcceptCompletion"
 local AUTOMATIC = 2 -- lsp.InlineCompletionTriggerKind.Automatic
 
--- Set by init.lua's setup: the LSP config name, the debounce, whether suggestions are on,
--- and whether a next edit waits at the cursor of a buffer (none is asked for there then:
--- the user went to that edit to take it with the same key).
-M.options = { name = "completer", debounce_ms = 150, enabled = function() return true end,
-              held = function() return false end }
+-- Set by init.lua's setup: the LSP config name, the debounce, whether suggestions are on
+-- in a buffer, and whether a next edit waits at the cursor of a buffer (none is asked for
+-- there then: the user went to that edit to take it with the same key).
+M.options = { name = "completer", debounce_ms = 150, enabled = function(_) return true end,
+              held = function(_) return false end }
 
---- Per attached buffer: { timer, pending = {client, id}?, seq, suggestion?, extmark? }
+--- Per attached buffer: { timer, pending = {client, id, at}?, seq, suggestion?, extmark?,
+--- items?, index?, ask_now? }: `items` are the answer's candidates, `index` the one
+--- shown; `at` is where the pending request was made (the changedtick and cursor);
+--- `ask_now`: a suggestion was just taken whole, so the next is asked for at once.
 --- A suggestion: { row, col (0-based byte column where it starts), before (the line up to
 --- col), after (the line after col: what the item replaces), text (the item's insertText
 --- less what was taken a word or a line at a time), taken (bytes of the insertText taken
 --- so: typed through and accepted in parts), item (the item), command, client_id,
 --- accepted (its accept command already ran) }.
 local buffers = {}
+
+--- Whether a completion menu is open: Vim's popup menu, nvim-cmp's or blink.cmp's (looked
+--- for only when the user loaded them).
+function M.menu_visible()
+  if vim.fn.pumvisible() == 1 then
+    return true
+  end
+  local cmp, blink = package.loaded["cmp"], package.loaded["blink.cmp"]
+  return (type(cmp) == "table" and type(cmp.visible) == "function" and cmp.visible() == true)
+    or (type(blink) == "table" and type(blink.is_menu_visible) == "function" and blink.is_menu_visible() == true)
+end
 
 local function client_for(buf)
   return vim.lsp.get_clients({ bufnr = buf, name = M.options.name })[1]
@@ -67,7 +86,7 @@ end
 local function current(buf)
   local state = buffers[buf]
   local s = state and state.suggestion
-  if not s or vim.api.nvim_get_current_buf() ~= buf then
+  if not s or vim.api.nvim_get_current_buf() ~= buf or M.menu_visible() then
     return nil
   end
   local row, col = unpack(vim.api.nvim_win_get_cursor(0))
@@ -113,7 +132,7 @@ end
 local function hide(buf)
   local state = buffers[buf]
   if state then
-    state.suggestion, state.extmark = nil, nil
+    state.suggestion, state.extmark, state.items = nil, nil, nil
   end
   if vim.api.nvim_buf_is_valid(buf) then
     vim.api.nvim_buf_clear_namespace(buf, M.ns, 0, -1)
@@ -152,43 +171,80 @@ local function on_answer(buf, seq, tick, cursor, line, client, err, result)
     end
     return
   end
-  if not M.options.enabled() or not in_insert_mode() or vim.api.nvim_get_current_buf() ~= buf
-    or vim.api.nvim_buf_get_changedtick(buf) ~= tick
+  if not M.options.enabled(buf) or not in_insert_mode() or vim.api.nvim_get_current_buf() ~= buf
+    or vim.api.nvim_buf_get_changedtick(buf) ~= tick or M.menu_visible()
     or not vim.deep_equal(vim.api.nvim_win_get_cursor(0), cursor) then
-    return -- the user moved on while the server worked
+    return -- the user moved on while the server worked, or a menu opened
   end
-  local items = result and (result.items or result) or {}
-  local item = items[1]
-  if not item or type(item.insertText) ~= "string" or item.insertText == "" then
-    return -- nothing to show (also while the models load); snippets are not used by completer
-  end
+  -- Nothing to show is the common answer (also while the models load); snippets are not
+  -- used by completer.
+  local items = vim.tbl_filter(function(item)
+    return type(item.insertText) == "string" and item.insertText ~= ""
+  end, result and (result.items or result) or {})
   local col = cursor[2]
-  state.suggestion = {
-    row = cursor[1] - 1,
-    col = col,
-    before = line:sub(1, col),
-    after = line:sub(col + 1),
-    text = item.insertText,
-    taken = 0,
-    item = item,
-    command = item.command,
-    client_id = client.id,
-    accepted = false,
-  }
-  local cur = current(buf)
-  if cur then
-    render(buf, cur)
-    client:notify(DID_SHOW_COMPLETION, { item = item })
-  else
-    state.suggestion = nil
+  state.items = {}
+  for _, item in ipairs(items) do
+    state.items[#state.items + 1] = {
+      row = cursor[1] - 1,
+      col = col,
+      before = line:sub(1, col),
+      after = line:sub(col + 1),
+      text = item.insertText,
+      taken = 0,
+      item = item,
+      command = item.command,
+      client_id = client.id,
+      accepted = false,
+    }
   end
+  M.show(buf, 1)
+end
+
+--- Show candidate `index` of the last answer in `buf`, if it still agrees with the line;
+--- true when it does (and is drawn, and reported as shown).
+function M.show(buf, index)
+  local state = buffers[buf]
+  local candidate = state and state.items and state.items[index]
+  if not candidate then
+    return false
+  end
+  local previous = state.suggestion
+  state.suggestion, state.index = candidate, index
+  local cur = current(buf)
+  if not cur then
+    state.suggestion = previous
+    return false
+  end
+  render(buf, cur)
+  local client = vim.lsp.get_client_by_id(candidate.client_id)
+  if client and not client:is_stopped() then
+    client:notify(DID_SHOW_COMPLETION, { item = candidate.item })
+  end
+  return true
+end
+
+--- Show the next candidate (`step` 1) or the previous one (-1), going round, skipping those
+--- that no longer agree with what was typed; false when no other one can be shown (none,
+--- or a part of the shown one was taken already).
+function M.cycle(buf, step)
+  local state = buffers[buf]
+  if not current(buf) or not state.items or state.suggestion.taken > 0 then
+    return false
+  end
+  local count = #state.items
+  for offset = 1, count - 1 do
+    if M.show(buf, (state.index - 1 + offset * step) % count + 1) then
+      return true
+    end
+  end
+  return false
 end
 
 local function request(buf)
   local state = buffers[buf]
   local client = client_for(buf)
-  if not state or not client or not client.initialized or not M.options.enabled() or not in_insert_mode()
-    or vim.api.nvim_get_current_buf() ~= buf or vim.fn.pumvisible() == 1 or M.options.held(buf) then
+  if not state or not client or not client.initialized or not M.options.enabled(buf) or not in_insert_mode()
+    or vim.api.nvim_get_current_buf() ~= buf or M.menu_visible() or M.options.held(buf) then
     return
   end
   cancel(state) -- newest wins; the server also drops older work for the document itself
@@ -203,25 +259,61 @@ local function request(buf)
     on_answer(buf, seq, tick, cursor, line, client, err, result)
   end, buf)
   if ok and id and seq == state.seq then
-    state.pending = { client = client, id = id }
+    state.pending = { client = client, id = id, at = { tick, cursor[1], cursor[2] } }
+    state.ask_now = false
   end
 end
 
---- After a keystroke or a cursor move in Insert mode: keep (and shift) the suggestion
---- when the text still matches it, else clear it and ask again after the debounce.
+-- nvim-cmp's and blink.cmp's menus open and close without a keystroke of their own (after
+-- a delay, or on a key they map): redraw, or ask, the current buffer's suggestion then.
+local cmp_watched = false
+
+local function on_menu()
+  vim.schedule(function() -- after the menu's own state settled
+    M.on_change(vim.api.nvim_get_current_buf())
+  end)
+end
+
+local function watch_cmp()
+  local cmp = package.loaded["cmp"]
+  if cmp_watched or type(cmp) ~= "table" or type(cmp.event) ~= "table" then
+    return
+  end
+  cmp_watched = true
+  cmp.event:on("menu_opened", on_menu)
+  cmp.event:on("menu_closed", on_menu)
+end
+
+vim.api.nvim_create_autocmd("User", {
+  group = vim.api.nvim_create_augroup("completer.ghost.menus", { clear = true }),
+  pattern = { "BlinkCmpMenuOpen", "BlinkCmpMenuClose" },
+  desc = "completer: no suggestion while blink.cmp's menu is open",
+  callback = on_menu,
+})
+
+--- After a keystroke, a cursor move or a menu opening or closing in Insert mode: keep (and
+--- shift) the suggestion when the text still matches it, else clear it and ask again
+--- after the debounce (once the menu is closed).
 function M.on_change(buf)
   local state = buffers[buf]
   if not state then
     return
   end
+  watch_cmp() -- nvim-cmp is often loaded on the first InsertEnter
   local cur = state.suggestion and current(buf)
   if cur then
     render(buf, cur)
     return
   end
+  local row, col = unpack(vim.api.nvim_win_get_cursor(0))
+  if state.pending and vim.deep_equal(state.pending.at, { vim.api.nvim_buf_get_changedtick(buf), row, col }) then
+    return -- nothing changed since the pending request was made (a second event of one change)
+  end
   M.clear(buf)
-  if M.options.enabled() then
-    state.timer:start(M.options.debounce_ms, 0, vim.schedule_wrap(function()
+  if M.options.enabled(buf) and not M.menu_visible() then
+    -- After an acceptance the user waits for the next suggestion (the server has it ready:
+    -- server.prefetch): no keystrokes to skip, so no debounce.
+    state.timer:start(state.ask_now and 0 or M.options.debounce_ms, 0, vim.schedule_wrap(function()
       request(buf)
     end))
   end
@@ -294,6 +386,7 @@ function M.accept(buf, kind)
     local shown = vim.split(cur.shown, "\n", { plain = true })
     local last = #shown == 1 and cur.col + #shown[1] or #shown[#shown]
     M.clear(buf)
+    state.ask_now = true
     vim.api.nvim_win_set_cursor(0, { cur.row + #shown, last })
     run_command(buf, s)
   else
@@ -328,14 +421,23 @@ function M.attach(buf)
   buffers[buf] = { timer = assert(vim.uv.new_timer()), seq = 0 }
   local group = vim.api.nvim_create_augroup("completer.ghost." .. buf, { clear = true })
   -- TextChangedP: the text changed while the popup menu is shown (a completion was
-  -- inserted), which TextChangedI does not report.
-  vim.api.nvim_create_autocmd({ "InsertEnter", "TextChangedI", "TextChangedP", "CursorMovedI" }, {
+  -- inserted), which TextChangedI does not report. CompleteChanged: the popup menu opened
+  -- or moved (init.lua reports nvim-cmp's and blink.cmp's menus).
+  vim.api.nvim_create_autocmd({ "InsertEnter", "TextChangedI", "TextChangedP", "CursorMovedI", "CompleteChanged" }, {
     group = group,
     buffer = buf,
     desc = "completer: keep, shift or ask for the suggestion",
     callback = function()
       M.on_change(buf)
     end,
+  })
+  vim.api.nvim_create_autocmd("CompleteDone", {
+    group = group,
+    buffer = buf,
+    desc = "completer: ask for a suggestion once the popup menu is gone",
+    callback = vim.schedule_wrap(function() -- the menu is still up while CompleteDone runs
+      M.on_change(buf)
+    end),
   })
   vim.api.nvim_create_autocmd({ "InsertLeave", "BufLeave" }, {
     group = group,
@@ -358,10 +460,12 @@ function M.detach(buf)
   pcall(vim.api.nvim_del_augroup_by_name, "completer.ghost." .. buf)
 end
 
---- Clear every buffer (when suggestions are turned off).
-function M.clear_all()
+--- Clear every buffer for which `which(buf)` holds (when suggestions are turned off there).
+function M.clear_all(which)
   for buf in pairs(buffers) do
-    M.clear(buf)
+    if which(buf) then
+      M.clear(buf)
+    end
   end
 end
 

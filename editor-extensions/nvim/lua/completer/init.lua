@@ -13,9 +13,11 @@
 -- and tests/test_nvim_plugin.py checks that this list, `defaults` below and
 -- doc/completer.txt agree):
 --
---   enabled:                   Show suggestions from the start. :CompleterToggle turns
---                              them off and on; the server runs either way, so turning
---                              them on again is instant.
+--   enabled:                   Show suggestions from the start. :CompleterToggle! turns
+--                              them off and on everywhere, :CompleterToggle for the
+--                              current buffer's filetype (for the rest of the session);
+--                              the server runs either way, so turning them on again is
+--                              instant.
 --   cmd:                       The command that starts the language server, speaking
 --                              LSP on stdio. When its program is not executable,
 --                              setup() says so once and starts nothing.
@@ -61,6 +63,9 @@
 --                              before it). What is left stays shown.
 --   keymaps.dismiss:           Hides the suggestion. With no suggestion at the cursor,
 --                              it does what keymaps.next_edit_dismiss does.
+--   keymaps.next_candidate:    Shows the next of the suggestion's candidates (the
+--                              server's generation.candidates), going round.
+--   keymaps.previous_candidate: Shows the previous candidate.
 --   keymaps.next_edit_accept:  Normal-mode key for a next edit: away from it, moves the
 --                              cursor to its first edit; there, applies all its edits,
 --                              as one undo step.
@@ -70,7 +75,9 @@
 --                              the cursor now, as :CompleterNextEdit.
 --
 -- A keymap set to false is not mapped. With nothing shown, each key does what it did
--- before setup() (your own mapping, buffer-local or global, or the key itself).
+-- before setup() (your own mapping, buffer-local or global, or the key itself); so do the
+-- Insert-mode keys while a completion menu is open (Vim's popup menu, nvim-cmp's or
+-- blink.cmp's), when no suggestion is drawn.
 
 local ghost = require("completer.ghost")
 local next_edit = require("completer.next_edit")
@@ -117,6 +124,8 @@ local defaults = {
     accept_line = "<S-Tab>",
     accept_word = "<C-B>",
     dismiss = "<C-]>",
+    next_candidate = "<M-]>", -- as copilot.vim
+    previous_candidate = "<M-[>",
     next_edit_accept = "<Tab>",
     next_edit_dismiss = "<Esc>",
     next_edit_request = "<M-n>",
@@ -134,6 +143,8 @@ local KEY_ACTIONS = {
   accept_line = { modes = { "i" }, ghost = true, kind = "line", desc = "accept a line of the suggestion" },
   accept_word = { modes = { "i" }, ghost = true, kind = "word", desc = "accept a word of the suggestion" },
   dismiss = { modes = { "i" }, ghost = true, next_edit = "dismiss", desc = "dismiss the suggestion" },
+  next_candidate = { modes = { "i" }, ghost = true, step = 1, desc = "show the next candidate" },
+  previous_candidate = { modes = { "i" }, ghost = true, step = -1, desc = "show the previous candidate" },
   next_edit_accept = { modes = { "n" }, next_edit = "accept", desc = "go to the next edit, or apply it" },
   next_edit_dismiss = { modes = { "n" }, next_edit = "dismiss", desc = "dismiss the next edit" },
   next_edit_request = { modes = { "n", "i" }, next_edit = "request", desc = "ask for a next edit" },
@@ -141,6 +152,7 @@ local KEY_ACTIONS = {
 
 M.config = vim.deepcopy(defaults)
 M.enabled = defaults.enabled
+M.off_filetypes = {} -- filetype -> true: turned off there by :CompleterToggle, for the session
 M.failure = nil -- why the server cannot run, once setup() found out
 local builtin = false -- vim.lsp.inline_completion draws the suggestions
 local registered = false -- setup() has called vim.lsp.config
@@ -276,17 +288,25 @@ end
 ------------------------------------------------------------------------------
 -- Keys: act on the suggestion when one is shown, else do what the key did before.
 
---- Perform `name` (accept, accept_line, accept_word, dismiss) on the suggestion shown in
---- `buf`; false when none is shown.
+--- Perform `name` (accept, accept_line, accept_word, dismiss, next_candidate,
+--- previous_candidate) on the suggestion shown in `buf`; false when none is shown.
 local function act_on_ghost(buf, name)
-  local kind = KEY_ACTIONS[name].kind
+  local kind, step = KEY_ACTIONS[name].kind, KEY_ACTIONS[name].step
   if not builtin then
     if name == "dismiss" then
       return ghost.dismiss(buf)
+    elseif step then
+      return ghost.cycle(buf, step)
     end
     return ghost.accept(buf, kind)
   end
-  if name == "dismiss" then
+  if step then
+    if not builtin_shown(buf) then
+      return false
+    end
+    vim.lsp.inline_completion.select({ bufnr = buf, count = step })
+    return true
+  elseif name == "dismiss" then
     if not builtin_shown(buf) then
       return false
     end
@@ -347,7 +367,8 @@ local function act(buf, name)
 end
 
 local function press(buf, name, mode)
-  if M.enabled and act(buf, name) then
+  -- An open completion menu takes the keys: Tab picks from it, as without this plugin.
+  if M.active(buf) and not (mode == "i" and ghost.menu_visible()) and act(buf, name) then
     return
   end
   local key = ((saved_keys[buf] or {})[name] or {})[mode]
@@ -428,7 +449,7 @@ function M.statusline()
   if not client then
     return ""
   end
-  if not M.enabled then
+  if not M.active(vim.api.nvim_get_current_buf()) then
     return "completer: off"
   end
   local now = vim.uv.now()
@@ -477,22 +498,45 @@ function M.show_stats()
   end)
 end
 
---- :CompleterToggle: suggestions off (nothing asked, nothing shown, keys fall through)
---- or on again. `on` forces a state.
-function M.toggle(on)
-  if on == nil then
-    on = not M.enabled
+--- Whether suggestions are on in `buf`: on everywhere, and not turned off for its filetype.
+function M.active(buf)
+  return M.enabled and not M.off_filetypes[vim.bo[buf].filetype]
+end
+
+--- :CompleterToggle! (no `filetype`): suggestions off everywhere (nothing asked, nothing
+--- shown, keys fall through) or on again. :CompleterToggle: the same for the buffers of
+--- `filetype` only, remembered for the session. `on` forces a state.
+function M.toggle(on, filetype)
+  if filetype then
+    if on == nil then
+      on = M.off_filetypes[filetype] == true
+    end
+    M.off_filetypes[filetype] = (not on) or nil
+  else
+    if on == nil then
+      on = not M.enabled
+    end
+    M.enabled = on
   end
-  M.enabled = on
+  local function affected(buf)
+    return filetype == nil or vim.bo[buf].filetype == filetype
+  end
   if builtin then
-    builtin_enable(on)
+    for _, client in ipairs(vim.lsp.get_clients({ name = NAME })) do
+      for buf in pairs(client.attached_buffers) do
+        if affected(buf) then
+          vim.lsp.inline_completion.enable(M.active(buf), { bufnr = buf })
+        end
+      end
+    end
   elseif not on then
-    ghost.clear_all()
+    ghost.clear_all(affected)
   end
   if not on then
-    next_edit.clear_all()
+    next_edit.clear_all(affected)
   end
-  notify("suggestions " .. (on and "on" or "off"), vim.log.levels.INFO)
+  local where = filetype and (" for " .. (filetype ~= "" and filetype or "buffers with no filetype")) or ""
+  notify("suggestions " .. (on and "on" or "off") .. where, vim.log.levels.INFO)
 end
 
 --- :CompleterNextEdit: ask for a next edit at the cursor now, or say why none can be.
@@ -521,6 +565,9 @@ end
 local function on_attach(buf, client)
   if builtin then
     vim.lsp.inline_completion.enable(M.enabled, { client_id = client.id })
+    if not M.active(buf) then -- its filetype was turned off
+      vim.lsp.inline_completion.enable(false, { bufnr = buf })
+    end
   else
     ghost.attach(buf)
   end
@@ -568,9 +615,9 @@ function M.setup(opts)
   vim.api.nvim_create_autocmd("ColorScheme", { group = group, callback = link_highlights }) -- :hi clear drops them
   vim.api.nvim_create_user_command("CompleterStats", M.show_stats,
     { desc = "completer: the server's statistics" })
-  vim.api.nvim_create_user_command("CompleterToggle", function()
-    M.toggle()
-  end, { desc = "completer: suggestions on/off" })
+  vim.api.nvim_create_user_command("CompleterToggle", function(command)
+    M.toggle(nil, not command.bang and vim.bo.filetype or nil)
+  end, { bang = true, desc = "completer: suggestions on/off for this filetype (with !: everywhere)" })
   vim.api.nvim_create_user_command("CompleterNextEdit", M.request_next_edit,
     { desc = "completer: ask for a next edit at the cursor" })
 
@@ -593,16 +640,14 @@ function M.setup(opts)
   ghost.options = {
     name = NAME,
     debounce_ms = M.config.debounce_ms,
-    enabled = function()
-      return M.enabled
-    end,
+    enabled = M.active,
     held = next_edit.at_cursor,
   }
   next_edit.options = {
     name = NAME,
     debounce_ms = M.config.next_edit_debounce_ms,
-    enabled = function()
-      return M.enabled and M.config.next_edit
+    enabled = function(buf)
+      return M.active(buf) and M.config.next_edit
     end,
   }
 

@@ -27,8 +27,9 @@ local INLINE_EDIT_CAPABILITY = "copilotInlineEdit"
 
 local REQUEST_CANCELLED, CONTENT_MODIFIED = -32800, -32801
 
--- Set by init.lua's setup: the LSP config name, the debounce and whether next edits are on.
-M.options = { name = "completer", debounce_ms = 500, enabled = function() return true end }
+-- Set by init.lua's setup: the LSP config name, the debounce and whether next edits are on
+-- in a buffer.
+M.options = { name = "completer", debounce_ms = 500, enabled = function(_) return true end }
 
 --- Per attached buffer: { timer, seq, tick (the changedtick last seen changed),
 --- pending = {client, id}?, suggestion? }
@@ -47,7 +48,7 @@ end
 
 --- Why no next edit can be asked for in `buf` now, or nil when one can.
 function M.unavailable(buf)
-  if not M.options.enabled() then
+  if not M.options.enabled(buf) then
     return "next edits are off (the next_edit option, :CompleterToggle)"
   elseif not buffers[buf] then
     return "the server is not attached to this buffer"
@@ -159,7 +160,7 @@ local function on_answer(buf, seq, client, err, result)
     return
   end
   local edits = type(result) == "table" and type(result.edits) == "table" and result.edits or {}
-  if #edits == 0 or not M.options.enabled() or not for_buffer_now(buf, edits) then
+  if #edits == 0 or not M.options.enabled(buf) or not for_buffer_now(buf, edits) then
     return
   end
   state.suggestion = { edits = edits, client_id = client.id, encoding = client.offset_encoding }
@@ -203,7 +204,7 @@ function M.on_change(buf, typing)
   end
   state.tick = tick
   M.clear(buf)
-  if typing and M.options.enabled() then
+  if typing and M.options.enabled(buf) then
     state.timer:start(M.options.debounce_ms, 0, vim.schedule_wrap(function()
       M.request(buf)
     end))
@@ -318,10 +319,12 @@ function M.detach(buf)
   pcall(vim.api.nvim_del_augroup_by_name, "completer.next_edit." .. buf)
 end
 
---- Clear every buffer (when suggestions are turned off).
-function M.clear_all()
+--- Clear every buffer for which `which(buf)` holds (when suggestions are turned off there).
+function M.clear_all(which)
   for buf in pairs(buffers) do
-    M.clear(buf)
+    if which(buf) then
+      M.clear(buf)
+    end
   end
 end
 
