@@ -1,11 +1,13 @@
 // A real VS Code (code-server) in a real browser (headless Chromium), with the built
 // .vsix installed and the real server behind it: open a Python file, type, wait for the
-// inline suggestion's ghost text, take a screenshot, accept it with Tab and read the
-// file back from disk. Then the next edit: in EDIT_FILE, type the start of an edit, wait
+// inline suggestion's ghost text, take a screenshot, show the next candidate (Alt+]) and
+// the first again (Alt+[), accept it with Tab and read the file back from disk; turn the
+// language's suggestions off and on again (completer: Toggle Suggestions for This
+// Language). Then the next edit: in EDIT_FILE, type the start of an edit, wait
 // for the suggestion's decorations, move away, Tab back to it, Tab to apply it, undo it,
 // and Escape the next one; read the statistics. Then point a setting at a missing model
 // and wait for the error notification. Writes result.json, vscode-inline-suggestion.png,
-// vscode-accepted.png, vscode-next-edit.png, vscode-load-error.png and code-server.log
+// vscode-candidates.png, vscode-accepted.png, vscode-next-edit.png, vscode-load-error.png and code-server.log
 // to ARTIFACTS. Run by tests/test_vscode.py, which prepares the workspace and checks the
 // result.
 //
@@ -15,19 +17,11 @@
 // ARTIFACTS, CHROMIUM (default /usr/bin/chromium), SERVER_OPTIONS (JSON settings under
 // completer.), WORKSPACE_NOTICE (optional: a notification the workspace's own settings
 // cause, waited for).
-import { spawn, spawnSync } from "node:child_process";
-import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
-import { createServer } from "node:net";
-import { tmpdir } from "node:os";
+import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
+import { env, log, minutes, openFile, prepareProfile, startCodeServer, waitForModels } from "./codeServer.mjs";
 
-const env = (name, fallback) => {
-  const value = process.env[name] ?? fallback;
-  if (value === undefined) throw new Error(`set ${name}`);
-  return value;
-};
-const codeServer = env("CODE_SERVER");
 const workspace = env("WORKSPACE");
 const file = env("FILE");
 const typed = env("TYPED");
@@ -35,113 +29,8 @@ const editFile = env("EDIT_FILE");
 const [editLine, editCharacter] = env("EDIT_AT").split(":").map(Number);
 const editTyped = env("EDIT_TYPED");
 const artifacts = env("ARTIFACTS");
-const minutes = (n) => n * 60_000;
-// No extension marketplace (the discard port): code-server asks nothing of other machines.
-const offline = { ...process.env, EXTENSIONS_GALLERY: JSON.stringify({ serviceUrl: "http://127.0.0.1:9/gallery" }) };
-
-function log(message) {
-  process.stderr.write(`[e2e ${new Date().toISOString().slice(11, 19)}] ${message}\n`);
-}
-
-async function freePort() {
-  const server = createServer();
-  await new Promise((resolve) => server.listen(0, "127.0.0.1", resolve));
-  const { port } = server.address();
-  await new Promise((resolve) => server.close(resolve));
-  return port;
-}
-
-// The extension's settings of machine scope (the program, where code and keys go).
-const manifest = JSON.parse(readFileSync(new URL("../package.json", import.meta.url), "utf8"));
-const machineScoped = (key) => manifest.contributes.configuration.properties[key]?.scope === "machine";
-
-// The user's settings, split as VS Code reads them: code-server's window is a remote one,
-// where a machine-scoped setting comes from the remote machine's settings alone
-// (user-data/Machine/settings.json), the rest from the user's (user-data/User).
-function prepareProfile() {
-  const home = mkdtempSync(join(tmpdir(), "completer-e2e-"));
-  const userData = join(home, "user-data");
-  const extensions = join(home, "extensions");
-  mkdirSync(join(userData, "User"), { recursive: true });
-  mkdirSync(join(userData, "Machine"), { recursive: true });
-  const settings = {
-    "security.workspace.trust.enabled": false, // the test's own folder: trusted
-    "workbench.startupEditor": "none",
-    "workbench.tips.enabled": false,
-    "chat.disableAIFeatures": true,
-    "telemetry.telemetryLevel": "off",
-    "update.mode": "none",
-    "extensions.autoCheckUpdates": false,
-    "extensions.autoUpdate": false,
-    "extensions.ignoreRecommendations": true,
-    "workbench.secondarySideBar.defaultVisibility": "hidden",
-    "editor.inlineSuggest.enabled": true,
-    "editor.quickSuggestions": { other: false, comments: false, strings: false },
-    "editor.autoClosingBrackets": "never",
-    "editor.autoClosingQuotes": "never",
-    "editor.suggestOnTriggerCharacters": false,
-    "files.autoSave": "afterDelay",
-    "files.autoSaveDelay": 200,
-    "completer.command": env("COMPLETER"),
-    ...Object.fromEntries(
-      Object.entries(JSON.parse(env("SERVER_OPTIONS", "{}"))).map(([key, value]) => [`completer.${key}`, value]),
-    ),
-  };
-  const entries = Object.entries(settings);
-  const user = Object.fromEntries(entries.filter(([key]) => !machineScoped(key)));
-  const machine = Object.fromEntries(entries.filter(([key]) => machineScoped(key)));
-  writeFileSync(join(userData, "User", "settings.json"), JSON.stringify(user, null, 2));
-  writeFileSync(join(userData, "Machine", "settings.json"), JSON.stringify(machine, null, 2));
-  const install = spawnSync(
-    process.execPath,
-    [codeServer, "--user-data-dir", userData, "--extensions-dir", extensions, "--install-extension", env("VSIX")],
-    { encoding: "utf8", env: offline },
-  );
-  if (install.status !== 0) throw new Error(`--install-extension failed:\n${install.stdout}\n${install.stderr}`);
-  log(install.stdout.trim().split("\n").pop());
-  return { userData, extensions };
-}
-
-async function startCodeServer(profile) {
-  const port = await freePort();
-  const child = spawn(
-    process.execPath,
-    [codeServer, "--auth", "none", "--bind-addr", `127.0.0.1:${port}`, "--disable-telemetry",
-      "--disable-update-check", "--disable-workspace-trust", "--user-data-dir", profile.userData,
-      "--extensions-dir", profile.extensions, workspace],
-    {
-      stdio: ["ignore", "pipe", "pipe"],
-      detached: true,
-      env: offline,
-    },
-  );
-  let output = "";
-  child.stdout.on("data", (data) => (output += data));
-  child.stderr.on("data", (data) => (output += data));
-  const url = `http://127.0.0.1:${port}`;
-  for (const start = Date.now(); Date.now() - start < minutes(2);) {
-    if (child.exitCode !== null) throw new Error(`code-server exited:\n${output}`);
-    try {
-      if ((await fetch(`${url}/healthz`)).ok) return { child, url, output: () => output };
-    } catch {
-      // not listening yet
-    }
-    await new Promise((resolve) => setTimeout(resolve, 250));
-  }
-  throw new Error(`code-server did not answer on ${url}:\n${output}`);
-}
 
 const MISSING_MODEL = "/nonexistent/model.gguf";
-
-async function openFile(page, name) {
-  await page.keyboard.press("Control+P");
-  await page.keyboard.type(name);
-  await page.waitForSelector(`.quick-input-list .monaco-list-row[aria-label*="${name}"]`, { timeout: 30_000 });
-  await page.keyboard.press("Enter");
-  await page.waitForSelector(`.tab.active[data-resource-name="${name}"]`, { timeout: 30_000 });
-  await page.click(".editor-group-container.active .monaco-editor .view-lines");
-  log(`${name} open`);
-}
 
 async function fileChange(path, from, timeout = 30_000) {
   let text = from;
@@ -314,19 +203,30 @@ async function runCommand(page, title) {
   await page.keyboard.type(`completer: ${title}`);
   await page.waitForSelector(`.quick-input-list .monaco-list-row[aria-label*="${title}"]`);
   await page.keyboard.press("Enter");
+  await page.locator(".quick-input-widget").first().waitFor({ state: "hidden", timeout: 10_000 });
 }
 
-// completer: Toggle Suggestions for This Language: off, nothing shows after typing; on
-// again, a suggestion shows.
+// Focus back in the active editor, at the end of its text.
+async function toEditorEnd(page) {
+  await page.click(".editor-group-container.active .monaco-editor .view-lines");
+  await page.keyboard.press("Control+End");
+}
+
+// completer: Toggle Suggestions for This Language, in the active Python editor: off,
+// nothing shows after typing; on again, a suggestion shows.
 async function pauseLanguage(page, ghost) {
-  await runCommand(page, "Toggle Suggestions for This Language");
-  const off = page.locator(".notification-toast").filter({ hasText: "suggestions off for python" });
-  await off.first().waitFor({ timeout: 10_000 });
+  const toggle = async (state) => {
+    await runCommand(page, "Toggle Suggestions for This Language");
+    const toast = page.locator(".notification-toast").filter({ hasText: `suggestions ${state} for python` });
+    await toast.first().waitFor({ timeout: 10_000 });
+    await toEditorEnd(page);
+  };
+  await toggle("off");
   await page.keyboard.press("Enter");
   await page.keyboard.type("total = ", { delay: 30 });
   await page.waitForTimeout(3000); // past the debounce and a completion's time
   const shownWhileOff = await ghost.count();
-  await runCommand(page, "Toggle Suggestions for This Language");
+  await toggle("on");
   await page.keyboard.type("s", { delay: 30 });
   const shownWhenOn = await ghost.first().waitFor({ timeout: minutes(1) }).then(() => true, () => false);
   await page.keyboard.press("Escape");
@@ -366,11 +266,7 @@ async function drive(url, profile) {
       log(`workspace setting's notice: ${workspaceNotice}`);
     }
 
-    // The status bar item says "ready" (to a screen reader) once the models are loaded. Its
-    // sparkle alone does not tell: it shows before the server starts too.
-    await page.waitForSelector('.statusbar-item [aria-label^="completer: ready"], .statusbar-item[aria-label^="completer: ready"]',
-      { state: "attached", timeout: minutes(5) });
-    log("models loaded");
+    await waitForModels(page);
 
     await page.keyboard.press("Control+End");
     await page.keyboard.type(typed, { delay: 30 });
@@ -395,7 +291,9 @@ async function drive(url, profile) {
     await figures.first().waitFor({ timeout: 30_000 });
     const status = await figures.first().textContent();
     await page.screenshot({ path: join(artifacts, "vscode-accepted.png") });
+    // (Before the next edit: what is typed here is in the edit history its prompt holds.)
     const paused = await pauseLanguage(page, ghost);
+    log(`paused: ${JSON.stringify(paused)}`);
 
     const next_edit = await nextEdit(page, profile);
     next_edit.statistics = await statistics(page);
@@ -434,8 +332,8 @@ async function drive(url, profile) {
 }
 
 mkdirSync(artifacts, { recursive: true });
-const profile = prepareProfile();
-const server = await startCodeServer(profile);
+const profile = prepareProfile({}, JSON.parse(env("SERVER_OPTIONS", "{}")));
+const server = await startCodeServer(profile, workspace);
 try {
   const result = await drive(server.url, profile);
   writeFileSync(join(artifacts, "result.json"), JSON.stringify(result, null, 2));

@@ -209,12 +209,13 @@ function M.show(buf, index)
     return false
   end
   local previous = state.suggestion
-  state.suggestion, state.index = candidate, index
+  state.suggestion = candidate
   local cur = current(buf)
   if not cur then
     state.suggestion = previous
     return false
   end
+  state.index = index
   render(buf, cur)
   local client = vim.lsp.get_client_by_id(candidate.client_id)
   if client and not client:is_stopped() then
