@@ -10,7 +10,7 @@ Algorithm (benchmarks/nvim_latency.lua and editor-extensions/vscode/e2e/latency.
 and time, in the editor):
     the file: a standard-library module no test or bench here types (colorsys.py); the
         session types `lines` of its lines after the first third (a character a key,
-        indentation included, with Neovim's indenting off), every key 150-250 ms after
+        indentation included, with the editors' indenting off), every key 150-250 ms after
         the last (uniform, seeded), and a 1 s pause after each line; the document before
         them is the file up to there
     per key: the time from the key reaching the editor (Neovim: vim.on_key; VS Code: a
@@ -23,7 +23,7 @@ and time, in the editor):
     Tab to next: `holes` documents cut after whole lines spread over the same file; at
         each, wait for the ghost text (Neovim: entering Insert mode at the end asks; VS
         Code: the document's last character typed asks), read it 1 s, press Tab, time to
-        the next ghost text
+        the next ghost text (Neovim: within 30 s; VS Code: within 5 s)
     one editor (and server) per case, server.prefetch on and off, so that neither finds
         the other's caches; options
         {"models": {"preset": P}, "generation": {"max_tokens": 16, "time_budget_ms": 0}}
