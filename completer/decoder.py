@@ -120,10 +120,11 @@ class Decoder(Protocol):
         ...
 
     def enter(self, document: str, path_in_workspace: str | None, left: tuple[str, str] | None,
-              cancel: CancelFlag | None) -> None:
+              cancel: CancelFlag | None, edits: bool = False) -> None:
         """A request for `document` starts (under its turn). `path_in_workspace`: its path,
         when inside the workspace; `left`: (document, text) of a workspace document the user
-        just left."""
+        just left; `edits`: a next-edit request, whose prompt shares next to nothing with
+        the document's completions'."""
         ...
 
     def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int] | str, int]:

@@ -43,6 +43,14 @@ class Snapshot:
         return sum(len(state) for _, state in self.sequences)
 
 
+def caches_name(document: str, edits: bool) -> str:
+    """The name of a document's caches. Its next edits have caches of their own: their prompt
+    (an instruction, the region to rewrite) shares next to nothing with its completions'
+    (the text before the cursor), so in one cache each request evaluated its whole prompt
+    again after the other kind, and the editors ask for a next edit whenever typing pauses."""
+    return f"edits:{document}" if edits else document
+
+
 class DocumentCaches:
     """The live document's name and the others' saved caches. Switching runs with the
     engine; `saved_bytes` is read from any thread (statistics), so `saved` changes and
@@ -173,15 +181,15 @@ class LocalDecoder:
             self._engine_lock.release()
 
     def enter(self, document: str, path_in_workspace: str | None, left: tuple[str, str] | None,
-              cancel: CancelFlag | None) -> None:
-        """Make the document's caches live; n-gram lookup drafts from the workspace
-        document left, and no longer from this one's older copies."""
+              cancel: CancelFlag | None, edits: bool = False) -> None:
+        """Make the document's caches live (its next edits' own, for `edits`); n-gram lookup
+        drafts from the workspace document left, and no longer from this one's older copies."""
         if left is not None:
             self.engine.ngram.set_other_document(left[0], self.engine.model.tokenize(left[1]))
         self.engine.ngram.remove_other_document(document)  # it is the document now
         if path_in_workspace is not None:
             self.index.hide(path_in_workspace)  # the editor's text is newer than the index's copy
-        self.caches.activate(document)
+        self.caches.activate(caches_name(document, edits))
 
     def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int], int]:
         return with_length(tokenize_segments(self.engine.model, segments))
@@ -248,7 +256,8 @@ class LocalDecoder:
     def close(self, document: str, path: str | None) -> None:
         """Its saved caches go; n-gram lookup drafts from the file as last saved again."""
         with self._engine():
-            self.caches.forget(document)
+            self.caches.forget(caches_name(document, edits=False))
+            self.caches.forget(caches_name(document, edits=True))
             self.engine.ngram.remove_other_document(document)
             if path is not None and not self.engine.ngram.has_saved_file(path):
                 self.index.show(path)

@@ -438,7 +438,7 @@ class ServerDecoder:
         return nullcontext()  # requests for other documents go on at once; a pinned slot is locked in decode
 
     def enter(self, document: str, path_in_workspace: str | None, left: tuple[str, str] | None,
-              cancel: CancelFlag | None) -> None:
+              cancel: CancelFlag | None, edits: bool = False) -> None:
         """Nothing to prepare: the server keeps its own caches and drafts from them."""
 
     def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int] | str, int]:

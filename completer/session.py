@@ -459,7 +459,7 @@ class Completer:
         return edit
 
     def _next_edit(self, request: CompletionRequest, model: DecoderModel, cancel: CancelFlag) -> NextEdit:
-        self._enter(request, cancel)
+        self._enter(request, cancel, edits=True)
         options = self.config.edits
         edit_format = FORMATS[edit_format_name(self.config)]
         path = self.workspace_path(request.path)
@@ -598,12 +598,14 @@ class Completer:
                         lambda text: cut_to_scope(text, cursor) != text, cancel, candidates=options.candidates)
         return self.decoder.decode(decode), cursor
 
-    def _enter(self, request: CompletionRequest, cancel: CancelFlag | None, ahead: bool = False) -> CompletionSession:
+    def _enter(self, request: CompletionRequest, cancel: CancelFlag | None, ahead: bool = False,
+               edits: bool = False) -> CompletionSession:
         """Under the decoder's turn: the request's document becomes the current one, and the
         workspace document the user left a context chunk (measured in the decoder's
         tokens, under the request's cancel flag) that the decoder may draft from. `ahead`:
         a prefetch, whose text is not yet the document's: the session's text and the edit
-        history stay as they are."""
+        history stay as they are. `edits`: a next-edit request, on the document's caches for
+        next edits."""
         with self._state:
             session = self.sessions.setdefault(request.document, CompletionSession(request.path))
             left_document = self.current if self.current != request.document else None
@@ -616,6 +618,6 @@ class Completer:
             self.ring.add(left.path, left.text, left.cursor, lambda text: self.decoder.count(text, cancel))
             left_for_drafting = (left_document, left.text)
         in_workspace = request.path if self.workspace.contains(request.path) else None
-        self.decoder.enter(request.document, in_workspace, left_for_drafting, cancel)
+        self.decoder.enter(request.document, in_workspace, left_for_drafting, cancel, edits)
         return session
 

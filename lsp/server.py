@@ -12,10 +12,11 @@
     didShowCompletion, didPartiallyAcceptCompletion, completer.accept
                        what of the items was shown and taken (lsp.acceptance), and how much
                        of it is still there 30 s and 2 min later
-    copilotInlineEdit  -> Completer.next_edit in a worker thread: the edits the user will
-                          make next around the cursor (Copilot's request and shape), for the
-                          document's version then; didShowInlineEdit and the edits' commands
-                          count what was shown, accepted and dismissed
+    copilotInlineEdit  -> Completer.next_edit in a worker thread, once the document's
+                          completions being answered and their prefetch are done: the edits
+                          the user will make next around the cursor (Copilot's request and
+                          shape), for the document's version then; didShowInlineEdit and the
+                          edits' commands count what was shown, accepted and dismissed
     completer/stats    counters; completer.accept (each item's command) counts acceptance
 
 Requests before the models are ready get an empty answer. A model that fails to load
@@ -190,7 +191,10 @@ class CompleterServer(LanguageServer):
         # The last completer/warm that came while the models loaded (the file the editor
         # opened first, which started the server): it runs once they are ready.
         self.pending_warm: tuple[str, types.Position] | None = None
-        self.prefetching: asyncio.Future | None = None  # the last prefetch started (server.prefetch)
+        # What a next edit for a document waits for (completions_done): the completion
+        # requests being answered and the prefetches started (server.prefetch), by document.
+        self.completing: dict[asyncio.Future, str] = {}
+        self.prefetches: dict[asyncio.Future, str] = {}
 
     def report_server_error(self, error: Exception, source: Any) -> None:
         """A body pygls could not parse (not JSON, not UTF-8): answer with a parse error, as
@@ -214,6 +218,17 @@ class CompleterServer(LanguageServer):
 
     def in_worker(self, function, *args) -> asyncio.Future:
         return self.loop.run_in_executor(self.workers, function, *args)
+
+    async def completions_done(self, uri: str) -> None:
+        """Until no completion for the document is being answered and no prefetch for it
+        runs. A next edit waits for them: the engine serves one request at a time, and the
+        editors ask for a next edit once typing pauses, while the completion for the last
+        key is still on its way. Taking the engine first, the next edit held back the
+        prefetch of that completion, then the completion after Tab itself: VS Code showed
+        it seconds late."""
+        while busy := [task for task, document in (*self.completing.items(), *self.prefetches.items())
+                       if document == uri]:
+            await asyncio.wait(busy)
 
     def offer(self, answer: Answer) -> list[int]:
         """New items' ids, one per candidate of `answer`, remembered for what the editor says of them."""
@@ -433,7 +448,12 @@ async def answer_at(ls: CompleterServer, uri: str, position: types.Position) -> 
     if ls.completer is None:
         return None
     version = document.version
-    completion = await complete(ls.completer, request, ls.config.server.debounce_ms, ls.in_worker)
+    answering = asyncio.current_task()
+    ls.completing[answering] = uri
+    try:
+        completion = await complete(ls.completer, request, ls.config.server.debounce_ms, ls.in_worker)
+    finally:
+        del ls.completing[answering]
     if completion is None:
         return None
     if completion.warning != ls.warning_shown:  # once each: the stats keep saying it
@@ -454,7 +474,9 @@ async def inline_completion(ls: CompleterServer, params: types.InlineCompletionP
     answer = await answer_at(ls, params.text_document.uri, params.position)
     if answer is None:
         return None
-    ls.prefetching = asyncio.ensure_future(prefetch_after(ls, answer))  # kept: the loop holds tasks weakly
+    prefetching = asyncio.ensure_future(prefetch_after(ls, answer))  # kept: the loop holds tasks weakly
+    ls.prefetches[prefetching] = answer.document.uri
+    prefetching.add_done_callback(ls.prefetches.pop)
     return inline_items(answer, ls.encoding, ls.offer(answer))
 
 
@@ -483,6 +505,9 @@ async def inline_edit(ls: CompleterServer, params: Any) -> dict[str, list]:
     if ls.completer is None or version not in (None, document.version):
         return {"edits": []}
     version = document.version
+    await ls.completions_done(uri)
+    if document.version != version:  # typed meanwhile: the request is for text that is gone
+        return {"edits": []}
     edit = await next_edit(ls.completer, request, ls.in_worker)
     return edit_items(document, version, request, edit, ls.encoding, next(ls.item_ids))
 

@@ -220,6 +220,24 @@ def test_a_newer_next_edit_request_supersedes_the_running_one_and_an_inline_requ
     assert completer.stats().superseded == 1
 
 
+def test_next_edits_and_completions_keep_their_own_caches_of_a_document(target):
+    """Their prompts share next to nothing: after a next edit, a completion at the same
+    place evaluates almost none of its prompt, and a second next edit almost none of its own."""
+    completer = Completer(LocalDecoder(Engine(target, None, n_ctx=CONTEXT, calibrate_s=0)),
+                          replace(config(max_tokens=8), edits=SMALL_REGION))
+    request = at_end("shapes.py", RENAMED)
+    first = completer.complete(request)
+    assert first.source == Source.MODEL and first.evaluated_tokens > 40, first
+    completer.next_edit(request)
+    evaluated = completer.counters.evaluated_tokens
+    completer.forget_shown("shapes.py")
+    again = completer.complete(request)
+    assert again.source == Source.MODEL and again.evaluated_tokens <= 2, again
+    completer.next_edit(request)
+    assert completer.counters.evaluated_tokens - evaluated - again.evaluated_tokens <= 2
+    assert completer.stats().edit_requests == 2
+
+
 def test_a_region_that_cannot_fit_gets_no_edit_saying_why(new_completer):
     """One line longer than the whole context: nothing left to shrink, an answer at once."""
     completer = new_completer(replace(config(), edits=SMALL_REGION))

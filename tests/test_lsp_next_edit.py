@@ -90,3 +90,22 @@ async def test_bad_params_are_an_invalid_params_error_and_the_server_keeps_answe
     uri = "file:///project/after.py"
     open_document(client, uri, RENAMED)
     assert "edits" in await inline_edit(client, uri, None, 3, 9)
+
+
+async def test_a_next_edit_asked_while_a_completion_is_on_its_way_waits_for_it_and_its_prefetch(client):
+    """The editors ask for a next edit once typing pauses, while the completion for the
+    last key is still being computed: the completion after its acceptance is computed
+    first (the next edit taking the engine, it was not, and Tab waited seconds)."""
+    uri = "file:///project/both.py"
+    text = "def mean(values):\n    return sum(values) / len(values)\n\n\ndef variance(values):\n    "
+    open_document(client, uri, text)
+    completing = asyncio.ensure_future(inline(client, uri, 5, 4))
+    asking = asyncio.ensure_future(inline_edit(client, uri, 1, 5, 4))
+    shown = (await completing).items[0].insert_text
+    assert (await asking)["edits"] is not None  # answered, after the prefetch
+    assert (await stats(client))["prefetches"] == 1
+    insert(client, uri, 2, 5, 4, shown)  # Tab
+    lines = shown.split("\n")
+    await inline(client, uri, 5 + len(lines) - 1, 4 + len(shown) if len(lines) == 1 else len(lines[-1]))
+    current = await stats(client)
+    assert (current["prefetch_hits"], current["edit_requests"]) == (1, 1)

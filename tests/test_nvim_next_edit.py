@@ -11,7 +11,7 @@ import json
 
 import pytest
 
-from test_nvim_plugin import checks, run_nvim
+from test_nvim_plugin import checks, on_screen, run_nvim, user_screen
 
 DELETE, INSERT = "CompleterNextEditDelete", "CompleterNextEditInsert"
 
@@ -137,30 +137,11 @@ def test_the_session_raised_no_error(session):
     assert "Error" not in session["messages"] and "stack traceback" not in session["messages"], session["messages"]
 
 
-def on_screen(lines: list[str], marks: list[dict]) -> list[str]:
-    """The buffer's lines as a screen shows them with the extmarks' virtual text (lines
-    that fit the screen's width)."""
-    screen = []
-    for row, line in enumerate(lines):
-        here = [mark for mark in marks if mark["row"] == row]
-        for mark in sorted((mark for mark in here if mark["virt_text"]), key=lambda mark: -mark["col"]):
-            line = line[:mark["col"]] + mark["virt_text"] + line[mark["col"]:]
-        virtual = [mark for mark in here if mark["virt_lines"]]
-        screen += [text for mark in virtual if mark["virt_lines_above"] for text in mark["virt_lines"]]
-        screen.append(line)
-        screen += [text for mark in virtual if not mark["virt_lines_above"] for text in mark["virt_lines"]]
-    return screen
-
-
 def test_the_screen_shows_the_next_edit_where_it_would_go(smol, smol_cache, tmp_path):
     """A Neovim with a screen (in a terminal of another one, read as text), where the user
     renames the parameter and leaves Insert mode: the next edit's text is on the screen
     where it would go. The screen is kept in tmp_path / "screen.txt"."""
-    answer = run_nvim("next_edit_screen.lua", tmp_path, smol_cache, timeout_s=240, lua=True)
-    assert "error" not in answer, answer.get("error")
-    screen = [line.rstrip() for line in answer["screen"]]
-    (tmp_path / "screen.txt").write_text("\n".join(screen) + "\n")
-    shown = answer["shown"]
+    screen, shown = user_screen("next_edit_screen_user.lua", tmp_path, smol_cache)
     assert any(mark["virt_lines"] or mark["virt_text"] for mark in shown["marks"])
     expected = on_screen(shown["lines"], shown["marks"])
     assert screen[:len(expected)] == expected, "\n".join(screen)

@@ -58,6 +58,32 @@ def run_nvim(script: str, tmp: Path, cache: Path, timeout_s: int, *, lua: bool =
     return json.loads(result.read_text())
 
 
+def on_screen(lines: list[str], marks: list[dict]) -> list[str]:
+    """The buffer's lines as a screen shows them with the extmarks' virtual text (lines
+    that fit the screen's width)."""
+    screen = []
+    for row, line in enumerate(lines):
+        here = [mark for mark in marks if mark["row"] == row]
+        for mark in sorted((mark for mark in here if mark["virt_text"]), key=lambda mark: -mark["col"]):
+            line = line[:mark["col"]] + mark["virt_text"] + line[mark["col"]:]
+        virtual = [mark for mark in here if mark["virt_lines"]]
+        screen += [text for mark in virtual if mark["virt_lines_above"] for text in mark["virt_lines"]]
+        screen.append(line)
+        screen += [text for mark in virtual if not mark["virt_lines_above"] for text in mark["virt_lines"]]
+    return screen
+
+
+def user_screen(script: str, tmp_path: Path, cache: Path) -> tuple[list[str], dict]:
+    """tests/nvim/<script> run by tests/nvim/screen.lua in a Neovim with a screen: that
+    screen's lines (kept in tmp_path / "screen.txt"), and what the script wrote of its
+    buffer and extmarks."""
+    answer = run_nvim("screen.lua", tmp_path, cache, timeout_s=240, lua=True, USER_SCRIPT=script)
+    assert "error" not in answer, answer.get("error")
+    screen = [line.rstrip() for line in answer["screen"]]
+    (tmp_path / "screen.txt").write_text("\n".join(screen) + "\n")
+    return screen, answer["shown"]
+
+
 def piece(text: str, kind: str) -> str:
     """What accept-line / accept-word take: a line (at a line break, the next one), or a
     word with the blanks before it (a run of word characters, or of other non-blanks)."""
@@ -168,6 +194,17 @@ def test_candidates_cycle_and_the_one_shown_is_taken(session):
     assert found["first"] != found["second"]
     before = "\n".join(found["before"])
     assert found["after"] == (before + found["second"]).split("\n")
+
+
+def test_the_screen_shows_the_next_candidate_where_the_first_was(smol, smol_cache, tmp_path):
+    """A Neovim with a screen (in a terminal of another one, read as text), candidates on:
+    after <M-]> the screen shows the second candidate as ghost text at the cursor. The
+    screen is kept in tmp_path / "screen.txt"."""
+    screen, shown = user_screen("candidates_screen_user.lua", tmp_path, smol_cache)
+    [mark] = shown["marks"]
+    assert "\n".join([mark["virt_text"], *(mark["virt_lines"] or [])]) != shown["first"]
+    expected = [line.rstrip() for line in on_screen(shown["lines"], shown["marks"])]
+    assert screen[:len(expected)] == expected, "\n".join(screen)
 
 
 def test_an_open_menu_hides_the_suggestion_and_takes_tab(session):

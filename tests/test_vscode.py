@@ -161,6 +161,11 @@ def test_a_real_vscode_shows_the_servers_suggestion_and_tab_accepts_it(smol, smo
     # Turned off for python: nothing shows as the user types; on again, a suggestion does.
     assert result["paused"] == {"shown_while_off": 0, "shown_when_on": True}
     check_next_edit(result["next_edit"])
+    # The suggest widget is VS Code's own: none of the server's items in it, and over the
+    # start of a word the file holds, Tab took the widget's item, not the ghost text.
+    widget = result["suggest_widget"]
+    assert widget["items"] and not any("completer" in item for item in widget["items"]), widget
+    assert widget["focused"] == widget["line"].strip() == "standard_deviation", widget
     # A model setting changed in VS Code reached the server, whose load error (with the
     # fix) became a notification.
     assert "model file not found: /nonexistent/model.gguf" in result["notification"]

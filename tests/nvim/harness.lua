@@ -122,6 +122,15 @@ function H.wait_ready()
   return client
 end
 
+-- An extmark's virtual text chunks ({ text, highlight } each) as one string.
+local function chunks_text(chunks)
+  local parts = {}
+  for _, chunk in ipairs(chunks) do
+    parts[#parts + 1] = chunk[1]
+  end
+  return table.concat(parts)
+end
+
 --- The ghost text shown in `buf`: { row, col, text } (virt_text and virt_lines joined
 --- with newlines), or nil.
 function H.ghost(buf)
@@ -131,22 +140,51 @@ function H.ghost(buf)
     return nil
   end
   local id, row, col, details = unpack(marks[1])
-  local lines = {}
-  local first = {}
-  for _, chunk in ipairs(details.virt_text or {}) do
-    first[#first + 1] = chunk[1]
-  end
-  lines[1] = table.concat(first)
+  local lines = { chunks_text(details.virt_text or {}) }
   for _, virt_line in ipairs(details.virt_lines or {}) do
-    local parts = {}
-    for _, chunk in ipairs(virt_line) do
-      parts[#parts + 1] = chunk[1]
-    end
-    lines[#lines + 1] = table.concat(parts)
+    lines[#lines + 1] = chunks_text(virt_line)
   end
   return { id = id, row = row, col = col, text = table.concat(lines, "\n"), count = #marks,
            pos = details.virt_text_pos }
 end
+
+--- The extmarks of `namespace` in `buf`, flattened for JSON.
+function H.marks(buf, namespace)
+  local ns = vim.api.nvim_get_namespaces()[namespace]
+  local found = {}
+  for _, mark in ipairs(ns and vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, { details = true }) or {}) do
+    local _, row, col, details = unpack(mark)
+    local virt_lines = {}
+    for _, line in ipairs(details.virt_lines or {}) do
+      virt_lines[#virt_lines + 1] = chunks_text(line)
+    end
+    found[#found + 1] = {
+      row = row, col = col, end_row = details.end_row or vim.NIL, end_col = details.end_col or vim.NIL,
+      hl_group = details.hl_group or vim.NIL,
+      virt_text = details.virt_text and chunks_text(details.virt_text) or vim.NIL,
+      virt_text_pos = details.virt_text_pos or vim.NIL,
+      virt_lines = details.virt_lines and virt_lines or vim.NIL,
+      virt_lines_above = details.virt_lines_above or false,
+    }
+  end
+  return found
+end
+
+--- The Python the ghost-text tests type into (stats.py), as buffer lines.
+H.STATS = {
+  "import math",
+  "",
+  "",
+  "def mean(values):",
+  "    return sum(values) / len(values)",
+  "",
+  "",
+  "def variance(values):",
+  "    m = mean(values)",
+  "    return sum((x - m) ** 2 for x in values) / len(values)",
+  "",
+  "",
+}
 
 function H.lines(buf)
   return vim.api.nvim_buf_get_lines(buf or 0, 0, -1, false)

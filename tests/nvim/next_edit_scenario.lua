@@ -50,34 +50,9 @@ function S.wait_warmed(H, client)
   end, 60000, "the prompt at the cursor to be warmed")
 end
 
---- The next edit's extmarks in `buf`, flattened for JSON.
-function S.marks(buf)
-  local ns = vim.api.nvim_get_namespaces()["completer.next_edit"]
-  local found = {}
-  for _, mark in ipairs(ns and vim.api.nvim_buf_get_extmarks(buf, ns, 0, -1, { details = true }) or {}) do
-    local _, row, col, details = unpack(mark)
-    local virt_text = {}
-    for _, chunk in ipairs(details.virt_text or {}) do
-      virt_text[#virt_text + 1] = chunk[1]
-    end
-    local virt_lines = {}
-    for _, line in ipairs(details.virt_lines or {}) do
-      local parts = {}
-      for _, chunk in ipairs(line) do
-        parts[#parts + 1] = chunk[1]
-      end
-      virt_lines[#virt_lines + 1] = table.concat(parts)
-    end
-    found[#found + 1] = {
-      row = row, col = col, end_row = details.end_row or vim.NIL, end_col = details.end_col or vim.NIL,
-      hl_group = details.hl_group or vim.NIL,
-      virt_text = details.virt_text and table.concat(virt_text) or vim.NIL,
-      virt_text_pos = details.virt_text_pos or vim.NIL,
-      virt_lines = details.virt_lines and virt_lines or vim.NIL,
-      virt_lines_above = details.virt_lines_above or false,
-    }
-  end
-  return found
+--- The next edit's extmarks in `buf`, flattened for JSON (harness `H`).
+function S.marks(H, buf)
+  return H.marks(buf, "completer.next_edit")
 end
 
 return S

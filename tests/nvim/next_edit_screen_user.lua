@@ -1,4 +1,4 @@
--- Run by tests/nvim/next_edit_screen.lua in a Neovim with a screen (its terminal): the
+-- Run by tests/nvim/screen.lua in a Neovim with a screen (its terminal): the
 -- user renames the parameter, as in plugin_next_edit.lua's "accept", and leaves Insert
 -- mode once the next edit is shown. Then $SHOWN gets the buffer's lines and the next
 -- edit's extmarks (JSON), and this Neovim stays until stopped.
@@ -16,10 +16,10 @@ H.run(function()
   scenario.wait_warmed(H, H.wait_ready())
   H.type("ciww")
   H.wait(function()
-    return #scenario.marks(buf) > 0
+    return #scenario.marks(H, buf) > 0
   end, 120000, "a next edit")
   H.type("<Esc>") -- the ghost text goes, the next edit stays
-  local marks = scenario.marks(buf)
+  local marks = scenario.marks(H, buf)
   vim.cmd.redraw()
   vim.fn.writefile({ vim.json.encode({ lines = H.lines(buf), marks = marks }) }, os.getenv("SHOWN"))
   H.wait(function()

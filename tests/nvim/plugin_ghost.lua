@@ -5,20 +5,7 @@
 -- reading of what a line and a word are.
 local H = dofile(vim.fs.joinpath(vim.fs.dirname(debug.getinfo(1, "S").source:sub(2)), "harness.lua"))
 
-local BASE = {
-  "import math",
-  "",
-  "",
-  "def mean(values):",
-  "    return sum(values) / len(values)",
-  "",
-  "",
-  "def variance(values):",
-  "    m = mean(values)",
-  "    return sum((x - m) ** 2 for x in values) / len(values)",
-  "",
-  "",
-}
+local BASE = H.STATS
 local ACCEPT_DESC = "completer: accept the suggestion"
 
 local completer, client

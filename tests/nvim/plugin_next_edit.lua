@@ -52,7 +52,7 @@ local function capture(lsp_client)
 end
 
 local function marks()
-  return scenario.marks(buf)
+  return scenario.marks(H, buf)
 end
 
 local function wait_marks(what)

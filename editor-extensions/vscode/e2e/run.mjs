@@ -5,9 +5,11 @@
 // language's suggestions off and on again (completer: Toggle Suggestions for This
 // Language). Then the next edit: in EDIT_FILE, type the start of an edit, wait
 // for the suggestion's decorations, move away, Tab back to it, Tab to apply it, undo it,
-// and Escape the next one; read the statistics. Then point a setting at a missing model
+// and Escape the next one; read the statistics. Then in FILE, open the suggest widget on the
+// start of a word and Tab its item. Then point a setting at a missing model
 // and wait for the error notification. Writes result.json, vscode-inline-suggestion.png,
-// vscode-candidates.png, vscode-accepted.png, vscode-next-edit.png, vscode-load-error.png and code-server.log
+// vscode-candidates.png, vscode-accepted.png, vscode-next-edit.png, vscode-suggest-widget.png,
+// vscode-load-error.png and code-server.log
 // to ARTIFACTS. Run by tests/test_vscode.py, which prepares the workspace and checks the
 // result.
 //
@@ -31,6 +33,8 @@ const editTyped = env("EDIT_TYPED");
 const artifacts = env("ARTIFACTS");
 
 const MISSING_MODEL = "/nonexistent/model.gguf";
+// Typed for the suggest widget: the start of a word FILE holds (standard_deviation).
+const WIDGET_TYPED = "standard_d";
 
 async function fileChange(path, from, timeout = 30_000) {
   let text = from;
@@ -233,6 +237,33 @@ async function pauseLanguage(page, ghost) {
   return { shown_while_off: shownWhileOff, shown_when_on: shownWhenOn };
 }
 
+// The suggest widget stays VS Code's own (the extension adds no item to it): on a new line
+// of FILE, the start of a word the file holds, Ctrl+Space opens the widget (over the inline
+// suggestion, if one shows), Tab takes the widget's focused item. The widget's items, the
+// focused one's label and the line Tab left.
+async function suggestWidget(page) {
+  const path = join(workspace, file);
+  await page.click(`.tab[data-resource-name="${file}"]`); // open since the start
+  await page.waitForSelector(`.tab.active[data-resource-name="${file}"]`, { timeout: 30_000 });
+  await toEditorEnd(page);
+  const before = readFileSync(path, "utf8");
+  await page.keyboard.press("Enter");
+  await page.keyboard.type(WIDGET_TYPED, { delay: 30 });
+  await page.waitForTimeout(1000); // an inline suggestion's time, so that the widget opens over it
+  await page.keyboard.press("Control+Space");
+  const rows = page.locator(".suggest-widget.visible .monaco-list-row");
+  await rows.first().waitFor({ timeout: 30_000 });
+  const labels = (row) => row.locator(".label-name").allTextContents();
+  const items = await rows.evaluateAll((nodes) => nodes.map((node) => node.getAttribute("aria-label")));
+  const [focused] = await labels(page.locator(".suggest-widget.visible .monaco-list-row.focused"));
+  const typed = await fileChange(path, before); // saved while the widget opened (files.autoSaveDelay)
+  await page.screenshot({ path: join(artifacts, "vscode-suggest-widget.png") });
+  await page.keyboard.press("Tab");
+  const line = (await fileChange(path, typed)).split("\n").at(-1);
+  log(`suggest widget: ${JSON.stringify({ items, focused, line })}`);
+  return { items, focused, line };
+}
+
 // The statistics as the user reads them: completer: Show Statistics, a modal dialog.
 async function statistics(page) {
   await page.keyboard.press("Control+Shift+P");
@@ -299,6 +330,7 @@ async function drive(url, profile) {
     next_edit.statistics = await statistics(page);
     next_edit.shown_total = logged(profile, "shown").length;
     log(`next edit: ${JSON.stringify(next_edit.statistics)}`);
+    const suggest_widget = await suggestWidget(page); // after the next edit: its prompt holds what is typed
 
     // A settings change reaches the server: a model path that does not exist (machine-level:
     // the server restarts with it as its --target flag) makes the load fail, which must
@@ -322,7 +354,7 @@ async function drive(url, profile) {
     await page.locator(".statusbar-item:has(.codicon-error)").first().waitFor({ timeout: 30_000 });
     await page.screenshot({ path: join(artifacts, "vscode-load-error.png") });
     return { shown, candidates, before, after, status, paused, notification, workspace_notice: workspaceNotice,
-      next_edit };
+      next_edit, suggest_widget };
   } catch (error) {
     await page.screenshot({ path: join(artifacts, "vscode-failure.png") }).catch(() => {});
     throw error;

@@ -121,6 +121,10 @@ class Extension {
         initializationOptions: this.serverOptions(),
         outputChannel: this.output,
         middleware: {
+          // The server's completion item is for editors without inline suggestions: here it
+          // would repeat the ghost text in the suggest widget, in its first place, where Tab
+          // and Enter take it. The widget stays VS Code's own.
+          provideCompletionItem: () => undefined,
           // VS Code's stable API does not say when it shows an inline item, so the first
           // item returned, which VS Code shows first, is reported as shown.
           provideInlineCompletionItems: async (document, position, context, token, next) => {
