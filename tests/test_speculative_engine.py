@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, chisquare
 
-from completer.engine import Engine, generate
+from completer.engine import PROMPT_PIECE, Engine, generate
 from completer.kv import KVSequence
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap, probabilities
@@ -290,6 +290,34 @@ def test_stops_at_a_stop_string_a_time_budget_and_a_cancel(engine, target):
     cancel.set()
     cancelled = generate(engine, prompt, 48, cancel=cancel)
     assert cancelled.stop_reason == "cancelled" and cancelled.tokens == []
+
+
+class CancelledAfter(threading.Event):
+    """A cancel flag that is set from its (checks + 1)-th look on: a newer request that
+    comes while the prompt is being evaluated."""
+
+    def __init__(self, checks: int):
+        super().__init__()
+        self.checks_left = checks
+
+    def is_set(self) -> bool:
+        self.checks_left -= 1
+        return self.checks_left < 0 or super().is_set()
+
+
+def test_a_cancel_stops_the_prompt_evaluation_at_the_next_piece(engine, target):
+    """A newer request does not wait for the rest of a long prompt (thousands of tokens
+    take seconds here): evaluation goes a piece at a time and stops at the flag, keeping
+    what went in; a generation cancelled before it starts evaluates nothing."""
+    prompt = target.tokenize(stdlib_holes(1, prompt_chars=4000)[0])
+    assert len(prompt) > 3 * PROMPT_PIECE
+    engine.reset()
+    assert generate(engine, prompt, 8, cancel=CancelledAfter(0)).stop_reason == "cancelled"
+    assert engine.target.tokens == []
+    assert generate(engine, prompt, 8, cancel=CancelledAfter(2)).stop_reason == "cancelled"
+    assert engine.target.tokens == prompt[:2 * PROMPT_PIECE]
+    finished = generate(engine, prompt, 8)  # the next request goes on from there
+    assert finished.stop_reason != "cancelled" and engine.target.tokens[:len(prompt)] == prompt
 
 
 def test_an_unknown_mode_is_refused(engine, target):
