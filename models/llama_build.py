@@ -167,9 +167,10 @@ def build(report: Callable[[str], None], jobs: int | None = None) -> tuple[Path,
 
 
 def compile_build(report: Callable[[str], None], jobs: int | None = None) -> tuple[Path, bool]:
-    """The build for this machine in the cache, compiled unless it is there (7 min 24 s on
-    2 cores of an AMD EPYC, download included); (its folder, whether it was compiled
-    now). Needs no bindings installed: the Makefile runs it while pip installs them."""
+    """The build for this machine in the cache, compiled unless it is there (4 min 49 s on
+    2 cores of an AMD EPYC, with pip installing beside it); (its folder, whether it was
+    compiled now). Needs no bindings installed: the Makefile runs it while pip installs
+    them."""
     args = cmake_args()
     folder = build_path(args)
     if complete(folder):

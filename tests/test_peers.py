@@ -5,6 +5,7 @@ it cannot start or dies, while the run goes on."""
 import json
 import os
 import subprocess
+from importlib.metadata import version
 from pathlib import Path
 
 import pytest
@@ -31,6 +32,34 @@ def test_the_cpu_flags_name_each_simd_feature_and_never_amx(tmp_path):
     assert {"-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_AVX512=ON", "-DGGML_AVX512_BF16=OFF"} <= set(args)
     assert {"-DGGML_NATIVE=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF"} <= set(args)
     assert cmake_cpu_args(tmp_path / "no-such-file") == ["-DGGML_NATIVE=ON"]
+
+
+def test_the_source_is_downloaded_once_and_a_dead_download_is_swept(monkeypatch, tmp_path):
+    """make demo's compile and the bindings' install read one download of the sdist."""
+    monkeypatch.setenv("COMPLETER_CACHE_DIR", str(tmp_path))
+    pin = llama_build.pinned_version()
+    assert pin == version("llama_cpp_python")  # the bindings installed are the pinned ones
+    downloads = []
+
+    def pip_download(command, what, report=None):
+        downloads.append(command)
+        Path(command[command.index("-d") + 1], f"llama_cpp_python-{pin}.tar.gz").write_bytes(b"sdist")
+
+    monkeypatch.setattr(llama_build, "_run", pip_download)
+    dead = llama_build.builds_dir() / ".download.999999999"  # no process has that id
+    dead.mkdir(parents=True)
+    path = llama_build.fetch(lambda message: None)
+    assert llama_build.fetch(lambda message: None) == path == llama_build.sdist_path()
+    assert path.read_bytes() == b"sdist" and len(downloads) == 1 and not dead.exists()
+    assert downloads[0][downloads[0].index("--no-binary") + 1] == "llama-cpp-python"  # its build tools as wheels
+    assert sorted(p.name for p in llama_build.builds_dir().iterdir()) == [path.name]
+
+
+def test_bindings_of_another_version_than_the_pin_are_not_linked_to_the_build(monkeypatch):
+    monkeypatch.setattr(llama_build, "version", lambda name: "0.0.1")
+    with pytest.raises(LlamaBuildError, match=f"llama-cpp-python 0.0.1 is installed, and completer pins "
+                                              f"{llama_build.pinned_version()}"):
+        llama_build.build(lambda message: None)
 
 
 def test_llama_server_is_of_the_build_the_bindings_load_and_a_wrong_path_says_what_to_run(llama_server, monkeypatch,
