@@ -18,18 +18,11 @@ from completer.candidates import candidates
 from completer.config import Config
 from completer.context import Workspace
 from completer.decoder import Decode, DecodeCounts, Decoded, DecoderModel, with_length
-from completer.engine import Engine, generate
+from completer.engine import PROMPT_PIECE, Engine, generate
 from completer.healing import TokenPrefixes, heal
 from completer.prompt import Segment, template_for, tokenize_segments
 from completer.requests import CancelFlag
 from completer.workspace_index import WorkspaceIndex, saved_index_path
-
-# Tokens evaluated per turn of warming, between which a completion request takes the
-# engine. Measured on a 2-core AVX2 CPU with smol, 2,000-3,000 tokens into a prompt:
-# prefill runs at 150-190 tokens/s there, pieces of 64 at about 140, so a request waits
-# at most about 0.4 s for the piece under way; larger pieces would run faster and make
-# it wait longer.
-WARM_PIECE = 64
 
 
 @dataclass
@@ -224,7 +217,8 @@ class LocalDecoder:
         return self.engine.model.detokenize(prompt, special=True)
 
     def warm(self, document: str, prompt_for: Callable[[], list[int]]) -> int:
-        """WARM_PIECE tokens at a time, yielding the engine to any request between pieces;
+        """PROMPT_PIECE tokens at a time, as a request evaluates its prompt, yielding the
+        engine to any request between pieces (which then waits for one piece at most);
         after one it goes on only if that request was for this document (the caches are
         still its), and a newer warm() stops it."""
         with self._state:
@@ -247,7 +241,7 @@ class LocalDecoder:
                 have = self.engine.cached_length(prompt)
                 if have >= len(prompt) - 1:
                     break
-                self.engine.prefill(prompt[: have + WARM_PIECE + 1])
+                self.engine.prefill(prompt[: have + PROMPT_PIECE + 1])
                 if self.engine.cached_length(prompt) <= have:
                     break  # nothing went in (a failed evaluation, logged): leave it to the request
                 warmed += self.engine.cached_length(prompt) - have

@@ -16,12 +16,12 @@ from hypothesis import strategies as st
 
 from completer.config import CacheOptions, Config, DraftingOptions, GenerationOptions, PromptOptions
 from completer.context import ChunkRing, Workspace
-from completer.engine import Engine, generate
+from completer.engine import PROMPT_PIECE, Engine, generate
 from completer.kv import KVSequence
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.postprocess import CursorContext, postprocess
 from completer.prompt import TEMPLATES, Segment, path_header, render
-from completer.local_decoder import WARM_PIECE, DocumentCaches, LocalDecoder
+from completer.local_decoder import DocumentCaches, LocalDecoder
 from completer.requests import CompletionRequest, Source, cursor_offset
 from completer.session import Completer, ForwardCache, PromptTooLong, Shown, fit_prompt
 
@@ -485,7 +485,7 @@ def test_a_request_during_warming_goes_first_and_one_for_another_document_ends_i
     warmed = {}
     warming = threading.Thread(target=lambda: warmed.setdefault("tokens", completer.warm(big)))
     warming.start()
-    while len(engine.target.tokens) < WARM_PIECE:  # its first piece is in
+    while len(engine.target.tokens) < PROMPT_PIECE:  # its first piece is in
         time.sleep(0.001)
     completion = completer.complete(request_at_end("small", "def mean(values):\n    return "))
     warming.join()
