@@ -195,9 +195,10 @@ class DraftingOptions:
         "drafts come from open documents only", "--index-mb"
     )
     tree_branches: int = option(
-        2, "where the workspace index's occurrences went on in different ways, verify up to this many of the "
-        "runners-up beside the proposal in the same pass (a token tree, at temperature 0), when the tuner "
-        "expects them to pay for their rows (at most 4). 0 = one continuation a pass", "--tree-branches"
+        2, "where the workspace index's occurrences went on in different ways, or a rewrite's end occurs twice in "
+        "the text it copies (copy drafting), verify up to this many of the runners-up beside the proposal in the "
+        "same pass (a token tree, at temperature 0), when the tuner expects them to pay for their rows (at most "
+        "4). 0 = one continuation a pass", "--tree-branches"
     )
     hybrid_min_match: int = option(
         5, "hybrid: an n-gram match this long is trusted over the draft model; after a shorter one the draft "

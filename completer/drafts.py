@@ -15,7 +15,7 @@ import numpy as np
 from completer.config import DraftingOptions
 from completer.kv import KVSequence
 from completer.speculative import Sampling, probabilities, sample
-from completer.workspace_index import NO_MATCH, Match, WorkspaceIndex
+from completer.workspace_index import BRANCH_MOST, NO_MATCH, Match, WorkspaceIndex
 
 # Candidate positions examined per lookup, most recent first: bounds the cost of a
 # lookup on repetitive text.
@@ -195,12 +195,19 @@ class CopyDrafter:
     to the original by the longest match of its end (any length: a rewrite is a copy, so
     even one token places it), a tie going to the place the last proposal led to (the
     copy going on) and then to the earliest; after a divergence the next lookup aligns
-    afresh. Before the rewrite has any token, the original's beginning is proposed."""
+    afresh. Before the rewrite has any token, the original's beginning is proposed.
 
-    def __init__(self, original: list[int], start: int, max_match: int = DraftingOptions().ngram_max_match):
+    Where the alignment is ambiguous (the rewrite's end occurs twice in the original as
+    far as it is matched: a line written twice), the other places' continuations come
+    with the proposal as token-tree branches, each from the first step where it parts
+    from the proposal, up to `branches` of them: one batch verifies both copies."""
+
+    def __init__(self, original: list[int], start: int, max_match: int = DraftingOptions().ngram_max_match,
+                 branches: int = 0):
         self.original = original
         self.start = start  # where the rewrite begins in the sequence: the prompt's length
         self.max_match = max_match
+        self.branches = branches
         self.after: dict[int, list[int]] = defaultdict(list)  # token -> positions just after it in `original`
         for position, token in enumerate(original):
             self.after[token].append(position + 1)
@@ -214,7 +221,7 @@ class CopyDrafter:
             return NO_MATCH
         if not written:
             return self._from(0, 0, k)
-        best_length, best_end = 0, -1
+        best_length, best_end, tied = 0, -1, []  # tied: the other ends matched as far
         for end in self.after.get(written[-1], []):
             length, limit = 1, min(self.max_match, end, len(written))
             while length < limit:  # the longest length that matches, by bisection
@@ -223,13 +230,25 @@ class CopyDrafter:
                     length = longer
                 else:
                     limit = longer - 1
-            if length > best_length or (length == best_length and end == self.expected):
-                best_length, best_end = length, end
+            if length > best_length:
+                best_length, best_end, tied = length, end, []
+            elif length == best_length and end == self.expected:
+                tied, best_end = [*tied, best_end], end
+            elif length == best_length:
+                tied.append(end)
         if best_end < 0 or best_end >= len(self.original):
             return NO_MATCH
-        return self._from(best_end, best_length, k)
+        return self._from(best_end, best_length, k, tuple(tied))
 
-    def _from(self, position: int, length: int, k: int) -> Match:
+    def _from(self, position: int, length: int, k: int, tied: tuple[int, ...] = ()) -> Match:
         proposal = self.original[position:position + k]
         self.expected = position + len(proposal)
-        return Match(proposal, length)
+        forks: dict[int, list[int]] = {}
+        for end in tied:
+            if len(forks) == self.branches:
+                break
+            other = self.original[end:end + len(proposal)]
+            step = next((i for i, (a, b) in enumerate(zip(proposal, other)) if a != b), None)
+            if step is not None and step not in forks:
+                forks[step] = self.original[end + step:end + step + BRANCH_MOST]
+        return Match(proposal, length, forks)

@@ -390,7 +390,8 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     n_ctx = engine.context_tokens
     tokens = list(prompt[-(n_ctx - 1):])  # a prompt longer than the context keeps its end
     prompt_length = len(tokens)
-    copy = CopyDrafter(copy_from, prompt_length, engine.drafting.ngram_max_match) if copy_from else None
+    copy = (CopyDrafter(copy_from, prompt_length, engine.drafting.ngram_max_match, engine.drafting.tree_branches)
+            if copy_from else None)
     asked = RoundSettings(mode, sampling, document, language, draft_length, copy)
     evaluate_prompt(engine.target, tokens[:-1], cancel)  # cancelled: the loop stops before a round
     predict_started = time.perf_counter()  # the time budget is for predicting, as llama.vim's t_max_predict_ms

@@ -2,6 +2,7 @@
 rewrites. The proposals follow the rewrite wherever it stands in the original, and the
 output stays plain decoding's exactly."""
 
+import numpy as np
 import pytest
 
 from completer.drafts import CopyDrafter
@@ -34,6 +35,17 @@ def test_a_tie_goes_to_where_the_copy_was_going():
     copy.lookup([5, 7, 8], 1)  # proposes 5, after which the copy is at position 4
     assert copy.lookup([5, 7, 8, 5], 2).tokens == [7, 9]  # "5" ties at positions 1 and 4: the copy's
     assert CopyDrafter(original, start=0).lookup([5], 2).tokens == [7, 8]  # with no copy going: the first
+
+
+def test_where_the_alignment_is_ambiguous_the_other_copy_comes_as_a_branch():
+    original = [5, 7, 8, 5, 7, 9, 5, 7, 9]
+    tied = CopyDrafter(original, start=0, branches=2).lookup([5], 3)
+    # "5" ties at positions 1, 4 and 7: the first is proposed; 4 parts from it at its
+    # second token; 7 goes on as 4 does, so it adds no branch of its own.
+    assert (tied.tokens, tied.branches) == ([7, 8, 5], {1: [9, 5, 7, 9]})  # the branch runs on past k
+    assert CopyDrafter(original, start=0).lookup([5], 3).branches == {}  # no branches asked for
+    placed = CopyDrafter(original, start=0, branches=2).lookup([7, 8, 5], 2)  # "7 8 5" occurs once
+    assert (placed.tokens, placed.branches) == ([7, 9], {})
 
 
 def rewrite_prompt(target, code: str) -> tuple[list[int], list[int]]:
@@ -83,3 +95,34 @@ def test_copy_drafting_with_batched_verification_parts_from_plain_decoding_only_
     # Verify batches cost less than their size in single steps: the tuner drafts long copies.
     assert copies and max(drafted for _, drafted, *_ in copies) >= 8, copied.stats.rounds
     assert copied.stats.tokens_per_pass > 2, copied.stats.tokens_per_pass
+
+
+CLAMP = '''def clamp(value, low, high):
+    if value < low:
+        return low
+    if value > high:
+        return high
+    return value
+
+
+def clamp_all(values, low, high):
+    result = []
+    for value in values:
+        result.append(clamp(value, low, high))
+    return result
+'''
+
+
+def test_a_rewrite_of_lines_written_twice_verifies_both_copies_in_one_pass(target):
+    """`if value`, `return` and `low, high` occur more than once in the function: where the
+    copy's place is ambiguous, the other place's continuation is a token-tree branch, and
+    the output is still plain decoding's (but for near ties)."""
+    curve = CostModel(verify_ms={n: 10.0 + 0.5 * n for n in range(1, 65)}, smoothing=0.0)  # held still, as above
+    engine = Engine(target, None, n_ctx=2048, costs=curve)
+    prompt, original = rewrite_prompt(target, CLAMP)
+    plain = generate(engine, prompt, 80, mode="target", keep_logits=True)
+    copied = generate(engine, prompt, 80, mode="ngram", copy_from=original)  # trees: no logits kept
+    if copied.tokens != plain.tokens:
+        gap = parting_gap(plain.logits, np.array(copied.tokens))
+        assert gap is not None and gap < NEAR_TIE_LOGITS, f"parted where plain preferred its token by {gap}"
+    assert copied.stats.tree_rounds > 0 and copied.stats.branch_rows > 0, copied.stats
