@@ -151,27 +151,29 @@ def _executable(path: Path, source: str) -> Path:
 def build(report: Callable[[str], None], jobs: int | None = None) -> tuple[Path, bool]:
     """The build for this machine with the bindings linked to it; (its folder, whether it
     was compiled now)."""
+    pin = pinned_version()
     try:
         found = f"llama-cpp-python {version('llama_cpp_python')} is installed"
     except PackageNotFoundError:
         found = "llama-cpp-python is not installed"
-    if found != f"llama-cpp-python {pinned_version()} is installed":  # another version's library would crash them
-        raise LlamaBuildError(f"{found}, and completer pins {pinned_version()}: `make demo` in a checkout installs it")
-    folder = build_path()
+    if found != f"llama-cpp-python {pin} is installed":  # another version's library would crash them
+        raise LlamaBuildError(f"{found}, and completer pins {pin}: `make demo` in a checkout installs it")
+    args = cmake_args()  # the accelerator's tools are run once
     linked = linked_build()
-    if linked is not None and linked.name == folder.name:  # built here before, whatever the cache now
+    if linked is not None and linked.name == build_path(args).name:  # built here before, whatever the cache now
         return linked, False
-    folder, compiled = compile_build(report, jobs)
+    folder, compiled = compile_build(report, jobs, args)
     link_bindings(folder)
     return folder, compiled
 
 
-def compile_build(report: Callable[[str], None], jobs: int | None = None) -> tuple[Path, bool]:
-    """The build for this machine in the cache, compiled unless it is there (4 min 49 s on
-    2 cores of an AMD EPYC, with pip installing beside it); (its folder, whether it was
-    compiled now). Needs no bindings installed: the Makefile runs it while pip installs
-    them."""
-    args = cmake_args()
+def compile_build(report: Callable[[str], None], jobs: int | None = None,
+                  args: list[str] | None = None) -> tuple[Path, bool]:
+    """The build for this machine (`args`: cmake_args()) in the cache, compiled unless it
+    is there (4 min 49 s on 2 cores of an AMD EPYC, with pip installing beside it); (its
+    folder, whether it was compiled now). Needs no bindings installed: the Makefile runs
+    it while pip installs them."""
+    args = cmake_args() if args is None else args
     folder = build_path(args)
     if complete(folder):
         return folder, False
