@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 
-from completer.prompt import Segment
+from completer.prompt import ContextFile, Segment
 
 # A line and its break, as LSP counts lines (\n, \r\n or \r; not str.splitlines's others).
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
@@ -173,10 +173,14 @@ class EditFormat:
     # The model ends a whole rewrite with its end-of-generation token too (else only a
     # stop string ends one; at an end token the answer was cut short).
     ends_with_end_token: bool = False
+    # The prompt shows other files' chunks (the model was trained with them).
+    reads_chunks: bool = False
 
-    def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent]) -> EditPrompt:
+    def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent],
+               chunks: tuple[ContextFile, ...] = ()) -> EditPrompt:
         """`before` and `after`: the file's text around the region; `events`: the recent
-        edits, oldest first."""
+        edits, oldest first; `chunks`: of other files (the inline prompt's), oldest
+        first, for the formats whose model reads them."""
         raise NotImplementedError
 
     def rewrite(self, output: str, stopped: bool) -> str | None:
@@ -190,15 +194,19 @@ class InstructionFormat(EditFormat):
     region between plain-text tags with the cursor marked, and the model asked to write
     it again after the user's next edit; the answer starts inside a second opening tag.
     Kept this short because SmolLM2-135M-Instruct closed its rewrite with the tag after
-    this prompt, and ran on past the region after longer instructions."""
+    this prompt, and ran on past the region after longer instructions. Other files'
+    chunks come first, each as the file is shown, the stablest part of the prompt first."""
 
     family = "instruction"
+    reads_chunks = True
     OPEN, CLOSE, CURSOR = "<region>\n", "</region>", "<cursor>"
 
-    def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent]) -> EditPrompt:
+    def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent],
+               chunks: tuple[ContextFile, ...] = ()) -> EditPrompt:
+        files = "".join(f"The file {chunk.path}:\n{chunk.text.rstrip(chr(10))}\n\n" for chunk in chunks)
         history = "".join(f"User edited {event.path}:\n{event.diff}" for event in events)
         marked = region.text[:region.cursor] + self.CURSOR + region.text[region.cursor:]
-        text = (f"{history}\nThe file {path}:\n{before}{region.text}{after}\n"
+        text = (f"{files}{history}\nThe file {path}:\n{before}{region.text}{after}\n"
                 f"Rewrite the region with the user's next edit near {self.CURSOR}.\n"
                 f"{self.OPEN}{marked}{self.CLOSE}\n\n{self.OPEN}")
         # A second opening tag ends a rewrite too: a small model goes on to another region.
@@ -215,7 +223,8 @@ class ZetaFormat(EditFormat):
     input_excerpt.rs (the excerpt: a fence naming the file, `<|start_of_file|>` when it
     opens the file, the region between its markers with the cursor marked; the region
     ends before its last line break, which starts the text after it). The model answers
-    with the region between the same markers; the markers are text, not control tokens."""
+    with the region between the same markers; the markers are text, not control tokens.
+    No other files' chunks: zeta1's prompt has none, so Zeta never saw them."""
 
     family = "zeta"
     START, END, CURSOR, FILE_START = ("<|editable_region_start|>", "<|editable_region_end|>",
@@ -224,7 +233,8 @@ class ZetaFormat(EditFormat):
                    "then rewrite an excerpt that the user provides, suggesting the appropriate edits within the "
                    "excerpt, taking into account the cursor location.\n\n### User Edits:\n\n")
 
-    def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent]) -> EditPrompt:
+    def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent],
+               chunks: tuple[ContextFile, ...] = ()) -> EditPrompt:
         body, break_ = _without_last_break(region.text)
         cursor = min(region.cursor, len(body))
         start_of_file = f"{self.FILE_START}\n" if region.start - len(before) == 0 else ""
@@ -256,7 +266,8 @@ class SweepFormat(EditFormat):
     SEPARATOR = "<|file_sep|>"
     ends_with_end_token = True
 
-    def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent]) -> EditPrompt:
+    def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent],
+               chunks: tuple[ContextFile, ...] = ()) -> EditPrompt:
         sep = self.SEPARATOR
         blocks = "".join(f"{sep}{event.path}.diff\noriginal:\n{old}\nupdated:\n{new}\n"
                          for event in events for old, new in [_changed_lines(event.before, event.after)])
@@ -358,22 +369,28 @@ def answer_budget(copy_tokens: int) -> int:
 
 
 def fit_edit_prompt(text: str, cursor: int, path: str, lines: tuple[int, int, int], events: list[EditEvent],
-                    edit_format: EditFormat, room: int, count: Callable[[str], int]) -> FittedEdit | None:
+                    edit_format: EditFormat, room: int, count: Callable[[str], int],
+                    chunks: tuple[ContextFile, ...] = ()) -> FittedEdit | None:
     """The prompt for the region around the cursor (`lines`: above, below, and of context
-    on each side) with `events`, and its rewrite's budget, together within `room`
-    tokens (`count` measures). The oldest events give way first, then the context, then
-    the region (each side halved); None when a region of the cursor's line alone, with
-    nothing around it, does not fit. At most events + log2 of each line count + 1
-    measurements."""
+    on each side) with `events` and other files' `chunks`, and its rewrite's budget,
+    together within `room` tokens (`count` measures). The oldest chunks give way first
+    (the recent edits say more of the next edit than another file's code), then the
+    oldest events, then the context, then the region (each side halved); None when a
+    region of the cursor's line alone, with nothing around it, does not fit. At most
+    chunks + events + log2 of each line count + 1 measurements."""
     above, below, context = lines
+    chunks = chunks if edit_format.reads_chunks else ()
     while True:
         region = editable_region(text, cursor, above, below)
         around = editable_region(text, cursor, above + context, below + context)
-        prompt = edit_format.prompt(path, text[around.start:region.start], region, text[region.end:around.end], events)
+        prompt = edit_format.prompt(path, text[around.start:region.start], region, text[region.end:around.end], events,
+                                    chunks)
         prompt_tokens, copy_tokens = count(prompt.text), count(prompt.copy)
         if prompt_tokens + answer_budget(copy_tokens) <= room:
             return FittedEdit(prompt, region, prompt_tokens, answer_budget(copy_tokens))
-        if events:
+        if chunks:
+            chunks = chunks[1:]
+        elif events:
             events = events[1:]
         elif context:
             context //= 2

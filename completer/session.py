@@ -465,9 +465,11 @@ class Completer:
         path = self.workspace_path(request.path)
         with self._state:
             events = recent(self.history.events, options.history_tokens)
+        chunks = self.ring.select(options.cross_file_tokens, exclude=path)
         fitted = fit_edit_prompt(request.text, request.cursor, path,
                                  (options.lines_above, options.lines_below, options.context_lines), events,
-                                 edit_format, model.context_tokens - 1, lambda text: self.decoder.count(text, cancel))
+                                 edit_format, model.context_tokens - 1, lambda text: self.decoder.count(text, cancel),
+                                 chunks)
         if fitted is None:
             return no_edit(Source.NO_ROOM, StopReason.PROMPT_TOO_LONG, "no next edit: the cursor's line alone does "
                            f"not fit {model.context_name} with its rewrite")

@@ -220,6 +220,23 @@ def test_a_newer_next_edit_request_supersedes_the_running_one_and_an_inline_requ
     assert completer.stats().superseded == 1
 
 
+def test_next_edits_are_shown_the_workspace_documents_left_and_never_outside_ones(new_completer, tmp_path):
+    workspace = tmp_path / "project"
+    workspace.mkdir()
+    completer = new_completer(replace(config(max_tokens=4, chunk_lines=16), edits=SMALL_REGION), Workspace([workspace]))
+    helper = "".join(f"def helper_{i}(value):\n    return value * {i}\n" for i in range(8))
+    secret = "".join(f"API_TOKEN_{i} = 'do-not-send-{i}'\n" for i in range(8))
+    completer.complete(at_end("helpers", helper, str(workspace / "helpers.py")))
+    completer.complete(at_end("secrets", secret, str(tmp_path / "secrets.py")))
+    shapes = str(workspace / "shapes.py")
+    completer.complete(at_end("shapes", SHAPES, shapes))
+    cursor = RENAMED.index("new_") + len("new_")
+    edit = completer.next_edit(CompletionRequest("shapes", shapes, RENAMED, cursor, "python"))
+    prompt = completer.prompt_text(edit.prompt)
+    assert "The file helpers.py:\n" in prompt and "def helper_7(value)" in prompt
+    assert "do-not-send" not in prompt and "The file shapes.py:" in prompt
+
+
 def test_next_edits_and_completions_keep_their_own_caches_of_a_document(target):
     """Their prompts share next to nothing: after a next edit, a completion at the same
     place evaluates almost none of its prompt, and a second next edit almost none of its own."""

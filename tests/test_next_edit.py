@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 from completer.config import Config, ModelOptions, NextEditOptions
 from completer.models.presets import PRESETS
-from completer.next_edit import (FORMATS, EditEvent, SweepFormat, TextEdit, ZetaFormat, apply_edits, edits_between,
-                                 editable_region, with_ending_of)
+from completer.next_edit import (FORMATS, EditEvent, InstructionFormat, SweepFormat, TextEdit, ZetaFormat, apply_edits,
+                                 edits_between, editable_region, fit_edit_prompt, with_ending_of)
+from completer.prompt import ContextFile
 from completer.session import edit_format_name
 
 # Lines of code-like text, with every line break LSP knows.
@@ -125,3 +126,48 @@ def test_auto_is_the_presets_format_and_a_target_of_ones_own_gets_the_instructio
     assert edit_format_name(Config(models=ModelOptions(preset="smol"))) == "instruction"
     assert edit_format_name(Config(models=ModelOptions(preset="smol"), edits=NextEditOptions(format="zeta"))) == "zeta"
     assert {preset.edit_format for preset in PRESETS.values()} <= set(FORMATS)
+
+
+FILE = "".join(f"def f{i}(x):\n    return x + {i}\n" for i in range(40))
+
+
+def characters(text: str) -> int:
+    return len(text)
+
+
+@given(st.integers(0, 4), st.integers(0, 4), st.integers(0, 6000))
+def test_other_files_chunks_give_way_first_then_the_oldest_edits(chunk_count, event_count, room):
+    chunks = tuple(ContextFile(f"chunk{i}.py", f"CHUNK_{i} = {i}\n" * 20) for i in range(chunk_count))
+    events = [EditEvent(f"e{i}", f"event{i}.py", "a = 1\n", f"a = {i + 2}\n") for i in range(event_count)]
+    fitted = fit_edit_prompt(FILE, FILE.index("f20"), "main.py", (3, 3, 8), events, InstructionFormat(), room,
+                             characters, chunks)
+    if fitted is None:
+        return
+    assert fitted.prompt_tokens + fitted.answer_tokens <= room
+    kept_chunks = [i for i in range(chunk_count) if f"The file chunk{i}.py:\nCHUNK_{i}" in fitted.prompt.text]
+    kept_events = [i for i in range(event_count) if f"User edited event{i}.py:" in fitted.prompt.text]
+    assert kept_chunks == list(range(chunk_count - len(kept_chunks), chunk_count))  # the newest
+    assert kept_events == list(range(event_count - len(kept_events), event_count))
+    if kept_chunks:
+        assert len(kept_events) == event_count
+    if fitted.region.text.count("\n") < 7:  # the region shrank: nothing else was left to give
+        assert not kept_chunks and not kept_events
+
+
+def test_zetas_prompt_shows_no_other_files():
+    """Zed's zeta1 prompt has no other files, so Zeta never saw them: none are shown, and
+    none are measured while a prompt too long is fitted."""
+    def fit(chunks: tuple[ContextFile, ...]) -> tuple[str, int]:
+        measured = []
+
+        def count(text: str) -> int:
+            measured.append(text)
+            return len(text)
+
+        fitted = fit_edit_prompt(FILE, FILE.index("f20"), "main.py", (3, 3, 8), [], ZetaFormat(), 900, count, chunks)
+        assert fitted is not None
+        return fitted.prompt.text, len(measured)
+
+    alone = fit(())
+    assert alone[1] > 2  # the context gave way
+    assert fit(tuple(ContextFile(f"helper{i}.py", "def helper():\n    return 1\n") for i in range(3))) == alone
