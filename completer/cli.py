@@ -16,7 +16,7 @@ from completer import tables
 from completer.bench import DISTILLED_MODES, LLAMA_SERVER_PEERS
 from completer.bench import MODES as BENCH_MODES
 from completer.config import (CHOICES, CacheOptions, Config, DraftingOptions, GenerationOptions, ModelOptions,
-                              machine_options)
+                              NextEditOptions, machine_options)
 from completer.models.distill_settings import INITS, LOSSES, PRECISIONS, QUANTIZE_TYPES, TEACHERS, DistillSettings
 from completer.models.errors import ModelError
 from completer.models.llama_build import BUILD_COMMAND
@@ -645,16 +645,18 @@ def _show_bench_table(summary: dict, title: str, as_json: bool, edits: bool = Fa
               "do: greedy speculation must then equal target token for token (no near ties), and runs slower.")
 @click.option("--baseline-url", help="With --backend llama-server: a server of the same model without "
               "speculation, the `target` row the server's speedup is over.")
-@click.option("--edits", is_flag=True, help="Measure next-edit suggestions: edits cut from the repositories' git "
+@click.option("--edits", "edit_holes", is_flag=True, help="Measure next-edit suggestions: edits cut from the repositories' git "
               "history (a commit's changes to a file in two or more places within the editable region: all but one "
               "made, one left to predict), each mode writing the region again.")
 @_config_flags("models")
 @_config_flags("drafting", only=("index_mb", "tree_branches"))
+@_config_flags("edits", only=("format",))
 @_reports_model_errors
 def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | None, profile: bool,
           count: int | None, seed: int, max_tokens: int | None, temperature: float, holes_file: Path | None,
           report_path: Path, as_json: bool, plot_path: Path | None, typing: bool, quick: bool, exact: bool,
-          baseline_url: str | None, edits: bool, models: ModelOptions, drafting: DraftingOptions) -> None:
+          baseline_url: str | None, edit_holes: bool, models: ModelOptions, drafting: DraftingOptions,
+          edits: NextEditOptions) -> None:
     """Measure what speculation and caching buy on your code: every mode side by side.
 
     PATHS are repositories or folders (default: the current repository). Holes are
@@ -671,10 +673,11 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
 
     max_tokens = max_tokens or (24 if quick else 48)
     roots = list(paths) or [_repository_root()]
-    if edits:
+    if edit_holes:
         _bench_edits(roots, modes, llama_server_path, profile, count or (6 if quick else 40), seed, temperature,
-                     holes_file, report_path, as_json, exact, models, drafting)
+                     holes_file, report_path, as_json, exact, models, drafting, edits)
         return
+    _refuse_given(("format",), "only with --edits")
     holes = _bench_holes(roots, holes_file, count or (6 if quick else 40), seed)
     if models.backend in SERVER_APIS:
         _bench_server(models, baseline_url, holes, max_tokens, temperature, as_json, report_path)
@@ -718,7 +721,7 @@ EDIT_BENCH_REFUSES = ("max_tokens", "plot_path", "typing", "baseline_url")
 
 def _bench_edits(roots: list[Path], modes: str | None, llama_server_path: Path | None, profile: bool, count: int,
                  seed: int, temperature: float, holes_file: Path | None, report_path: Path, as_json: bool,
-                 exact: bool, models: ModelOptions, drafting: DraftingOptions) -> None:
+                 exact: bool, models: ModelOptions, drafting: DraftingOptions, edits: NextEditOptions) -> None:
     """`bench --edits`: every mode on next edits from the roots' history, a report."""
     import json
 
@@ -733,14 +736,14 @@ def _bench_edits(roots: list[Path], modes: str | None, llama_server_path: Path |
                   "typing replay, figure or baseline server for next edits")
     if models.backend in SERVER_APIS:
         raise click.UsageError("--edits measures the local engines and llama-server beside them, not a team server")
-    edits = Config().edits
     try:
         holes = (edit_holes_from_json(json.loads(holes_file.read_text())) if holes_file else
                  pick_edit_holes(roots, count, seed, (edits.lines_above, edits.lines_below)))
     except (ValueError, KeyError, TypeError) as error:
         raise click.UsageError(f"no edit holes: {error}") from None
     llama_server = find(llama_server_path)
-    config = Config(models=models, generation=GenerationOptions(temperature=temperature), drafting=drafting)
+    config = Config(models=models, generation=GenerationOptions(temperature=temperature), drafting=drafting,
+                    edits=edits)
     settings = Settings(config, _bench_modes(modes, llama_server, edits=True), exact)
     with errors.status("measuring the verify cost, starting the peers"):
         runner = EditBench(load_pair(models), settings, None, llama_server)

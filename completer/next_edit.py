@@ -149,21 +149,23 @@ def unified_diff(before: str, after: str) -> str:
 
 @dataclass(frozen=True)
 class EditPrompt:
-    """A rendered next-edit prompt: its text, the text a rewrite of the region copies
-    (what copy drafting proposes from), the strings that end the rewrite, and the
-    control tokens the text spells (each sent as its one token, not as text)."""
+    """A rendered next-edit prompt: its segments (each control token a special segment of
+    its own, so that a document's text that spells one, such as this file's, stays text),
+    the text a rewrite of the region copies (what copy drafting proposes from), and the
+    strings that end the rewrite."""
 
-    text: str
+    segments: tuple[Segment, ...]
     copy: str
     stop: tuple[str, ...]
-    control: tuple[str, ...] = ()
 
-    def segments(self) -> list[Segment]:
-        """The text as prompt segments: each control token's spelling a special segment."""
-        if not self.control:
-            return [Segment(self.text)]
-        pieces = re.split("(" + "|".join(map(re.escape, self.control)) + ")", self.text)
-        return [Segment(piece, piece in self.control) for piece in pieces if piece]
+    @cached_property
+    def text(self) -> str:
+        return "".join(segment.text for segment in self.segments)
+
+
+def as_text(text: str) -> tuple[Segment, ...]:
+    """A prompt of text alone, no control token."""
+    return (Segment(text),)
 
 
 class EditFormat:
@@ -210,7 +212,7 @@ class InstructionFormat(EditFormat):
                 f"Rewrite the region with the user's next edit near {self.CURSOR}.\n"
                 f"{self.OPEN}{marked}{self.CLOSE}\n\n{self.OPEN}")
         # A second opening tag ends a rewrite too: a small model goes on to another region.
-        return EditPrompt(text, region.text + self.CLOSE, (self.CLOSE, self.OPEN))
+        return EditPrompt(as_text(text), region.text + self.CLOSE, (self.CLOSE, self.OPEN))
 
     def rewrite(self, output: str, stopped: bool) -> str | None:
         return output.replace(self.CURSOR, "") if stopped else None
@@ -242,7 +244,7 @@ class ZetaFormat(EditFormat):
                    f"{self.END}{break_}{after}\n```")
         history = "\n\n".join(f"User edited {event.path}:\n```diff\n{event.diff}```" for event in events)
         text = f"{self.INSTRUCTION}{history}\n\n### User Excerpt:\n\n{excerpt}\n\n### Response:\n"
-        return EditPrompt(text, f"{self.START}\n{body}\n{self.END}", (f"\n{self.END}",))
+        return EditPrompt(as_text(text), f"{self.START}\n{body}\n{self.END}", (f"\n{self.END}",))
 
     def rewrite(self, output: str, stopped: bool) -> str | None:
         output = output.replace(self.CURSOR, "")
@@ -268,18 +270,122 @@ class SweepFormat(EditFormat):
 
     def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent],
                chunks: tuple[ContextFile, ...] = ()) -> EditPrompt:
-        sep = self.SEPARATOR
-        blocks = "".join(f"{sep}{event.path}.diff\noriginal:\n{old}\nupdated:\n{new}\n"
-                         for event in events for old, new in [_changed_lines(event.before, event.after)])
         current, _ = _without_last_break(region.text)
         latest = next((event for event in reversed(events) if event.path == path), None)
         original = (_lines_before_edit(latest, region) if latest is not None else None) or current
-        text = (f"{blocks}{sep}original/{path}\n{original}\n{sep}current/{path}\n{current}\n"
-                f"{sep}updated/{path}\n")
-        return EditPrompt(text, region.text, (sep,), (sep,))
+        blocks = [f"{event.path}.diff\noriginal:\n{old}\nupdated:\n{new}\n"
+                  for event in events for old, new in [_changed_lines(event.before, event.after)]]
+        blocks += [f"original/{path}\n{original}\n", f"current/{path}\n{current}\n", f"updated/{path}\n"]
+        separator = Segment(self.SEPARATOR, special=True)
+        return EditPrompt(tuple(segment for block in blocks for segment in (separator, Segment(block))), region.text,
+                          (self.SEPARATOR,))
 
     def rewrite(self, output: str, stopped: bool) -> str | None:
         return output if stopped else None
+
+
+# Continue's system prompt for Instinct, word for word (continuedev/continue,
+# core/nextEdit/constants.ts, INSTINCT_SYSTEM_PROMPT; Apache-2.0): the model was
+# fine-tuned to answer after it.
+INSTINCT_SYSTEM_PROMPT = (
+    "You are Instinct, an intelligent next-edit predictor developed by Continue.dev. Your role as an AI "
+    "assistant is to help developers complete their code tasks by predicting the next edit that they "
+    "will make within the section of code marked by <|editable_region_start|> and "
+    "<|editable_region_end|> tags.\n"
+    "\n"
+    "You have access to the following information to help you make informed suggestions:\n"
+    "\n"
+    '- Context: In the section marked "### Context", there are context items from potentially relevant '
+    "files in the developer's codebase. Each context item consists of a <|context_file|> marker, the "
+    "filepath, a <|snippet|> marker, and then some content from that file, in that order. Keep in mind "
+    "that not all of the context information may be relevant to the task, so use your judgement to "
+    "determine which parts to consider.\n"
+    '- User Edits: In the section marked "### User Edits:", there is a record of the most recent changes '
+    "made to the code, helping you understand the evolution of the code and the developer's intentions. "
+    "These changes are listed from most recent to least recent. It's possible that some of the edit diff "
+    "history is entirely irrelevant to the developer's change. The changes are provided in a unified "
+    "line-diff format, i.e. with pluses and minuses for additions and deletions to the code.\n"
+    "- User Excerpt: In the section marked \"### User Excerpt:\", there is a filepath to the developer's "
+    "current file, and then an excerpt from that file. The <|editable_region_start|> and "
+    "<|editable_region_end|> markers are within this excerpt. Your job is to rewrite only this editable "
+    "region, not the whole excerpt. The excerpt provides additional context on the surroundings of the "
+    "developer's edit.\n"
+    "- Cursor Position: Within the user excerpt's editable region, the <|user_cursor_is_here|> flag "
+    "indicates where the developer's cursor is currently located, which can be crucial for understanding "
+    "what part of the code they are focusing on. Do not produce this marker in your output; simply take "
+    "it into account.\n"
+    "\n"
+    "Your task is to predict and complete the changes the developer would have made next in the editable "
+    "region. The developer may have stopped in the middle of typing. Your goal is to keep the developer "
+    "on the path that you think they're following. Some examples include further implementing a class, "
+    "method, or variable, or improving the quality of the code. Make sure the developer doesn't get "
+    "distracted by ensuring your suggestion is relevant. Consider what changes need to be made next, if "
+    "any. If you think changes should be made, ask yourself if this is truly what needs to happen. If "
+    "you are confident about it, then proceed with the changes.\n"
+    "\n"
+    "# Steps\n"
+    "\n"
+    "1. **Review Context**: Analyze the context from the resources provided, such as recently viewed "
+    "snippets, edit history, surrounding code, and cursor location.\n"
+    "2. **Evaluate Current Code**: Determine if the current code within the tags requires any "
+    "corrections or enhancements.\n"
+    "3. **Suggest Edits**: If changes are required, ensure they align with the developer's patterns and "
+    "improve code quality.\n"
+    "4. **Maintain Consistency**: Ensure indentation and formatting follow the existing code style.\n"
+    "\n"
+    "# Output Format\n"
+    "\n"
+    "- Provide only the revised code within the tags. Do not include the tags in your output.\n"
+    "- Ensure that you do not output duplicate code that exists outside of these tags.\n"
+    "- Avoid undoing or reverting the developer's last change unless there are obvious typos or errors."
+)
+
+
+class InstinctFormat(EditFormat):
+    """Continue's Instinct (continuedev/instinct, a Qwen2.5-Coder-7B fine-tune), as
+    Continue's own client writes its prompt (continuedev/continue, core/nextEdit/;
+    Apache-2.0): constants.ts's system prompt and the user prompt's first paragraph,
+    templating/NextEditPromptEngine.ts's sections (`### Context:`, `### User Edits:`,
+    `### User Excerpt:` with the file's path, the excerpt and then a fence that nothing
+    opened, as written there), templating/instinct.ts's blocks: each chunk as
+    `<|context_file|>: path`, `<|snippet|>` and its lines, each edit as `User edited
+    file "path"` and a diff fence, newest first (as the system prompt says), the excerpt
+    with the region between its markers on lines of their own and the cursor marked.
+    Continue sends a system and a user message, which the server renders with Qwen's
+    chat template (ChatML: `<|im_start|>` and `<|im_end|>` are control tokens); the model
+    answers with the region alone (the system prompt asks for no markers) and ends with
+    `<|im_end|>`, an end-of-generation token. SmolLM2's vocabulary has both tokens too."""
+
+    family = "instinct"
+    reads_chunks = True
+    ends_with_end_token = True
+    IM_START, IM_END = "<|im_start|>", "<|im_end|>"
+    START, END, CURSOR = "<|editable_region_start|>", "<|editable_region_end|>", "<|user_cursor_is_here|>"
+    CONTEXT_FILE, SNIPPET = "<|context_file|>", "<|snippet|>"
+    SYSTEM = INSTINCT_SYSTEM_PROMPT
+    USER_PREFIX = ("Reference the user excerpt, user edits, and the snippets to understand the developer's intent. "
+                   "Update the editable region of the user excerpt by predicting and completing the changes they "
+                   "would have made next. This may be a deletion, addition, or modification of code.")
+
+    def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent],
+               chunks: tuple[ContextFile, ...] = ()) -> EditPrompt:
+        snippets = "\n\n".join(f"{self.CONTEXT_FILE}: {chunk.path}\n{self.SNIPPET}\n"
+                               f"{_without_last_break(chunk.text)[0]}" for chunk in chunks)
+        history = "\n".join(f'User edited file "{event.path}"\n\n```diff\n{_without_last_break(event.diff)[0]}\n```'
+                            for event in reversed(events))
+        body, _ = _without_last_break(region.text)
+        cursor = min(region.cursor, len(body))
+        following = f"\n{_without_last_break(after)[0]}" if after else ""
+        excerpt = f"{before}{self.START}\n{body[:cursor]}{self.CURSOR}{body[cursor:]}\n{self.END}{following}"
+        user = (f"{self.USER_PREFIX}\n\n### Context:\n{snippets}\n\n### User Edits:\n\n{history}\n\n"
+                f"### User Excerpt:\n{path}\n\n{excerpt}```\n### Response:")
+        start, end = Segment(self.IM_START, special=True), Segment(self.IM_END, special=True)
+        chat = (start, Segment(f"system\n{self.SYSTEM}"), end, Segment("\n"), start, Segment(f"user\n{user}"), end,
+                Segment("\n"), start, Segment("assistant\n"))
+        return EditPrompt(chat, body, (self.IM_END,))
+
+    def rewrite(self, output: str, stopped: bool) -> str | None:
+        return output.replace(self.CURSOR, "") if stopped else None
 
 
 def _changed_lines(before: str, after: str) -> tuple[str, str]:
@@ -311,7 +417,8 @@ def _without_last_break(text: str) -> tuple[str, str]:
     return text, ""
 
 
-FORMATS = {format_.family: format_ for format_ in (InstructionFormat(), ZetaFormat(), SweepFormat())}
+FORMATS = {format_.family: format_ for format_ in (InstructionFormat(), ZetaFormat(), SweepFormat(),
+                                                   InstinctFormat())}
 
 
 class EditHistory:

@@ -474,7 +474,7 @@ class Completer:
             return no_edit(Source.NO_ROOM, StopReason.PROMPT_TOO_LONG, "no next edit: the cursor's line alone does "
                            f"not fit {model.context_name} with its rewrite")
         try:
-            prompt, length = self.decoder.encode(fitted.prompt.segments(), cancel)
+            prompt, length = self.decoder.encode(list(fitted.prompt.segments), cancel)
         except ValueError as error:  # a format's control token that the model's vocabulary lacks
             return no_edit(Source.NO_ROOM, StopReason.PROMPT_TOO_LONG,
                            f"no next edit: {error}; edits.format {edit_format.family} is for another model's prompt")

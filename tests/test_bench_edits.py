@@ -112,6 +112,8 @@ def test_a_suggestion_is_the_rewrite_up_to_the_stop_string_and_none_without_it()
 def test_the_edit_bench_refuses_options_it_cannot_take(history):
     result = run_completer("bench", "--edits", str(history), "--preset", "smol", "--max-tokens", "8", "--typing")
     assert result.returncode == 2 and "--max-tokens, --typing: not with --edits" in result.stderr
+    result = run_completer("bench", str(history), "--preset", "smol", "--edit-format", "zeta")
+    assert result.returncode == 2 and "--edit-format: only with --edits" in result.stderr
 
 
 def test_a_tiny_real_edit_bench_decodes_the_same_rewrite_in_every_mode_and_replays(history, smol_cache, tmp_path):
@@ -135,7 +137,9 @@ def test_a_tiny_real_edit_bench_decodes_the_same_rewrite_in_every_mode_and_repla
     assert report["settings"]["edits"]["lines_above"] == LINES[0]
     replay = tmp_path / "replay.json"
     result = run_completer("bench", "--edits", "--holes", str(out), "--preset", "smol", "--modes", "ngram",
-                           "--report", str(replay), "--json", env=env, timeout=600)
+                           "--edit-format", "instinct", "--report", str(replay), "--json", env=env, timeout=600)
     assert result.returncode == 0, result.stderr
-    assert json.loads(replay.read_text())["holes"] == report["holes"]
+    replayed = json.loads(replay.read_text())
+    assert replayed["holes"] == report["holes"] and replayed["settings"]["edits"]["format"] == "instinct"
+    assert replayed["records"][0]["prompt_tokens"] > records["target"]["prompt_tokens"] + 400  # Instinct's system prompt
     assert [row["mode"] for row in json.loads(result.stdout)] == ["target", "ngram"]

@@ -16,6 +16,7 @@ from completer.engine import Engine
 from completer.loading import DECODERS
 from completer.local_decoder import LocalDecoder
 from completer.next_edit import apply_edits, editable_region
+from completer.prompt import control_token
 from completer.remote import LlamaServerClient
 from completer.requests import CompletionRequest, PositionError, Source, StopReason
 from completer.server_decoder import LlamaServerBackend, ServerDecoder
@@ -273,6 +274,20 @@ def test_a_format_whose_control_tokens_the_model_lacks_gets_no_edit_saying_why(n
     assert (edit.edits, edit.source) == ([], Source.NO_ROOM)
     assert "<|file_sep|>" in edit.warning and "edits.format sweep" in edit.warning
     assert completer.complete(at_end("shapes.py", RENAMED)).source == Source.MODEL
+
+
+def test_instincts_chat_reaches_the_model_as_its_control_tokens(new_completer, target):
+    """Instinct's format is a ChatML chat, whose `<|im_start|>`/`<|im_end|>` smol's
+    vocabulary has: each goes in as its one token. smol answers the chat with prose, not
+    the region (no whole rewrite for 20 of 20 edits from attrs's history), so there is
+    no edit to show."""
+    completer = new_completer(replace(config(), edits=replace(SMALL_REGION, format="instinct")))
+    cursor = RENAMED.index("new_") + len("new_")
+    edit = within(120, completer.next_edit, CompletionRequest("shapes.py", "shapes.py", RENAMED, cursor, "python"))
+    assert edit.source == Source.MODEL, edit.warning
+    starts, ends = (control_token(target, text) for text in ("<|im_start|>", "<|im_end|>"))
+    assert (edit.prompt.count(starts), edit.prompt.count(ends)) == (3, 2)
+    assert "### User Excerpt:\nshapes.py" in completer.prompt_text(edit.prompt)
 
 
 

@@ -8,8 +8,9 @@ from hypothesis import strategies as st
 
 from completer.config import Config, ModelOptions, NextEditOptions
 from completer.models.presets import PRESETS
-from completer.next_edit import (FORMATS, EditEvent, InstructionFormat, SweepFormat, TextEdit, ZetaFormat, apply_edits,
-                                 edits_between, editable_region, fit_edit_prompt, with_ending_of)
+from completer.next_edit import (FORMATS, EditEvent, InstinctFormat, InstructionFormat, SweepFormat, TextEdit,
+                                 ZetaFormat, apply_edits, edits_between, editable_region, fit_edit_prompt,
+                                 with_ending_of)
 from completer.prompt import ContextFile
 from completer.session import edit_format_name
 
@@ -110,13 +111,56 @@ def test_sweeps_prompt_is_sweeps_plugins_and_its_control_token_is_one_segment():
         "<|file_sep|>original/shapes.py\n\ndef area(width, height):\n    return width * height\n"
         "<|file_sep|>current/shapes.py\n\ndef area(w, height):\n    return width * height\n"
         "<|file_sep|>updated/shapes.py\n")
-    segments = prompt.segments()
+    segments = prompt.segments
     assert "".join(segment.text for segment in segments) == prompt.text
     assert [s.text for s in segments if s.special] == ["<|file_sep|>"] * 4
     assert not any("<|file_sep|>" in s.text for s in segments if not s.special)
     assert prompt.copy == region.text and SweepFormat.ends_with_end_token
     assert SweepFormat().rewrite("def area(w, height):\n    return w * height\n", stopped=True) is not None
     assert SweepFormat().rewrite("def area(w, height):\n", stopped=False) is None
+
+
+def test_instincts_prompt_is_continues_chat_and_its_answer_is_the_region():
+    text = "import math\n\ndef area(r):\n    return r * r\n\nprint(area(2))\n"
+    region = editable_region(text, text.index("return") + 4, 1, 0)
+    events = [EditEvent("a", "a.py", "x = 1\n", "x = 2\n"), EditEvent("b", "b.py", "y = 1\n", "y = 2\n")]
+    chunks = (ContextFile("h.py", "def h():\n    pass\n"), ContextFile("g.py", "G = 1\n"))
+    prompt = InstinctFormat().prompt("shapes.py", text[:region.start], region, text[region.end:], events, chunks)
+    # continuedev/continue core/nextEdit/: NextEditPromptEngine.ts's template, filled by
+    # templating/instinct.ts's blocks (the newest edit first), in Qwen's ChatML.
+    system = InstinctFormat.SYSTEM
+    assert system.startswith("You are Instinct, an intelligent next-edit predictor developed by Continue.dev.")
+    assert system.endswith("unless there are obvious typos or errors.")
+    assert prompt.text == (
+        f"<|im_start|>system\n{system}<|im_end|>\n<|im_start|>user\n"
+        "Reference the user excerpt, user edits, and the snippets to understand the developer's intent. Update the "
+        "editable region of the user excerpt by predicting and completing the changes they would have made next. "
+        "This may be a deletion, addition, or modification of code.\n\n### Context:\n"
+        "<|context_file|>: h.py\n<|snippet|>\ndef h():\n    pass\n\n<|context_file|>: g.py\n<|snippet|>\nG = 1\n\n"
+        "### User Edits:\n\n"
+        'User edited file "b.py"\n\n```diff\n@@ -1 +1 @@\n-y = 1\n+y = 2\n```\n'
+        'User edited file "a.py"\n\n```diff\n@@ -1 +1 @@\n-x = 1\n+x = 2\n```\n\n'
+        "### User Excerpt:\nshapes.py\n\nimport math\n\n<|editable_region_start|>\ndef area(r):\n"
+        "    retu<|user_cursor_is_here|>rn r * r\n<|editable_region_end|>\n\nprint(area(2))```\n### Response:"
+        "<|im_end|>\n<|im_start|>assistant\n")
+    assert [s.text for s in prompt.segments if s.special] == ["<|im_start|>", "<|im_end|>"] * 2 + ["<|im_start|>"]
+    assert prompt.copy == "def area(r):\n    return r * r" and InstinctFormat.ends_with_end_token
+    answer = "def area(radius):\n    return radius<|user_cursor_is_here|> * radius"
+    assert InstinctFormat().rewrite(answer, stopped=True) == "def area(radius):\n    return radius * radius"
+    assert InstinctFormat().rewrite(answer, stopped=False) is None  # cut by the token limit
+
+
+def test_a_document_that_spells_a_control_token_stays_text():
+    """This very file spells `<|file_sep|>` and `<|im_end|>`: in a prompt they are its
+    text, never the control tokens that end or restructure the prompt."""
+    text = 'SEPARATOR = "<|file_sep|>"\nEND = "<|im_end|>"\n'
+    region = editable_region(text, 0, 0, 1)
+    for edit_format in (SweepFormat(), InstinctFormat()):
+        prompt = edit_format.prompt("formats.py", "", region, "", [EditEvent("f", "formats.py", "", text)])
+        special = [segment.text for segment in prompt.segments if segment.special]
+        spelt = [segment.text for segment in prompt.segments if not segment.special]
+        assert len(special) == {"sweep": 4, "instinct": 5}[edit_format.family]
+        assert any('"<|file_sep|>"' in piece for piece in spelt) and any('"<|im_end|>"' in piece for piece in spelt)
 
 
 def test_auto_is_the_presets_format_and_a_target_of_ones_own_gets_the_instruction_format():

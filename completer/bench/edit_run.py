@@ -49,7 +49,7 @@ class EditBench(Bench):
                                  self.engine.context_tokens - 1, lambda text: len(self.model.tokenize(text)))
         if fitted is None:
             raise ValueError(f"{hole.file} at {hole.commit[:12]}: the region does not fit the context")
-        prompt, _ = self.completer.decoder.encode(fitted.prompt.segments())
+        prompt, _ = self.completer.decoder.encode(list(fitted.prompt.segments))
         copy = self.model.tokenize(fitted.prompt.copy)
         truth = apply_edits(document, [hole.truth_edit])
         base = {"hole": index, "kind": "edit", "language": hole.language, "truth": truth[fitted.region.start:
