@@ -252,7 +252,7 @@ class NextEditOptions:
         "most this many tokens counted as characters / 3 (as Zed counts them); the oldest go first")
     cross_file_tokens: int = option(
         512, "next edit: tokens of other open files' chunks in the prompt (the inline prompt's ring), newest first, "
-        "for the formats whose model reads them (`instruction`, `instinct`; Zeta's prompt has none); 0 = "
+        "for the formats whose model reads them (all but `zeta`: Zeta's prompt has none); 0 = "
         "none. They give way first when the prompt does not fit")
     format: str = option(
         "auto", "next edit: the prompt format, by model family: `instruction` (any instruct model: the smol pair), "

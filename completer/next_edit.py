@@ -260,25 +260,30 @@ class SweepFormat(EditFormat):
     block of its changed lines (`original:` then `updated:`), then the region as it was
     before the file's latest edit (`original/`), as it is (`current/`), and the model
     writes it again after `updated/`. No cursor marker, no text around the region (the
-    plugin sends none). `<|file_sep|>` is the vocabulary's control token, and ends the
-    answer as an end-of-generation token: the pinned llama.cpp's src/llama-vocab.cpp
-    takes it as the FIM separator and adds that to the end tokens."""
+    plugin sends none). Other files' chunks come first, each as `<|file_sep|>{path}` and
+    its text: Sweep's plugins send none, but that is Qwen2.5-Coder's repository format,
+    which Sweep's model card for its v2 puts before the edits' diffs in the same place.
+    `<|file_sep|>` is the vocabulary's control token, and ends the answer as an
+    end-of-generation token: the pinned llama.cpp's src/llama-vocab.cpp takes it as the
+    FIM separator and adds that to the end tokens. The plugin stops at `</s>` too."""
 
     family = "sweep"
     SEPARATOR = "<|file_sep|>"
     ends_with_end_token = True
+    reads_chunks = True
 
     def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent],
                chunks: tuple[ContextFile, ...] = ()) -> EditPrompt:
         current, _ = _without_last_break(region.text)
         latest = next((event for event in reversed(events) if event.path == path), None)
         original = (_lines_before_edit(latest, region) if latest is not None else None) or current
-        blocks = [f"{event.path}.diff\noriginal:\n{old}\nupdated:\n{new}\n"
-                  for event in events for old, new in [_changed_lines(event.before, event.after)]]
+        blocks = [f"{chunk.path}\n{_without_last_break(chunk.text)[0]}\n" for chunk in chunks]
+        blocks += [f"{event.path}.diff\noriginal:\n{old}\nupdated:\n{new}\n"
+                   for event in events for old, new in [_changed_lines(event.before, event.after)]]
         blocks += [f"original/{path}\n{original}\n", f"current/{path}\n{current}\n", f"updated/{path}\n"]
         separator = Segment(self.SEPARATOR, special=True)
         return EditPrompt(tuple(segment for block in blocks for segment in (separator, Segment(block))), region.text,
-                          (self.SEPARATOR,))
+                          (self.SEPARATOR, "</s>"))
 
     def rewrite(self, output: str, stopped: bool) -> str | None:
         return output if stopped else None
@@ -349,12 +354,17 @@ class InstinctFormat(EditFormat):
     `### User Excerpt:` with the file's path, the excerpt and then a fence that nothing
     opened, as written there), templating/instinct.ts's blocks: each chunk as
     `<|context_file|>: path`, `<|snippet|>` and its lines, each edit as `User edited
-    file "path"` and a diff fence, newest first (as the system prompt says), the excerpt
-    with the region between its markers on lines of their own and the cursor marked.
-    Continue sends a system and a user message, which the server renders with Qwen's
-    chat template (ChatML: `<|im_start|>` and `<|im_end|>` are control tokens); the model
-    answers with the region alone (the system prompt asks for no markers) and ends with
-    `<|im_end|>`, an end-of-generation token. SmolLM2's vocabulary has both tokens too."""
+    file "path"` and a diff fence, oldest first (Continue's client appends each new diff
+    to its list, though the system prompt says newest first), the excerpt with the region
+    between its markers on lines of their own and the cursor marked. Continue sends a
+    system and a user message, which the server renders with Qwen's chat template
+    (ChatML: `<|im_start|>` and `<|im_end|>` are control tokens); the model answers
+    with the region and ends with `<|im_end|>`, an end-of-generation token (the stop
+    of Instinct's own evaluation, continuedev/instinct eval/). SmolLM2's vocabulary has
+    both tokens too. The system prompt asks for the region alone, and Continue takes the
+    answer whole, less a first line that opens a fence and a last line of backticks
+    (core/autocomplete/postprocessing); Instinct's evaluation reads the region between
+    the markers, so a region written between them is read as well."""
 
     family = "instinct"
     reads_chunks = True
@@ -372,7 +382,7 @@ class InstinctFormat(EditFormat):
         snippets = "\n\n".join(f"{self.CONTEXT_FILE}: {chunk.path}\n{self.SNIPPET}\n"
                                f"{_without_last_break(chunk.text)[0]}" for chunk in chunks)
         history = "\n".join(f'User edited file "{event.path}"\n\n```diff\n{_without_last_break(event.diff)[0]}\n```'
-                            for event in reversed(events))
+                            for event in events)
         body, _ = _without_last_break(region.text)
         cursor = min(region.cursor, len(body))
         following = f"\n{_without_last_break(after)[0]}" if after else ""
@@ -382,10 +392,17 @@ class InstinctFormat(EditFormat):
         start, end = Segment(self.IM_START, special=True), Segment(self.IM_END, special=True)
         chat = (start, Segment(f"system\n{self.SYSTEM}"), end, Segment("\n"), start, Segment(f"user\n{user}"), end,
                 Segment("\n"), start, Segment("assistant\n"))
-        return EditPrompt(chat, body, (self.IM_END,))
+        return EditPrompt(chat, body, (self.IM_END, self.END))
 
     def rewrite(self, output: str, stopped: bool) -> str | None:
-        return output.replace(self.CURSOR, "") if stopped else None
+        if not stopped:
+            return None
+        lines = output.replace(self.CURSOR, "").removeprefix(f"{self.START}\n").rstrip("\n").split("\n")
+        if lines[0].startswith("```"):
+            lines = lines[1:]
+        if lines and re.fullmatch("`+", lines[-1].strip()):
+            lines = lines[:-1]
+        return "\n".join(lines)
 
 
 def _changed_lines(before: str, after: str) -> tuple[str, str]:

@@ -115,7 +115,11 @@ def test_sweeps_prompt_is_sweeps_plugins_and_its_control_token_is_one_segment():
     assert "".join(segment.text for segment in segments) == prompt.text
     assert [s.text for s in segments if s.special] == ["<|file_sep|>"] * 4
     assert not any("<|file_sep|>" in s.text for s in segments if not s.special)
-    assert prompt.copy == region.text and SweepFormat.ends_with_end_token
+    assert prompt.copy == region.text and SweepFormat.ends_with_end_token and prompt.stop == ("<|file_sep|>", "</s>")
+    # Other files' chunks first, in Qwen2.5-Coder's repository format.
+    chunked = SweepFormat().prompt("shapes.py", text[:region.start], region, text[region.end:], [event],
+                                   (ContextFile("units.py", "CM = 1\n"),))
+    assert chunked.text == "<|file_sep|>units.py\nCM = 1\n" + prompt.text
     assert SweepFormat().rewrite("def area(w, height):\n    return w * height\n", stopped=True) is not None
     assert SweepFormat().rewrite("def area(w, height):\n", stopped=False) is None
 
@@ -127,7 +131,7 @@ def test_instincts_prompt_is_continues_chat_and_its_answer_is_the_region():
     chunks = (ContextFile("h.py", "def h():\n    pass\n"), ContextFile("g.py", "G = 1\n"))
     prompt = InstinctFormat().prompt("shapes.py", text[:region.start], region, text[region.end:], events, chunks)
     # continuedev/continue core/nextEdit/: NextEditPromptEngine.ts's template, filled by
-    # templating/instinct.ts's blocks (the newest edit first), in Qwen's ChatML.
+    # templating/instinct.ts's blocks (the edits in the order they were made), in Qwen's ChatML.
     system = InstinctFormat.SYSTEM
     assert system.startswith("You are Instinct, an intelligent next-edit predictor developed by Continue.dev.")
     assert system.endswith("unless there are obvious typos or errors.")
@@ -138,16 +142,22 @@ def test_instincts_prompt_is_continues_chat_and_its_answer_is_the_region():
         "This may be a deletion, addition, or modification of code.\n\n### Context:\n"
         "<|context_file|>: h.py\n<|snippet|>\ndef h():\n    pass\n\n<|context_file|>: g.py\n<|snippet|>\nG = 1\n\n"
         "### User Edits:\n\n"
-        'User edited file "b.py"\n\n```diff\n@@ -1 +1 @@\n-y = 1\n+y = 2\n```\n'
-        'User edited file "a.py"\n\n```diff\n@@ -1 +1 @@\n-x = 1\n+x = 2\n```\n\n'
+        'User edited file "a.py"\n\n```diff\n@@ -1 +1 @@\n-x = 1\n+x = 2\n```\n'
+        'User edited file "b.py"\n\n```diff\n@@ -1 +1 @@\n-y = 1\n+y = 2\n```\n\n'
         "### User Excerpt:\nshapes.py\n\nimport math\n\n<|editable_region_start|>\ndef area(r):\n"
         "    retu<|user_cursor_is_here|>rn r * r\n<|editable_region_end|>\n\nprint(area(2))```\n### Response:"
         "<|im_end|>\n<|im_start|>assistant\n")
     assert [s.text for s in prompt.segments if s.special] == ["<|im_start|>", "<|im_end|>"] * 2 + ["<|im_start|>"]
     assert prompt.copy == "def area(r):\n    return r * r" and InstinctFormat.ends_with_end_token
+    assert prompt.stop == ("<|im_end|>", "<|editable_region_end|>")
     answer = "def area(radius):\n    return radius<|user_cursor_is_here|> * radius"
-    assert InstinctFormat().rewrite(answer, stopped=True) == "def area(radius):\n    return radius * radius"
+    rewritten = "def area(radius):\n    return radius * radius"
+    assert InstinctFormat().rewrite(answer, stopped=True) == rewritten
     assert InstinctFormat().rewrite(answer, stopped=False) is None  # cut by the token limit
+    # As Instinct's evaluation reads it: between the markers (cut at the end marker, a stop).
+    assert InstinctFormat().rewrite(f"<|editable_region_start|>\n{answer}\n", stopped=True) == rewritten
+    # As Continue's postprocessing reads it: a fence's lines are not the region's.
+    assert InstinctFormat().rewrite(f"```python\n{answer}\n```\n", stopped=True) == rewritten
 
 
 def test_a_document_that_spells_a_control_token_stays_text():
