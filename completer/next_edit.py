@@ -485,6 +485,16 @@ class FittedEdit:
     region: Region
     prompt_tokens: int
     answer_tokens: int  # the most the rewrite may take: the region's copy and room to change it
+    copy_from: str  # what copy drafting proposes from (copy_source)
+
+
+def copy_source(copy: str, events: list[EditEvent]) -> str:
+    """What copy drafting proposes from: the text a rewrite of the region copies, then the
+    lines each of the prompt's recent edits made, newest first. A rewrite that makes an
+    edit again (a renamed parameter's other uses) copies what the user just wrote, and
+    the drafter's ties go to the earliest place: the region, then the newest edit."""
+    made = (_changed_lines(event.before, event.after)[1] for event in reversed(events))
+    return "\n".join([copy, *(lines for lines in made if lines)])
 
 
 def answer_budget(copy_tokens: int) -> int:
@@ -511,7 +521,8 @@ def fit_edit_prompt(text: str, cursor: int, path: str, lines: tuple[int, int, in
                                     chunks)
         prompt_tokens, copy_tokens = count(prompt.text), count(prompt.copy)
         if prompt_tokens + answer_budget(copy_tokens) <= room:
-            return FittedEdit(prompt, region, prompt_tokens, answer_budget(copy_tokens))
+            return FittedEdit(prompt, region, prompt_tokens, answer_budget(copy_tokens),
+                              copy_source(prompt.copy, events))
         if chunks:
             chunks = chunks[1:]
         elif events:

@@ -482,7 +482,7 @@ class Completer:
         decoded = self.decoder.decode(Decode(
             request.document, request.language, prompt, length, fitted.answer_tokens, 0.0,
             Sampling(generation.temperature, generation.top_k, generation.top_p), generation.draft_mode, False,
-            list(fitted.prompt.stop), lambda _: False, cancel, copy_from=fitted.prompt.copy))
+            list(fitted.prompt.stop), lambda _: False, cancel, copy_from=fitted.copy_from))
         stop_reason = StopReason(decoded.stop_reason)
         if stop_reason == StopReason.CANCELLED:
             return no_edit(Source.SUPERSEDED, StopReason.CANCELLED)

@@ -225,3 +225,15 @@ def test_zetas_prompt_shows_no_other_files():
     alone = fit(())
     assert alone[1] > 2  # the context gave way
     assert fit(tuple(ContextFile(f"helper{i}.py", "def helper():\n    return 1\n") for i in range(3))) == alone
+
+
+def test_copy_drafting_draws_on_the_region_then_the_lines_the_newest_edits_made():
+    events = [EditEvent("u", "units.py", "CM = 1\nMM = 2\n", "CM = 1\nMM = 3\n"),
+              EditEvent("m", "main.py", "def f(width):\n    pass\n", "def f(new_width):\n    pass\n")]
+    fitted = fit_edit_prompt(FILE, FILE.index("f20"), "main.py", (3, 3, 8), events, InstructionFormat(), 100_000,
+                             characters)
+    assert fitted.copy_from == f"{fitted.prompt.copy}\ndef f(new_width):\nMM = 3"
+    # An edit that gave way to the room is not drawn on either.
+    tight = fit_edit_prompt(FILE, FILE.index("f20"), "main.py", (3, 3, 8), events, InstructionFormat(),
+                            len(fitted.prompt.text) + fitted.answer_tokens - 1, characters)
+    assert tight.copy_from == f"{tight.prompt.copy}\ndef f(new_width):"

@@ -7,7 +7,8 @@
         target = plain decoding of the rewrite until the format's stop string: n tokens,
                  timed; the rewrite is the suggestion the editor would get
         every other mode then makes exactly those n tokens (no stop string, the same
-        work), copy drafting from the region where the mode looks up; the peers too
+        work), copy drafting from the region and the user's edits where the mode looks
+        up; the peers too
         the suggestion of each mode is judged against the truth: exact (its edits make
         the commit's file), no edit (the region written again unchanged), or not a
         rewrite (no stop string within the budget, or the region emptied: not shown)
@@ -50,7 +51,7 @@ class EditBench(Bench):
         if fitted is None:
             raise ValueError(f"{hole.file} at {hole.commit[:12]}: the region does not fit the context")
         prompt, _ = self.completer.decoder.encode(list(fitted.prompt.segments))
-        copy = self.model.tokenize(fitted.prompt.copy)
+        copy = self.model.tokenize(fitted.copy_from)
         truth = apply_edits(document, [hole.truth_edit])
         base = {"hole": index, "kind": "edit", "language": hole.language, "truth": truth[fitted.region.start:
                 len(truth) - (len(document) - fitted.region.end)], "prompt_tokens": len(prompt)}
