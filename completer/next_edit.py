@@ -511,15 +511,19 @@ def fit_edit_prompt(text: str, cursor: int, path: str, lines: tuple[int, int, in
     (the recent edits say more of the next edit than another file's code), then the
     oldest events, then the context, then the region (each side halved); None when a
     region of the cursor's line alone, with nothing around it, does not fit. At most
-    chunks + events + log2 of each line count + 1 measurements."""
+    chunks + events + log2 of each line count + 1 measurements of the prompt, and one
+    of the copy per region."""
     above, below, context = lines
     chunks = chunks if edit_format.reads_chunks else ()
+    counted_copy, copy_tokens = None, 0
     while True:
         region = editable_region(text, cursor, above, below)
         around = editable_region(text, cursor, above + context, below + context)
         prompt = edit_format.prompt(path, text[around.start:region.start], region, text[region.end:around.end], events,
                                     chunks)
-        prompt_tokens, copy_tokens = count(prompt.text), count(prompt.copy)
+        if prompt.copy != counted_copy:  # only a smaller region changes it (a count may be a server's /tokenize)
+            counted_copy, copy_tokens = prompt.copy, count(prompt.copy)
+        prompt_tokens = count(prompt.text)
         if prompt_tokens + answer_budget(copy_tokens) <= room:
             return FittedEdit(prompt, region, prompt_tokens, answer_budget(copy_tokens),
                               copy_source(prompt.copy, events))

@@ -210,8 +210,9 @@ def test_other_files_chunks_give_way_first_then_the_oldest_edits(chunk_count, ev
 
 def test_zetas_prompt_shows_no_other_files():
     """Zed's zeta1 prompt has no other files, so Zeta never saw them: none are shown, and
-    none are measured while a prompt too long is fitted."""
-    def fit(chunks: tuple[ContextFile, ...]) -> tuple[str, int]:
+    none are measured while a prompt too long is fitted. The copy of a region is
+    measured once, however often the prompt around it is."""
+    def fit(chunks: tuple[ContextFile, ...]) -> tuple[str, list[str], str]:
         measured = []
 
         def count(text: str) -> int:
@@ -220,10 +221,11 @@ def test_zetas_prompt_shows_no_other_files():
 
         fitted = fit_edit_prompt(FILE, FILE.index("f20"), "main.py", (3, 3, 8), [], ZetaFormat(), 900, count, chunks)
         assert fitted is not None
-        return fitted.prompt.text, len(measured)
+        return fitted.prompt.text, measured, fitted.prompt.copy
 
     alone = fit(())
-    assert alone[1] > 2  # the context gave way
+    _, measured, copy = alone
+    assert measured.count(copy) == 1 and len(measured) == 3  # the context gave way once
     assert fit(tuple(ContextFile(f"helper{i}.py", "def helper():\n    return 1\n") for i in range(3))) == alone
 
 
