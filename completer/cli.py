@@ -645,9 +645,9 @@ def _show_bench_table(summary: dict, title: str, as_json: bool, edits: bool = Fa
               "do: greedy speculation must then equal target token for token (no near ties), and runs slower.")
 @click.option("--baseline-url", help="With --backend llama-server: a server of the same model without "
               "speculation, the `target` row the server's speedup is over.")
-@click.option("--edits", "edit_holes", is_flag=True, help="Measure next-edit suggestions: edits cut from the repositories' git "
-              "history (a commit's changes to a file in two or more places within the editable region: all but one "
-              "made, one left to predict), each mode writing the region again.")
+@click.option("--edits", "edit_holes", is_flag=True, help="Measure next-edit suggestions: edits cut from the "
+              "repositories' git history (a commit's changes to a file in two or more places within the editable "
+              "region: all but one made, one left to predict), each mode writing the region again.")
 @_config_flags("models")
 @_config_flags("drafting", only=("index_mb", "tree_branches"))
 @_config_flags("edits", only=("format",))

@@ -141,5 +141,6 @@ def test_a_tiny_real_edit_bench_decodes_the_same_rewrite_in_every_mode_and_repla
     assert result.returncode == 0, result.stderr
     replayed = json.loads(replay.read_text())
     assert replayed["holes"] == report["holes"] and replayed["settings"]["edits"]["format"] == "instinct"
-    assert replayed["records"][0]["prompt_tokens"] > records["target"]["prompt_tokens"] + 400  # Instinct's system prompt
+    # Instinct's system prompt alone is longer than 400 tokens.
+    assert replayed["records"][0]["prompt_tokens"] > records["target"]["prompt_tokens"] + 400
     assert [row["mode"] for row in json.loads(result.stdout)] == ["target", "ngram"]
