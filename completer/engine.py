@@ -18,7 +18,7 @@ from completer.kv import KVSequence, common_prefix_length
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.speculative import (Branch, Sampling, TreeVerdict, accept_greedy, accept_tree, probabilities,
                                    verify_greedy, verify_sampled)
-from completer.tuning import MAX_DRAFT, Candidate, CostModel, Plan, Tuner, calibrate, match_bucket
+from completer.tuning import MAX_DRAFT, Candidate, Continuation, CostModel, Plan, Tuner, calibrate, match_bucket
 
 log = logging.getLogger("completer.engine")
 
@@ -231,6 +231,9 @@ class _Round:
     # on otherwise, what the runner-up went on with. The plan's branches, those verified,
     # are the first tokens of some of them.
     offered: tuple[Branch, ...] = ()
+    # A lookup's proposal past the plan's k: checked against what the target goes on to
+    # make when it keeps the whole draft (tuning.Continuation).
+    beyond: tuple[int, ...] = ()
 
 
 PLAIN_ROUND = _Round(Plan(None, 0, 1.0, 0.0), None, NO_PROPOSAL)
@@ -288,7 +291,7 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
             plan = engine.tuner.branched(plan, offered[:MAX_TREE_BRANCHES], asked.document, asked.language,
                                          match_bucket(match.length), most, rows)
         proposal = Proposal(match.tokens[: plan.k], None, lookup_ms, match.length)
-        return _Round(plan, plan.provider, proposal, offered=offered)
+        return _Round(plan, plan.provider, proposal, offered=offered, beyond=tuple(match.tokens[plan.k:]))
     try:
         return _Round(plan, "draft", engine.drafter.propose(tokens, plan.k, asked.sampling, rng))
     except (RuntimeError, ValueError) as error:  # llama_decode failed, or the draft's context is full
@@ -360,7 +363,7 @@ def speculative_round(engine: Engine, tokens: list[int], room: int, asked: Round
     verdict, rows, verify_ms = _verify(engine, tokens, chosen, asked.sampling, rng, allowed, keep_rows)
     new = [*chosen.proposal.tokens[:verdict.accepted], *verdict.branch_tokens, verdict.next_token]
     made = _round_stats(chosen, verdict, len(new), verify_ms)
-    _learn(engine, chosen, made, verdict.next_token, asked)
+    _learn(engine, chosen, made, new, asked)
     return new, rows, made
 
 
@@ -393,6 +396,7 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     copy = (CopyDrafter(copy_from, prompt_length, engine.drafting.ngram_max_match, engine.drafting.tree_branches)
             if copy_from else None)
     asked = RoundSettings(mode, sampling, document, language, draft_length, copy)
+    engine.tuner.continuations = []  # an earlier generation's proposals say nothing of this one's tokens
     evaluate_prompt(engine.target, tokens[:-1], cancel)  # cancelled: the loop stops before a round
     predict_started = time.perf_counter()  # the time budget is for predicting, as llama.vim's t_max_predict_ms
     # rows: with keep_logits, [produced, V] per round
@@ -482,14 +486,18 @@ def _round_stats(chosen: _Round, verdict: TreeVerdict, produced: int, verify_ms:
                       branch_hit=None if offered is None else parted == offered.tokens[0])
 
 
-def _learn(engine: Engine, chosen: _Round, made: RoundStats, next_token: int, asked: RoundSettings) -> None:
+def _learn(engine: Engine, chosen: _Round, made: RoundStats, new: list[int], asked: RoundSettings) -> None:
     """The round into the tuner: its costs and acceptance, whether a proposal it passed
-    over would have held, and whether an offered branch started with the target's token."""
+    over would have held, whether an offered branch started with the target's token,
+    and how far the proposals of rounds whose whole draft held went on holding."""
     bucket = match_bucket(made.match_length) if made.provider in LOOKUPS else 0
     engine.tuner.observe(made.provider, bucket, made.drafted, made.accepted, made.produced, made.verify_ms,
                          chosen.proposal.draft_ms, asked.document, asked.language, made.branch_rows)
     if chosen.shadow is not None:
-        engine.tuner.observe_shadow(match_bucket(chosen.shadow.match_length), chosen.shadow.tokens[0] == next_token,
+        engine.tuner.observe_shadow(match_bucket(chosen.shadow.match_length), chosen.shadow.tokens[0] == new[-1],
                                     asked.document, asked.language)
+    whole = made.provider in LOOKUPS and made.accepted == made.drafted and not made.branch_taken
+    started = Continuation(made.provider, bucket, made.drafted, chosen.beyond) if whole and chosen.beyond else None
+    engine.tuner.follow(new, started, asked.document, asked.language)
     if made.branch_hit is not None:
         engine.tuner.observe_branch(made.branch_hit)

@@ -26,6 +26,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from completer.config import DraftingOptions
+from completer.kv import common_prefix_length
 from completer.speculative import Branch
 
 # Verify batches are calibrated up to 64 tokens (past that the cost curve is extrapolated),
@@ -92,10 +93,12 @@ class AcceptanceCurve:
     accepted: list[float] = field(default_factory=lambda: [0.0] * MAX_DRAFT)  # [position - 1]
     trials: list[float] = field(default_factory=lambda: [0.0] * MAX_DRAFT)
 
-    def record(self, accepted: int, drafted: int) -> None:
-        for index in range(min(accepted + 1, drafted, MAX_DRAFT)):
+    def record(self, accepted: int, drafted: int, first: int = 0) -> None:
+        """A draft whose positions first+1.. were tried (`first`: those before it held, in
+        a continuation) and whose first `accepted` of `drafted` held."""
+        for index in range(first, min(first + accepted + 1, first + drafted, MAX_DRAFT)):
             self.trials[index] = self.trials[index] * DECAY + 1
-            self.accepted[index] = self.accepted[index] * DECAY + (index < accepted)
+            self.accepted[index] = self.accepted[index] * DECAY + (index < first + accepted)
 
     def total_trials(self) -> float:
         return self.trials[0]
@@ -145,9 +148,10 @@ class AcceptanceTable:
     def _get(self, provider: str, scope: str, bucket: int) -> AcceptanceCurve:
         return self.by_key.setdefault((provider, scope, bucket), AcceptanceCurve())
 
-    def record(self, provider: str, document: str, language: str, bucket: int, accepted: int, drafted: int) -> None:
+    def record(self, provider: str, document: str, language: str, bucket: int, accepted: int, drafted: int,
+               first: int = 0) -> None:
         for scope in (f"doc:{document}", f"lang:{language}"):
-            self._get(provider, scope, bucket).record(accepted, drafted)
+            self._get(provider, scope, bucket).record(accepted, drafted, first)
 
     def curve(self, provider: str, document: str, language: str, bucket: int) -> AcceptanceCurve:
         """The document's curve once it has MIN_TRIALS, else its language's."""
@@ -221,6 +225,29 @@ def best_plan(costs: CostModel, options: list[tuple[str, list[float]]],
 
 
 @dataclass(frozen=True)
+class Continuation:
+    """A lookup's proposal past the k tokens a round drafted, when the target kept all k:
+    whether each further token is the one the target goes on to make says whether a
+    longer draft would have held there. A drafted token is a point mass, kept with the
+    chance p(token), the chance the target makes it: free evidence, as a shadow is for
+    one token. Without it a position past the k a provider is drafted at is tried only
+    when a plan reaches it, which its old failures there keep it from: copies that once
+    failed at their 3rd token and then held on were drafted 3 tokens a round for 22
+    rounds in a simulation (tests/test_tuning.py checks 10), where with it k passed 16
+    within 10."""
+
+    provider: str
+    bucket: int
+    position: int  # the draft position of tail[0], 0-based
+    tail: tuple[int, ...]
+
+
+# Continuations checked at once: a round makes at most one, and one lasts as long as its
+# proposal (up to MAX_DRAFT tokens), so a few rounds' worth bounds the work.
+MAX_CONTINUATIONS = 8
+
+
+@dataclass(frozen=True)
 class Candidate:
     """A provider a round may draft with."""
 
@@ -241,6 +268,7 @@ class Tuner:
         self.since_used: dict[str, int] = {}  # provider -> tokens generated since its last round
         self.probe_wait: dict[str, int] = {}  # provider -> tokens to wait before probing it
         self.branch_hits = AcceptanceCurve()  # its first position: how often a branch's first token is the target's
+        self.continuations: list[Continuation] = []  # of the generation under way (generate clears them)
 
     def plan(self, candidates: list[Candidate], document: str, language: str, fixed_k: int | None = None) -> Plan:
         """The round's provider and k: the best plan by expected tokens per ms, else a
@@ -290,6 +318,24 @@ class Tuner:
         self.probe_wait[provider] = every if accepted else min(2 * wait, self.options.probe_max)
         self.costs.record_draft(provider, drafted, draft_ms)
         self.acceptance.record(provider, document, language, bucket, accepted, drafted)
+
+    def follow(self, made: Sequence[int], started: Continuation | None, document: str, language: str) -> None:
+        """The tokens a round made, against each continuation being checked (`started`:
+        the round's own, from its first token after the draft): each token checked is a
+        trial at its position; a continuation ends where it parts or runs out."""
+        made = tuple(made)  # as the tails are: a list never equals a tuple
+        going, pairs = [], [(continuation, made) for continuation in self.continuations]
+        if started is not None:
+            pairs.append((started, made[started.position:]))
+        for continuation, tokens in pairs:
+            checked = min(len(continuation.tail), len(tokens))
+            held = common_prefix_length(continuation.tail, tokens)
+            self.acceptance.record(continuation.provider, document, language, continuation.bucket, held,
+                                   min(held + 1, checked), continuation.position)
+            if held == checked < len(continuation.tail):
+                going.append(Continuation(continuation.provider, continuation.bucket, continuation.position + held,
+                                          continuation.tail[held:]))
+        self.continuations = going[-MAX_CONTINUATIONS:]
 
     def observe_shadow(self, bucket: int, hit: bool, document: str, language: str) -> None:
         """An n-gram proposal passed over, scored against the token the target produced

@@ -72,6 +72,20 @@ def test_with_single_token_verification_greedy_speculation_is_plain_decoding(tar
     assert drafted > 100 and accepted > 0  # speculation ran, and some of it was kept
 
 
+def test_a_line_written_over_and_over_is_copied_on_past_the_texts_end_as_plain_decoding_writes_it(target):
+    """smol writing `#` lines over and over (as it did in edits from attrs's history):
+    n-gram lookup's proposal goes on from itself past the text's end, so a round keeps
+    its whole draft of 32, where a proposal that stopped at the text's end held 2 tokens
+    a round; with one token per target decode the output is plain decoding's."""
+    engine = Engine(target, None, n_ctx=1024, calibrate_s=0, exact=True)
+    prompt = target.tokenize("# Options\n" + "#\n" * 40)
+    plain = generate(engine, prompt, 99, mode="target")
+    assert target.detokenize(plain.tokens).startswith("#\n" * 8)  # the loop this is about
+    copied = generate(engine, prompt, 99, mode="ngram", draft_length=32)
+    assert copied.tokens == plain.tokens
+    assert copied.stats.target_passes <= 4 and copied.stats.accepted == copied.stats.drafted
+
+
 @pytest.mark.parametrize("mode,draft_length", [("ngram", None), ("draft", None), ("draft", 4), ("hybrid", None),
                                                ("auto", None), ("auto", 6)])
 def test_greedy_speculation_equals_plain_decoding_up_to_near_ties(engine, target, mode, draft_length):

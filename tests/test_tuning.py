@@ -11,8 +11,8 @@ from completer.config import DraftingOptions
 from completer.drafts import NgramDrafter, NgramIndex
 from completer.kv import common_prefix_length
 from completer.speculative import Branch
-from completer.tuning import (AcceptanceCurve, Candidate, CostModel, Plan, Tuner, best_plan, match_bucket,
-                              with_branches)
+from completer.tuning import (AcceptanceCurve, Candidate, Continuation, CostModel, Plan, Tuner, best_plan,
+                              match_bucket, with_branches)
 
 MIN_MATCH, MAX_MATCH = DraftingOptions().ngram_min_match, DraftingOptions().ngram_max_match
 # A CPU-like cost curve in ms: batches of 4 and 8 are cheaper than their neighbours, as
@@ -93,6 +93,47 @@ def test_a_short_match_that_fails_early_is_not_planned_long():
     assert plan.k <= 3
 
 
+def test_a_copy_drafted_short_that_goes_on_holding_is_soon_drafted_long():
+    """A line written over and over, copied by n-gram lookup from 64-token matches, where
+    copies once failed at their 3rd token. Every round keeps its whole draft. Checking
+    each round's proposal past its k against the tokens the target goes on to make
+    teaches the positions past k, and k grows within a few rounds; without it, the
+    positions past k are never tried and k stays where it was."""
+    bucket = match_bucket(64)
+    line = [19, 198] * 400
+
+    def ks(follow: bool) -> list[int]:
+        tuner = Tuner(CostModel(verify_ms=dict(LONG_CPU_CURVE)), DraftingOptions())
+        for _ in range(20):
+            tuner.acceptance.record("ngram", "doc", "py", bucket, accepted=2, drafted=8)
+        made, chosen = 0, []
+        for _ in range(10):
+            k = tuner.plan([Candidate("ngram", bucket, 63)], "doc", "py").k
+            chosen.append(k)
+            tuner.observe("ngram", bucket, k, k, k + 1, tuner.costs.verify(k + 1), 0.0, "doc", "py")
+            if follow:
+                proposed_past_k = Continuation("ngram", bucket, k, tuple(line[made + k:made + 63]))
+                tuner.follow(line[made:made + k + 1], proposed_past_k, "doc", "py")
+            made += k + 1
+        return chosen
+
+    assert max(ks(follow=True)) > 16
+    assert max(ks(follow=False)) <= 3
+
+
+def test_a_continuation_is_a_trial_at_each_position_it_was_checked_and_ends_where_it_parts():
+    tuner = Tuner(CostModel(verify_ms=dict(LONG_CPU_CURVE)), DraftingOptions())
+    curve = tuner.acceptance.curve("copy", "doc", "py", 0)
+    # A round kept its 2 drafted tokens; its proposal went on 5, 6, 7, 8. It made 1, 2 and 5.
+    tuner.follow([1, 2, 5], Continuation("copy", 0, 2, (5, 6, 7, 8)), "doc", "py")
+    assert curve.trials[:4] == [0.0, 0.0, 1.0, 0.0] and curve.accepted[2] == 1.0  # position 3 held
+    tuner.follow([6, 9], None, "doc", "py")  # the next round made 6, then 9 where 7 was proposed
+    assert curve.trials[3:6] == [1.0, 1.0, 0.0] and curve.accepted[3:5] == [1.0, 0.0]
+    assert tuner.continuations == []  # it parted: nothing more to check
+    tuner.follow([3, 9], Continuation("copy", 0, 1, (4, 5)), "doc", "py")  # drafted 3, kept; 9 where 4 was proposed
+    assert curve.trials[1] == 1.0 and curve.accepted[1] == 0.0 and tuner.continuations == []
+
+
 def test_a_branch_is_verified_only_where_its_rows_cost_less_than_it_is_expected_to_make():
     """A draft whose 4th token is a coin toss, with a branch offered there. On a flat cost curve (a
     GPU's) the branch's 6 rows are free and it is taken whole; nor does a branch that
@@ -155,6 +196,18 @@ def test_lookup_proposes_what_followed_the_match_here_or_in_another_document():
     assert drafter.lookup([9, 9, 21, 22, 23], 2)[:2] == ([24, 25], 3)
     drafter.remove_other_document("other.py")
     assert drafter.lookup([9, 9, 21, 22, 23], 2)[:2] == ([], 0)
+
+
+def test_a_match_that_runs_into_the_texts_end_is_copied_on_from_itself():
+    """A text that repeats (a line written over and over): the latest occurrence of its
+    end is followed by the text's end, and the proposal goes on from itself, as far as
+    asked (LZ77's overlapping copy), not only to the text's end."""
+    drafter = NgramDrafter()
+    assert drafter.lookup([5, 1, 2, 1, 2, 1, 2, 1, 2], 7)[:2] == ([1, 2, 1, 2, 1, 2, 1], 6)
+    assert drafter.lookup([9, 8, 1, 2, 3, 4, 7, 1, 2, 3, 4, 7, 1, 2, 3], 8)[:2] == ([4, 7, 1, 2, 3, 4, 7, 1], 8)
+    # Another document's text does not go on into this one: its match is not extended.
+    drafter.set_other_document("other.py", [20, 21, 22, 23])
+    assert drafter.lookup([9, 9, 20, 21, 22], 4)[:2] == ([23], 3)
 
 
 @given(st.lists(st.integers(0, 2), max_size=12), st.lists(st.integers(0, 2), max_size=12))
