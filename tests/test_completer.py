@@ -290,7 +290,6 @@ def test_instincts_chat_reaches_the_model_as_its_control_tokens(new_completer, t
     assert "### User Excerpt:\nshapes.py" in completer.prompt_text(edit.prompt)
 
 
-
 def test_the_completion_after_an_acceptance_is_computed_ahead_and_answers_that_request_alone(new_completer):
     """While a completion is shown, the one after its acceptance is computed (prefetch):
     the request acceptance makes (its text, its cursor) gets it with no model call, the
