@@ -8,8 +8,11 @@ header, this takes about 0.1 s); the `gguf` package supplies the constants and,
 in models/derive.py, the writer.
 """
 
+import hashlib
+import json
 import mmap
 import struct
+from collections import Counter
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -40,8 +43,19 @@ _SCALARS = {
 }
 
 
+class NotAModel(ModelError):
+    """A file that is not a usable model. `reason` says why in a few words, for lists
+    of many files (models/stores.py) where the whole message would repeat itself."""
+
+    def __init__(self, message: str, reason: str):
+        super().__init__(message)
+        self.reason = reason
+
+
 class _Malformed(Exception):
-    pass
+    def __init__(self, problem: str, reason: str | None = None):
+        super().__init__(problem)
+        self.reason = reason or problem
 
 
 @dataclass(frozen=True)
@@ -83,7 +97,8 @@ class _Cursor:
 
     def take(self, n: int) -> memoryview:
         if n < 0 or self.offset + n > len(self.buffer):
-            raise _Malformed(f"needs {n} bytes at offset {self.offset}, past the end of the file")
+            problem = f"needs {n} bytes at offset {self.offset}, past the end of the file"
+            raise _Malformed(problem, f"truncated or corrupt: {problem}")
         view = self.buffer[self.offset : self.offset + n]
         self.offset += n
         return view
@@ -122,12 +137,16 @@ class _Cursor:
         return [item for (item,) in struct.iter_unpack(fmt, raw)] if keep else None
 
 
+def _n_elements(shape: tuple[int, ...]) -> int:
+    n = 1
+    for dim in shape:
+        n *= dim
+    return n
+
+
 def _tensor_bytes(shape: tuple[int, ...], qtype: GGMLQuantizationType) -> int:
     block_size, type_size = GGML_QUANT_SIZES[qtype]
-    n_elements = 1
-    for dim in shape:
-        n_elements *= dim
-    return n_elements * type_size // block_size
+    return _n_elements(shape) * type_size // block_size
 
 
 def _fix_hint(path: Path) -> str:
@@ -141,18 +160,20 @@ def read_gguf(path: str | Path, keep_arrays: bool = False) -> GGUFContents:
     """
     path = Path(path)
     if not path.exists():
-        raise ModelError(f"model file not found: {path}. Run `completer models pull PRESET`, or check the path.")
+        raise NotAModel(f"model file not found: {path}. Run `completer models pull PRESET`, or check the path.",
+                        "not found")
     if not path.is_file():
-        raise ModelError(f"model path is not a file: {path}. Pass the .gguf file itself.")
+        raise NotAModel(f"model path is not a file: {path}. Pass the .gguf file itself.", "not a file")
     size = path.stat().st_size
     if size < 24:
-        raise ModelError(f"{path} is not a GGUF file: {size} bytes. {_fix_hint(path)}")
+        raise NotAModel(f"{path} is not a GGUF file: {size} bytes. {_fix_hint(path)}",
+                        f"not a GGUF file ({size} bytes)")
     with open(path, "rb") as file, mmap.mmap(file.fileno(), 0, access=mmap.ACCESS_READ) as mapped:
         buffer = memoryview(mapped)
         try:
             return _parse(path, buffer, size, keep_arrays)
         except _Malformed as problem:
-            raise ModelError(f"{path} is not a valid GGUF file: {problem}. {_fix_hint(path)}") from None
+            raise NotAModel(f"{path} is not a valid GGUF file: {problem}. {_fix_hint(path)}", problem.reason) from None
         finally:
             buffer.release()
 
@@ -160,7 +181,7 @@ def read_gguf(path: str | Path, keep_arrays: bool = False) -> GGUFContents:
 def _parse(path: Path, buffer: memoryview, size: int, keep_arrays: bool) -> GGUFContents:
     cursor = _Cursor(buffer)
     if bytes(cursor.take(4)) != GGUF_MAGIC:
-        raise _Malformed("it does not start with the GGUF magic")
+        raise _Malformed("it does not start with the GGUF magic", "not a GGUF file")
     version = cursor.scalar("<I")
     if version not in (2, 3):
         raise _Malformed(f"GGUF version {version} (llama.cpp reads 2 and 3)")
@@ -198,7 +219,8 @@ def _parse(path: Path, buffer: memoryview, size: int, keep_arrays: bool) -> GGUF
         n_bytes = _tensor_bytes(shape, qtype)
         offset = data_start + relative
         if offset + n_bytes > size:
-            raise _Malformed(f"it is truncated: tensor {name} ends at byte {offset + n_bytes}, the file has {size}")
+            problem = f"tensor {name} ends at byte {offset + n_bytes}, the file has {size}"
+            raise _Malformed(f"it is truncated: {problem}", f"truncated ({problem})")
         tensors.append(TensorLocation(name, shape, qtype, offset, n_bytes))
     return GGUFContents(path, version, fields, tensors)
 
@@ -218,27 +240,40 @@ class GGUFHeader:
     size_bytes: int
 
 
-def check_gguf(path: str | Path) -> GGUFHeader:
-    """Validate a GGUF model file and return its header, or raise ModelError saying what to do."""
-    contents = read_gguf(path)
+def _model_architecture(contents: GGUFContents) -> tuple[str, int]:
+    """(architecture, layers) of a model file, or NotAModel."""
     path = contents.path
     architecture = contents.get("general.architecture")
     if not architecture:
-        raise ModelError(f"{path} has no general.architecture: not a model. {_fix_hint(path)}")
+        raise NotAModel(f"{path} has no general.architecture: not a model. {_fix_hint(path)}",
+                        "no general.architecture: not a model")
     layers = contents.get(f"{architecture}.block_count")
     if layers is None:
-        raise ModelError(f"{path} has no {architecture}.block_count. {_fix_hint(path)}")
-    matrix_types = [t.type.name for t in contents.tensors if len(t.shape) > 1]
+        raise NotAModel(f"{path} has no {architecture}.block_count. {_fix_hint(path)}",
+                        f"no {architecture}.block_count: not a model")
+    return architecture, int(layers)
+
+
+def _file_type(tensors: list[TensorLocation]) -> str:
+    """The most common type among matrices, e.g. "Q4_0": what a file is said to be quantized to."""
+    matrix_types = Counter(t.type.name for t in tensors if len(t.shape) > 1)
+    return matrix_types.most_common(1)[0][0] if matrix_types else "none"
+
+
+def check_gguf(path: str | Path) -> GGUFHeader:
+    """Validate a GGUF model file and return its header, or raise ModelError saying what to do."""
+    contents = read_gguf(path)
+    architecture, layers = _model_architecture(contents)
     return GGUFHeader(
-        path=path,
+        path=contents.path,
         architecture=architecture,
         name=contents.get("general.name"),
-        layers=int(layers),
+        layers=layers,
         n_embd=int(contents.get(f"{architecture}.embedding_length", 0)),
         context_length=int(contents.get(f"{architecture}.context_length", 0)),
         tokenizer_model=contents.get("tokenizer.ggml.model"),
-        file_type=max(set(matrix_types), key=matrix_types.count) if matrix_types else "none",
-        size_bytes=path.stat().st_size,
+        file_type=_file_type(contents.tensors),
+        size_bytes=contents.path.stat().st_size,
     )
 
 
@@ -274,3 +309,117 @@ def check_same_vocabulary(target: str | Path, draft: str | Path) -> None:
             f"draft {draft} does not share the vocabulary of target {target}: {problem}. "
             "Use a draft from the same model family (`completer models list` shows the presets' pairs)."
         )
+
+
+# How llama.cpp finds a vocabulary's fill-in-the-middle tokens (src/llama-vocab.cpp,
+# llama_vocab::impl::load, as pinned): the id a metadata key gives (the newer key, or the
+# deprecated one after it), else a token spelled one of these ways. models/backend.py
+# reads the ids llama.cpp found; model_facts finds them here without loading llama.cpp.
+FIM_PREFIX = (("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"),
+              ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",
+               "<|code_prefix|>", "<|prefix|>"))
+FIM_SUFFIX = (("tokenizer.ggml.fim_suf_token_id", "tokenizer.ggml.suffix_token_id"),
+              ("<|fim_suffix|>", "<fim-suffix>", "<fim_suffix>", "<｜fim▁hole｜>", "<SUF>", "▁<SUF>",
+               "<|code_suffix|>", "<|suffix|>"))
+FIM_MIDDLE = (("tokenizer.ggml.fim_mid_token_id", "tokenizer.ggml.middle_token_id"),
+              ("<|fim_middle|>", "<fim-middle>", "<fim_middle>", "<｜fim▁end｜>", "<MID>", "▁<MID>",
+               "<|code_middle|>", "<|middle|>"))
+
+
+def has_fim_tokens(prefix: int | None, suffix: int | None, middle: int | None) -> bool:
+    """Whether a vocabulary can fill in the middle: it needs all three control tokens
+    (pad, repository and file separator are optional extras)."""
+    return None not in (prefix, suffix, middle)
+
+
+def fim_token_id(contents: GGUFContents, keys: tuple[str, ...], spellings: tuple[str, ...]) -> int | None:
+    """The id llama.cpp takes for one FIM token (see FIM_PREFIX): a key's value when it
+    names a token (a later key wins), else a token with one of the spellings."""
+    tokens = contents.get("tokenizer.ggml.tokens") or []
+    found = None
+    for key in keys:
+        value = contents.get(key)
+        if isinstance(value, int) and 0 <= value < len(tokens):
+            found = value
+    if found is not None:
+        return found
+    wanted = set(spellings)
+    return next((token_id for token_id, text in enumerate(tokens) if text in wanted), None)
+
+
+@dataclass(frozen=True)
+class ModelFacts:
+    """What a model file is, read from its header and tensor table without loading it."""
+
+    architecture: str
+    parameters: int  # weights in all tensors
+    quantization: str  # the most common matrix type, e.g. "Q4_0"
+    size_bytes: int
+    context_length: int  # tokens it was trained on; 0 when the file does not say
+    has_fim: bool
+    is_chat: bool  # it carries a chat template
+    tokenizer_model: str | None
+    n_tokens: int
+    vocabulary_id: str  # equal for files whose token ids mean the same: a target and its drafts
+    kv_bytes_per_token: int  # an f16 KV cache, all layers
+    sliding_window: int  # tokens some layers attend to; 0 when every layer sees the whole context
+
+
+def model_facts(path: str | Path) -> ModelFacts:
+    """The facts of a GGUF model file, or NotAModel (a ModelError) saying why it is none."""
+    contents = read_gguf(path, keep_arrays=True)
+    path = contents.path
+    if contents.get("general.architecture") == "clip":
+        raise NotAModel(f"{path} is a vision projector (clip), not a language model. Pass the model itself.",
+                        "a vision projector (clip), not a language model")
+    if not contents.tensors:
+        raise NotAModel(f"{path} holds a vocabulary only, no weights. Pass a model file.",
+                        "vocabulary only, no weights")
+    architecture, _ = _model_architecture(contents)
+    fim = [fim_token_id(contents, keys, spellings) for keys, spellings in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)]
+    return ModelFacts(
+        architecture=architecture,
+        parameters=sum(_n_elements(t.shape) for t in contents.tensors),
+        quantization=_file_type(contents.tensors),
+        size_bytes=path.stat().st_size,
+        context_length=int(contents.get(f"{architecture}.context_length", 0)),
+        has_fim=has_fim_tokens(*fim),
+        is_chat=contents.get("tokenizer.chat_template") is not None,
+        tokenizer_model=contents.get("tokenizer.ggml.model"),
+        n_tokens=len(contents.get("tokenizer.ggml.tokens") or []),
+        vocabulary_id=vocabulary_id(contents),
+        kv_bytes_per_token=kv_bytes_per_token(contents, architecture),
+        sliding_window=int(contents.get(f"{architecture}.attention.sliding_window", 0)),
+    )
+
+
+def vocabulary_id(contents: GGUFContents) -> str:
+    """A short digest of what token ids mean: the tokenizer, every token's text in order
+    and the special tokens' ids. Files with equal ids can draft for each other."""
+    special = sorted((key, field.value) for key, field in contents.fields.items()
+                     if key.startswith("tokenizer.ggml.") and key.endswith("_token_id"))
+    described = [contents.get("tokenizer.ggml.model"), contents.get("tokenizer.ggml.tokens") or [], special]
+    # JSON keeps the token boundaries: ["ab", "c"] and ["a", "bc"] differ.
+    return hashlib.sha256(json.dumps(described, ensure_ascii=False).encode()).hexdigest()[:12]
+
+
+def _per_layer(value: int | list[int] | None, layers: int) -> list[int] | None:
+    """A hyperparameter as one value per layer: some architectures store a list."""
+    if value is None:
+        return None
+    return [int(v) for v in value] if isinstance(value, list) else [int(value)] * layers
+
+
+def kv_bytes_per_token(contents: GGUFContents, architecture: str) -> int:
+    """Bytes an f16 KV cache holds per token: over layers, K and V heads times their
+    lengths, 2 bytes each. 0 for a model without attention heads (a recurrent one)."""
+    layers = int(contents.get(f"{architecture}.block_count", 0))
+    heads = _per_layer(contents.get(f"{architecture}.attention.head_count"), layers)
+    if not heads or not heads[0]:
+        return 0
+    kv_heads = _per_layer(contents.get(f"{architecture}.attention.head_count_kv"), layers) or heads
+    # llama.cpp's default key and value length: the embedding split among layer 0's heads.
+    head_size = int(contents.get(f"{architecture}.embedding_length", 0)) // heads[0]
+    key_length = int(contents.get(f"{architecture}.attention.key_length", head_size))
+    value_length = int(contents.get(f"{architecture}.attention.value_length", head_size))
+    return sum(kv_heads) * (key_length + value_length) * 2  # f16: 2 bytes a value

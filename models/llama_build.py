@@ -37,7 +37,7 @@ from pathlib import Path
 from completer.models.accelerator import BuildChoiceError, choose
 from completer.models.atomic import process_alive
 from completer.models.errors import ModelError
-from completer.models.paths import cache_dir
+from completer.models.paths import LLAMA_BUILDS_FOLDER, cache_dir
 
 SERVER_ENV = "COMPLETER_LLAMA_SERVER"
 BUILD_COMMAND = "completer build"
@@ -71,7 +71,7 @@ def cmake_args() -> list[str]:
 
 
 def builds_dir() -> Path:
-    return cache_dir() / "llama.cpp"
+    return cache_dir() / LLAMA_BUILDS_FOLDER
 
 
 def pinned_version() -> str:

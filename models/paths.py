@@ -1,24 +1,31 @@
 """Where model files live: the user's cache directory, never the repository."""
 
 import os
+from collections.abc import Mapping
 from pathlib import Path
 
 CACHE_ENV = "COMPLETER_CACHE_DIR"
+HUB_FOLDER = "hub"
+LLAMA_BUILDS_FOLDER = "llama.cpp"  # models/llama_build.py builds llama.cpp there
 
 
-def cache_dir() -> Path:
-    """$COMPLETER_CACHE_DIR, else $XDG_CACHE_HOME/completer, else ~/.cache/completer."""
-    explicit = os.environ.get(CACHE_ENV)
+def cache_dir(environ: Mapping[str, str] | None = None, home: Path | None = None) -> Path:
+    """$COMPLETER_CACHE_DIR, else $XDG_CACHE_HOME/completer, else ~/.cache/completer.
+
+    `environ` and `home` default to this process's; models/stores.py passes its own, so
+    that what a scan finds depends only on what it is given."""
+    environ = os.environ if environ is None else environ
+    explicit = environ.get(CACHE_ENV)
     if explicit:
         return Path(explicit).expanduser()
-    xdg = os.environ.get("XDG_CACHE_HOME")
-    base = Path(xdg).expanduser() if xdg else Path.home() / ".cache"
+    xdg = environ.get("XDG_CACHE_HOME")
+    base = Path(xdg).expanduser() if xdg else (home or Path.home()) / ".cache"
     return base / "completer"
 
 
-def hub_cache_dir() -> Path:
+def hub_cache_dir(environ: Mapping[str, str] | None = None, home: Path | None = None) -> Path:
     """huggingface-hub's own cache layout, kept inside ours so one folder holds every model."""
-    return cache_dir() / "hub"
+    return cache_dir(environ, home) / HUB_FOLDER
 
 
 def derived_cache_dir() -> Path:
