@@ -1,6 +1,7 @@
 """The `completer` command. Each subcommand's docstring is its --help."""
 
 import functools
+import json
 import logging
 import os
 import sys
@@ -13,7 +14,7 @@ from click.core import ParameterSource
 from rich.console import Console
 
 from completer import tables
-from completer.bench import DISTILLED_MODES, LLAMA_SERVER_PEERS
+from completer.bench import DISTILLED_MODES, DRAFT_MODEL_MODES, LLAMA_SERVER_PEERS
 from completer.bench import MODES as BENCH_MODES
 from completer.config import (CHOICES, CacheOptions, Config, DraftingOptions, GenerationOptions, ModelOptions,
                               NextEditOptions, machine_options)
@@ -25,6 +26,7 @@ from completer.models.presets import PRESETS, Preset
 
 console = Console()
 errors = Console(stderr=True)
+PRESET_COLUMNS = ("preset", "target", "draft", "cached", "why")
 JSON_OPTION = click.option("--json", "as_json", is_flag=True, help="Print the table's data as JSON, for scripts.")
 
 
@@ -103,12 +105,15 @@ def models() -> None:
 
 def _file_state(preset: Preset) -> tuple[str, str]:
     """(target state, draft state) as 'cached', 'missing', or what would happen on first use."""
+    from completer.models.presets import NoDraft
     from completer.models.resolve import cached_path
 
     try:
         target = cached_path(preset.target)
     except ModelError:
         return "missing package", "-"
+    if isinstance(preset.draft, NoDraft):
+        return ("cached" if target else "missing"), "none"
     draft = cached_path(preset.draft, target) if target else None
     return ("cached" if target else "missing"), ("cached" if draft else "missing")
 
@@ -118,15 +123,45 @@ def _cache_state(preset: Preset) -> str:
     return f"target {target_state}, draft {draft_state}"
 
 
+# What `models list` shows of each model found on this machine.
+FOUND_COLUMNS = ("model", "architecture", "parameters", "quantization", "size", "context", "FIM", "kind",
+                 "vocabulary", "file")
+
+
+def _found_row(model) -> tuple[str, ...]:
+    facts = model.facts
+    return (model.name, facts.architecture, f"{facts.parameters / 1e6:,.0f}M", facts.quantization,
+            f"{facts.size_bytes / 2**20:,.0f} MiB", f"{facts.context_length:,}", "yes" if facts.has_fim else "no",
+            "instruct" if facts.is_chat else "base", f"{facts.vocabulary_id} ({facts.n_tokens:,} tokens)",
+            str(model.path))
+
+
 @models.command("list")
 @JSON_OPTION
 def models_list(as_json: bool) -> None:
-    """Presets, their files, and whether those are in the cache."""
-    rows = [(preset.name, preset.target.describe(), preset.draft.describe(), _cache_state(preset), preset.why)
-            for preset in PRESETS.values()]
-    tables.show(console, ("preset", "target", "draft", "cached", "why"), rows, as_json=as_json)
-    if not as_json:
-        click.echo(f"cache: {cache_dir()}")
+    """Presets, their files and whether those are in the cache; then every GGUF model
+    already on this machine (Ollama, LM Studio, the Hugging Face cache, llama.cpp's cache,
+    completer's cache), by the name --target and --draft take. Stores are only read."""
+    from completer.models.stores import scan
+
+    presets = [(preset.name, preset.target.describe(), preset.draft.describe(), _cache_state(preset), preset.why)
+               for preset in PRESETS.values()]
+    found = scan()
+    found_rows = [_found_row(model) for model in found.found]
+    if as_json:
+        click.echo(json.dumps({"presets": tables.json_data(PRESET_COLUMNS, presets),
+                               "found": tables.json_data(FOUND_COLUMNS, found_rows), "skipped": found.skipped},
+                              indent=1))
+        return
+    tables.show(console, PRESET_COLUMNS, presets)
+    click.echo(f"cache: {cache_dir()}")
+    if found_rows:
+        tables.show(console, FOUND_COLUMNS, found_rows, title="found on this machine (--target NAME, --draft NAME)")
+    else:
+        click.echo("found on this machine: none (Ollama, LM Studio, the Hugging Face cache and llama.cpp's cache "
+                   "were looked in)")
+    for line in found.skipped:
+        errors.print(f"skipped: {line}", markup=False, highlight=False, soft_wrap=True)
 
 
 @models.command("pull")
@@ -144,6 +179,7 @@ def _describe_file(path: Path) -> list[tuple[str, str]]:
     """(field, value) rows about a GGUF file."""
     from completer.models.backend import LlamaModel
     from completer.models.gguf_file import check_gguf
+    from completer.models.pairing import suitability_notes
 
     header = check_gguf(path)
     model = LlamaModel(path, n_gpu_layers=0, vocab_only=True)
@@ -158,9 +194,28 @@ def _describe_file(path: Path) -> list[tuple[str, str]]:
         if getattr(special, name) is not None
     )
     rows += [("FIM tokens", fim if special.has_fim else f"none (prefix-only prompts){'; ' + fim if fim else ''}"),
-             ("end tokens", f"eos={special.eos} eot={special.eot}")]
+             ("end tokens", f"eos={special.eos} eot={special.eot}"), *_memory_rows(path)]
+    rows += [("note", note) for note in suitability_notes(path, special.has_fim)]
     model.close()
     return rows
+
+
+def _memory_rows(path: Path) -> list[tuple[str, str]]:
+    """The model's attention and what its KV cache takes at the default context."""
+    from completer.models.gguf_file import model_facts
+
+    facts = model_facts(path)
+    n_ctx = ModelOptions().context_tokens
+    attention = "full"
+    if facts.sliding_window:
+        # The engine's contexts keep a full-size cache on the window layers too (swa_full
+        # in models/backend.py): a cut anywhere stays exact, at that memory.
+        attention = (f"sliding window of {facts.sliding_window:,} tokens on some layers; their cache is kept "
+                     "full-size, so a cut anywhere (a rejected draft, an edit) stays exact")
+    kv_mib = facts.kv_bytes_per_token * n_ctx / 2**20
+    return [("attention", attention),
+            ("KV cache", f"{facts.kv_bytes_per_token / 1024:.1f} KiB a token, {kv_mib:,.0f} MiB at {n_ctx:,} tokens "
+                         "(models.context_tokens), per context")]
 
 
 @models.command("info")
@@ -169,14 +224,15 @@ def _describe_file(path: Path) -> list[tuple[str, str]]:
 @click.option("--threads", default=0, help="CPU threads for --time; 0 = all cores.")
 @_reports_model_errors
 def models_info(path_or_preset: str, measure: bool, threads: int) -> None:
-    """Architecture, layers, vocabulary and FIM tokens of a GGUF file or a preset's pair."""
-    if path_or_preset in PRESETS:
-        from completer.models.resolve import resolve
+    """Architecture, layers, vocabulary, FIM tokens, attention and KV memory of a GGUF file,
+    a model `completer models list` found (its name), or a preset's pair."""
+    from completer.models.resolve import model_path, resolve
 
+    if path_or_preset in PRESETS:
         files = resolve(Preset.from_name(path_or_preset))
-        paths = [files.target, files.draft]
+        paths = [path for path in (files.target, files.draft) if path is not None]
     else:
-        paths = [Path(path_or_preset)]
+        paths = [model_path(path_or_preset)]
     for path in paths:
         tables.show(console, None, _describe_file(path), title=str(path))
         if measure:
@@ -396,18 +452,41 @@ def _server_row(models: ModelOptions) -> tuple[str, str]:
         return f"server ({models.backend})", f"cannot be used: {error}"
 
 
+def _target_rows(models: ModelOptions) -> list[tuple[str, str]]:
+    """The target the options name (with --target, that file; else the preset's, if in
+    the cache: doctor downloads nothing): its file, attention and KV memory, and what
+    it is good for as a completer."""
+    from completer.models.backend import LlamaModel
+    from completer.models.pairing import suitability_notes
+    from completer.models.resolve import resolve
+
+    try:
+        path = resolve(Preset.from_name(models.preset), models.target, download=False, with_draft=False).target
+        model = LlamaModel(path, n_gpu_layers=0, vocab_only=True)
+    except ModelError as error:
+        return [("target", str(error))]
+    has_fim = model.special.has_fim
+    model.close()
+    return [("target", str(path)), *_memory_rows(path),
+            *(("target note", note) for note in suitability_notes(path, has_fim))]
+
+
 @main.command()
 @JSON_OPTION
-@_config_flags("models", only=("rpc_servers", "backend", "server_url"))
+@_config_flags("models", only=("rpc_servers", "backend", "server_url", "preset", "target"))
 def doctor(as_json: bool, models: ModelOptions) -> None:
-    """llama.cpp build, GPU offload, threads, cache directory and each preset's state, and
-    the devices llama.cpp sees (with --rpc, RPC servers' too); with --backend and
-    --server-url, the server: its model, slots and speculative settings."""
+    """llama.cpp build, GPU offload, threads, cache directory and each preset's state, the
+    target (--preset or --target; from the cache only): its attention, KV memory and
+    what it is good for, and the devices llama.cpp sees (with --rpc, RPC servers' too);
+    with --backend and --server-url, the server: its model, slots and speculative
+    settings."""
     from completer.loading import SERVER_APIS
 
     rows = _doctor_rows(models.rpc_servers)
     if models.backend in SERVER_APIS:
         rows.insert(0, _server_row(models))
+    else:
+        rows += _target_rows(models)
     tables.show(console, None, rows, as_json=as_json)
 
 
@@ -444,6 +523,8 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
     click.echo(completion.text)
     if show_prompt:
         errors.print(loaded.completer.prompt_text(completion.prompt), markup=False, highlight=False, soft_wrap=True)
+    for note in loaded.notes:
+        errors.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if not stats:
         return
     if completion.result is None:  # no prompt fits, a refusal: the warning said why
@@ -465,7 +546,7 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
         f"{completion.prompt_tokens} prompt tokens; {s.tokens} tokens in {s.total_ms:.0f} ms "
         f"({s.tokens_per_second:.1f} tok/s, mode {generation.draft_mode}, {s.target_passes} target passes, "
         f"{s.accepted}/{s.drafted} drafted "
-        f"tokens accepted; stop: {completion.stop_reason}; target {loaded.pair.files.target.name}, "
+        f"tokens accepted; stop: {completion.stop_reason}; {_files_ran(loaded.pair.files)}, "
         f"load {loaded.pair.target.load_ms:.0f} ms)",
         highlight=False,
         soft_wrap=True,
@@ -529,6 +610,27 @@ def _bench_modes(modes: str | None, llama_server: Path | None, edits: bool = Fal
     return chosen
 
 
+def _without_a_draft(modes: tuple[str, ...], files, asked: bool) -> tuple[str, ...]:
+    """The modes, less those that draft with a draft model when the files have none:
+    said in a note, or a usage error when --modes asked for one of them."""
+    if files.draft is not None:
+        return modes
+    dropped = [mode for mode in modes if mode in DRAFT_MODEL_MODES]
+    if dropped and asked:
+        raise click.BadParameter(f"{', '.join(dropped)} need a draft model, and {files.target.name} has none here: "
+                                 "add --draft PATH, or --draft auto (the smallest model on this machine sharing its "
+                                 "vocabulary)", param_hint="--modes")
+    if dropped:
+        errors.print(f"{', '.join(dropped)} skipped: no draft model (--draft PATH or --draft auto adds one)",
+                     highlight=False, soft_wrap=True)
+    return tuple(mode for mode in modes if mode not in DRAFT_MODEL_MODES)
+
+
+def _files_ran(files) -> str:
+    """The model files a run used, as its table's title names them."""
+    return f"target {files.target.name}, " + (f"draft {files.draft.name}" if files.draft else "no draft model")
+
+
 def _run_holes(runner, holes: list, modes: int) -> list[dict]:
     """Every hole through the runner, with a progress bar on stderr (a line per hole when
     stderr is a log file, not a terminal)."""
@@ -561,8 +663,6 @@ SERVER_BENCH_REFUSES = ("modes", "llama_server_path", "profile", "plot_path", "t
 def _bench_server(models: ModelOptions, baseline_url: str | None, holes: list, max_tokens: int, temperature: float,
                   as_json: bool, report_path: Path) -> None:
     """`bench --backend llama-server`: the holes on the server, and on the baseline server when given."""
-    import json
-
     from completer.bench.peers import PeerFailed
     from completer.bench.server_run import BASELINE, SERVER, ServerBench, TeamServer, summarize
     from completer.loading import server_backend
@@ -600,8 +700,6 @@ def _bench_server(models: ModelOptions, baseline_url: str | None, holes: list, m
 
 def _show_bench_table(summary: dict, title: str, as_json: bool, edits: bool = False) -> None:
     """The summary per mode: as JSON, as the wide table on a terminal, or as plain rows with every value whole."""
-    import json
-
     from completer.bench import report
 
     columns = report.EDIT_COLUMNS if edits else report.COLUMNS
@@ -664,12 +762,7 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
     binary files are skipped. With --backend llama-server --server-url URL, the same
     holes and table on that server. With --edits, next edits from the repositories'
     git history instead (read without running git)."""
-    import json
-
-    from completer.bench import modes_to_run, report
-    from completer.bench.run import Bench, Settings
-    from completer.loading import SERVER_APIS, load_distilled, load_pair
-    from completer.models.llama_build import find
+    from completer.loading import SERVER_APIS
 
     max_tokens = max_tokens or (24 if quick else 48)
     roots = list(paths) or [_repository_root()]
@@ -683,9 +776,25 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
         _bench_server(models, baseline_url, holes, max_tokens, temperature, as_json, report_path)
         return
     _refuse_given(("baseline_url",), "only with --backend llama-server, whose rows it adds to")
+    _bench_local(roots, holes, modes, llama_server_path, profile, seed, max_tokens, temperature, report_path, as_json,
+                 plot_path, typing, exact, models, drafting)
+
+
+def _bench_local(roots: list[Path], holes: list, modes: str | None, llama_server_path: Path | None, profile: bool,
+                 seed: int, max_tokens: int, temperature: float, report_path: Path, as_json: bool,
+                 plot_path: Path | None, typing: bool, exact: bool, models: ModelOptions,
+                 drafting: DraftingOptions) -> None:
+    """`bench` on the local engines, llama-server's configurations beside them: the
+    table, its notes, the report (and with `typing` the typing replay, with `plot_path`
+    the figure)."""
+    from completer.bench import modes_to_run, report
+    from completer.bench.run import Bench, Settings
+    from completer.loading import load_distilled, load_pair
+    from completer.models.llama_build import find
+
     llama_server = find(llama_server_path)
-    asked = _bench_modes(modes, llama_server)
     pair = load_pair(models)
+    asked = _without_a_draft(_bench_modes(modes, llama_server), pair.files, modes is not None)
     distilled = load_distilled(pair, models)
     config = Config(models=models, generation=GenerationOptions(max_tokens=max_tokens, temperature=temperature),
                     drafting=drafting)
@@ -701,7 +810,7 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
         runner.close()
     summary = report.summarize(records, settings.modes, runner.engine.costs)
     _show_bench_table(summary, f"{len(holes)} holes in {', '.join(map(str, hole_roots))}; {max_tokens} tokens; "
-                               f"T={temperature}; preset {models.preset}{'; exact verification' if exact else ''}",
+                               f"T={temperature}; {_files_ran(pair.files)}{'; exact verification' if exact else ''}",
                       as_json)
     for line in report.notes(summary, records, profile):
         notes.print(line, soft_wrap=True, highlight=False)
@@ -723,8 +832,6 @@ def _bench_edits(roots: list[Path], modes: str | None, llama_server_path: Path |
                  seed: int, temperature: float, holes_file: Path | None, report_path: Path, as_json: bool,
                  exact: bool, models: ModelOptions, drafting: DraftingOptions, edits: NextEditOptions) -> None:
     """`bench --edits`: every mode on next edits from the roots' history, a report."""
-    import json
-
     from completer.bench import report
     from completer.bench.edit_holes import edit_holes_from_json, pick_edit_holes
     from completer.bench.edit_run import EditBench, providers_line, summarize_edits
@@ -744,9 +851,11 @@ def _bench_edits(roots: list[Path], modes: str | None, llama_server_path: Path |
     llama_server = find(llama_server_path)
     config = Config(models=models, generation=GenerationOptions(temperature=temperature), drafting=drafting,
                     edits=edits)
-    settings = Settings(config, _bench_modes(modes, llama_server, edits=True), exact)
+    pair = load_pair(models)
+    settings = Settings(config, _without_a_draft(_bench_modes(modes, llama_server, edits=True), pair.files,
+                                                 modes is not None), exact)
     with errors.status("measuring the verify cost, starting the peers"):
-        runner = EditBench(load_pair(models), settings, None, llama_server)
+        runner = EditBench(pair, settings, None, llama_server)
     try:
         records = _run_holes(runner, holes, len(settings.modes))
     finally:  # the peers' servers stop, also on Ctrl-C
@@ -754,7 +863,8 @@ def _bench_edits(roots: list[Path], modes: str | None, llama_server_path: Path |
     summary = summarize_edits(records, settings.modes, runner.engine.costs)
     roots_named = ", ".join(sorted({h.root for h in holes}))
     _show_bench_table(summary, f"{len(holes)} next edits from the history of {roots_named}; T={temperature}; "
-                               f"preset {models.preset}{'; exact verification' if exact else ''}", as_json, edits=True)
+                               f"{_files_ran(pair.files)}{'; exact verification' if exact else ''}", as_json,
+                      edits=True)
     notes = errors if as_json else console
     for line in [*report.failures(summary), report.verdict(summary), providers_line(records),
                  *(report.profile(summary) if profile else [])]:
@@ -770,8 +880,6 @@ def _bench_edits(roots: list[Path], modes: str | None, llama_server_path: Path |
 def _bench_holes(roots: list[Path], holes_file: Path | None, count: int, seed: int) -> list:
     """The holes of an earlier report, or `count` new ones in the roots; a usage error
     naming a hole no longer cut from its file as it is, before any model loads."""
-    import json
-
     from completer.bench.holes import holes_from_json, pick_holes
     from completer.bench.run import hidden_truth
 

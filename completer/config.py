@@ -52,11 +52,14 @@ class ModelOptions:
     preset: str = option(
         DEFAULT_PRESET, "named target/draft pair; `completer models list` shows them", "--preset"
     )
-    target: str | None = option(None, "path to a target GGUF, used instead of the preset's", "--target",
-                                machine=True)
+    target: str | None = option(
+        None, "a target GGUF used instead of the preset's: a path, or a model `completer models list` found on this "
+        "machine (`ollama:qwen2.5-coder:1.5b-base`, `lmstudio:...`, `hf:...`); it runs without a draft unless "
+        "models.draft names one", "--target", machine=True)
     draft: str | None = option(
-        None, "path to a draft GGUF, instead of the preset's; it must share the target's vocabulary. "
-        "`distilled`: the draft `completer distill` trained for the target", "--draft", machine=True
+        None, "a draft GGUF instead of the preset's (a path or a found model's name); it must share the target's "
+        "vocabulary. `auto`: the smallest model found on this machine that does; `distilled`: the draft `completer "
+        "distill` trained for the target", "--draft", machine=True
     )
     target_gpu_layers: int | str = option(
         "auto", "target layers offloaded to the GPU; `auto` = all when llama.cpp can offload, else 0", "--gpu-layers"
@@ -150,6 +153,12 @@ class GenerationOptions:
         """Whether the draft mode can draft: only then are the draft model and the cost
         of a verify pass loaded and measured."""
         return self.draft_mode != "target"
+
+    @property
+    def needs_draft_model(self) -> bool:
+        """Whether the draft mode drafts with a draft model alone: without one it could
+        only run plain steps (auto falls back on n-gram, workspace and copy drafting)."""
+        return "ngram" not in DRAFT_MODES[self.draft_mode] and self.speculates
 
 
 @dataclass(frozen=True)

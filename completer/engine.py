@@ -5,7 +5,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 import numpy as np
@@ -393,10 +393,8 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     n_ctx = engine.context_tokens
     tokens = list(prompt[-(n_ctx - 1):])  # a prompt longer than the context keeps its end
     prompt_length = len(tokens)
-    copy = (CopyDrafter(copy_from, prompt_length, engine.drafting.ngram_max_match, engine.drafting.tree_branches)
-            if copy_from else None)
-    asked = RoundSettings(mode, sampling, document, language, draft_length, copy)
-    engine.tuner.continuations = []  # an earlier generation's proposals say nothing of this one's tokens
+    asked = _start_rounds(engine, RoundSettings(mode, sampling, document, language, draft_length), copy_from,
+                          prompt_length)
     evaluate_prompt(engine.target, tokens[:-1], cancel)  # cancelled: the loop stops before a round
     predict_started = time.perf_counter()  # the time budget is for predicting, as llama.vim's t_max_predict_ms
     # rows: with keep_logits, [produced, V] per round
@@ -428,6 +426,18 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     stats = summarize(mode, rounds, len(generated), (time.perf_counter() - started) * 1000)
     kept = _kept_logits(engine, rows, len(generated) + (stop_reason == "end")) if keep_logits else None
     return Generation(text, generated, stop_reason, stats, kept, end_token if stop_reason == "end" else None)
+
+
+def _start_rounds(engine: Engine, asked: RoundSettings, copy_from: list[int] | None,
+                  prompt_length: int) -> RoundSettings:
+    """A generation's rounds begin: `asked` with copy drafting from `copy_from` (the
+    rewrite starts after the prompt), and no proposal of an earlier generation still
+    checked (its tokens say nothing of this one's)."""
+    engine.tuner.continuations = []
+    if not copy_from:
+        return asked
+    return replace(asked, copy=CopyDrafter(copy_from, prompt_length, engine.drafting.ngram_max_match,
+                                           engine.drafting.tree_branches))
 
 
 def evaluate_prompt(sequence: KVSequence, prompt: list[int], cancel: threading.Event | None) -> None:

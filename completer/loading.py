@@ -27,6 +27,7 @@ from completer.models.backend import ContextError, LlamaModel
 from completer.models.devices import add_rpc_servers, offload_devices
 from completer.models.errors import ModelError
 from completer.models.gguf_file import check_same_vocabulary
+from completer.models.pairing import suitability_notes
 from completer.models.paths import distilled_draft_path
 from completer.models.presets import Preset
 from completer.models.resolve import ModelFiles, resolve
@@ -72,6 +73,12 @@ class Pair:
         fallbacks = [model.gpu_fallback for model in (self.target, self.draft) if model is not None]
         return self.rpc_warnings + [fallback for fallback in fallbacks if fallback]
 
+    @property
+    def notes(self) -> list[str]:
+        """What the log says of the models: how the draft was chosen (`--draft auto`), and
+        a target without FIM tokens or tuned for chat (it serves, less well)."""
+        return [*self.files.notes, *suitability_notes(self.files.target, self.target.special.has_fim)]
+
     def with_fewer_gpu_layers(self, model: LlamaModel, n_ctx: int) -> "Pair":
         """The pair with `model` (its target or draft) loaded again with fewer GPU layers."""
         if model is self.target:
@@ -98,6 +105,10 @@ class Loaded:
     def warnings(self) -> list[str]:
         return self.pair.warnings if self.pair is not None else [w for w in (self.server_warning,) if w]
 
+    @property
+    def notes(self) -> list[str]:
+        return self.pair.notes if self.pair is not None else []
+
     def ready_message(self) -> str:
         """What the user is told once the completer serves: its models, or its server's."""
         target, draft = self.names
@@ -106,15 +117,23 @@ class Loaded:
         return f"ready: {self.decoder.url}" + (f" ({target})" if target else ", which does not answer yet")
 
 
-def load_pair(options: ModelOptions, with_draft: bool = True, report: Report = _silent) -> Pair:
+def load_pair(options: ModelOptions, with_draft: bool = True, report: Report = _silent,
+              needs_draft: bool = False) -> Pair:
     """The preset's (or the options' own) target and draft, loaded; without `with_draft`,
-    the target alone, and no draft is fetched. Raises ModelError saying what to run."""
+    the target alone, and no draft is fetched; `needs_draft`: a draft mode that drafts
+    with the model alone, refused before loading when there is none (a target of one's
+    own named without a draft). Raises ModelError saying what to run."""
     try:
         rpc_warnings = add_rpc_servers(options.rpc_servers)
     except ValueError as error:  # a malformed list: models.rpc_servers is what to fix
         raise ModelError(f"models.rpc_servers: {error}") from None
-    report(f"finding the {options.preset} files (downloading them if needed)", 5)
+    report(f"finding the {options.target or options.preset} files (downloading them if needed)", 5)
     files = resolve(Preset.from_name(options.preset), options.target, options.draft, with_draft=with_draft)
+    if needs_draft and files.draft is None:
+        raise ModelError(f"this draft mode drafts with a draft model, and {files.target.name} has none here: pass "
+                         "--draft PATH (a GGUF sharing its vocabulary), or --draft auto (the smallest such model on "
+                         "this machine), or use --mode auto or ngram (n-gram, workspace and copy drafting, no model "
+                         "needed)")
     report(f"loading {files.target.name}", 40)
     devices = offload_devices(options.rpc_servers)  # not an RPC server dropped from the settings since
     target = LlamaModel(files.target, options.target_gpu_layers, devices=devices)
@@ -158,7 +177,8 @@ def _load_local(config: Config, report: Report) -> tuple[LocalDecoder, Pair]:
 def load_engine(config: Config, report: Report = _silent) -> tuple[Engine, Pair]:
     """The pair config.models names (its draft only when config.generation speculates)
     and the engine over it (engine_for), with the pair as the engine holds it."""
-    pair = load_pair(config.models, with_draft=config.generation.speculates, report=report)
+    pair = load_pair(config.models, with_draft=config.generation.speculates, report=report,
+                     needs_draft=config.generation.needs_draft_model)
     report("measuring the cost of a verify pass", 75)
     return engine_for(pair, config)
 

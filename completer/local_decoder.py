@@ -185,7 +185,9 @@ class LocalDecoder:
         self.caches.activate(caches_name(document, edits))
 
     def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int], int]:
-        return with_length(tokenize_segments(self.engine.model, segments))
+        model = self.engine.model
+        bos = [model.special.bos] if model.adds_bos else []
+        return with_length(bos + tokenize_segments(model, segments))
 
     def count(self, text: str, cancel: CancelFlag | None = None) -> int:
         return len(self.engine.model.tokenize(text))

@@ -384,6 +384,8 @@ def finish_loading(ls: CompleterServer, load: int, loaded: Loaded | None, error:
     # An RPC server off the machine; out of GPU memory: fewer layers there; a server down.
     for warning in loaded.warnings:
         ls.tell(types.MessageType.Warning, warning, True)
+    for note in loaded.notes:  # the log only: a chosen model that serves, less well than another would
+        ls.tell(types.MessageType.Info, note)
     ls.completer, ls.model_names = loaded.completer, loaded.names
     ls.completer.index_workspace()
     ls.warning_shown = loaded.server_warning

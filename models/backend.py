@@ -26,7 +26,7 @@ import numpy as np
 
 from completer.models.devices import Device, device_array, offload_devices
 from completer.models.errors import ModelError
-from completer.models.gguf_file import check_gguf
+from completer.models.gguf_file import check_gguf, has_fim_tokens
 
 log = logging.getLogger("completer.llama")
 
@@ -123,7 +123,7 @@ class SpecialTokens:
 
     @property
     def has_fim(self) -> bool:
-        return None not in (self.fim_prefix, self.fim_suffix, self.fim_middle)
+        return has_fim_tokens(self.fim_prefix, self.fim_suffix, self.fim_middle)
 
 
 def _token_or_none(token: int) -> int | None:
@@ -194,6 +194,10 @@ class LlamaModel:
             fim_repo=_token_or_none(llama_cpp.llama_vocab_fim_rep(v)),
             file_separator=_token_or_none(llama_cpp.llama_vocab_fim_sep(v)),
         )
+        # Whether a prompt starts with BOS, as the model was trained: Gemma's does (without
+        # it Gemma 3 270M answered `    return` with ` " " " "...`, with it ` width *
+        # height`); SmolLM2's and Qwen2.5's do not.
+        self.adds_bos = bool(llama_cpp.llama_vocab_get_add_bos(v)) and self.special.bos is not None
         self._piece_buffer = ctypes.create_string_buffer(256)
 
     def _fallback_message(self, beside: str) -> str:
@@ -302,6 +306,13 @@ class LlamaContext:
         # split n_ctx between the sequences and copy the shared prefix on every fork.
         params.n_seq_max = 1 + branches
         params.kv_unified = True
+        # A sliding-window model's window layers keep the whole context, not the window
+        # alone: the engine cuts a sequence anywhere (a rejected draft, an edit above the
+        # cursor), and with a window-sized cache the cells a cut must bring back would be
+        # gone. It costs those layers a full-size cache (`completer models info` shows the
+        # KV memory). llama_context_default_params sets it (llama-server's default is
+        # off); set here so that a change of default cannot make cuts inexact.
+        params.swa_full = True
         params.n_batch = n_batch
         params.n_ubatch = n_batch
         params.n_threads = params.n_threads_batch = n_threads or default_threads()

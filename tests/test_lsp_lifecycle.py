@@ -139,3 +139,18 @@ def test_tcp_listens_on_loopback_only(smol_cache):
     finally:
         server.terminate()
         server.wait(10)
+
+
+async def test_a_target_of_ones_own_serves_without_a_draft_and_logs_what_it_lacks(gemma, smol_cache):
+    """`serve --target` with no draft: nothing to download, completions from the target
+    with model-free drafting; its lack of FIM tokens is one line in the log, no pop-up."""
+    client = await start(smol_cache, flags=("--target", str(gemma)))
+    ready = await wait_ready(client)
+    open_document(client, "file:///project/a.py", STATS_PY)
+    assert (await inline(client, "file:///project/a.py", *CURSOR)).items
+    logged = [message.message for message in client.log_messages]
+    assert sum("gemma-3-270m-q4_k_m.gguf has no FIM tokens" in message for message in logged) == 1
+    assert any("ready: target gemma-3-270m-q4_k_m.gguf" in message for message in logged)
+    assert not any("FIM" in message.message for message in client.messages)
+    assert ready["ready"]
+    await client.shutdown_session()

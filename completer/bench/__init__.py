@@ -17,6 +17,9 @@ PEERS = (PEER, *LLAMA_SERVER_PEERS)
 # With a draft `completer distill` trained for the target, these run beside the modes
 # above with it instead of the preset's draft: undistilled and distilled side by side.
 DISTILLED_MODES = ("draft:distilled", "hybrid:distilled")
+# The modes that draft with the draft model alone: a target named without a draft runs
+# none of them (auto's n-gram, workspace and copy drafting need no model).
+DRAFT_MODEL_MODES = ("draft", "hybrid", f"{LLAMA_SERVER}:draft", f"{LLAMA_SERVER}:draft-fim")
 
 
 def modes_to_run(asked: tuple[str, ...], distilled: bool, indexed: bool = True) -> tuple[str, ...]:

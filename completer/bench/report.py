@@ -37,8 +37,8 @@ def document(bench: Bench, seed: int, roots: list[Path], distilled: Path | None,
     used, the summary, and every hole and per-hole record."""
     settings, files = bench.settings, bench.pair.files
     models, generation, drafting = settings.config.models, settings.config.generation, settings.config.drafting
-    return {"machine": machine(), "preset": models.preset,
-            "models": {"target": str(files.target), "draft": str(files.draft),
+    return {"machine": machine(), "preset": None if models.target else models.preset,
+            "models": {"target": str(files.target), "draft": str(files.draft) if files.draft else None,
                        "distilled_draft": str(distilled) if distilled else None},
             "settings": {"modes": list(settings.modes), "n": len(holes), "seed": seed,
                          "max_tokens": generation.max_tokens, "temperature": generation.temperature,
