@@ -24,7 +24,7 @@ from completer.config import Config, ModelOptions, problems
 from completer.context import Workspace
 from completer.engine import Engine
 from completer.models.backend import ContextError, LlamaModel
-from completer.models.devices import add_rpc_servers, offload_devices
+from completer.models.devices import Device, add_rpc_servers, offload_devices
 from completer.models.errors import ModelError
 from completer.models.gguf_file import check_same_vocabulary
 from completer.models.pairing import suitability_notes
@@ -136,12 +136,26 @@ def load_pair(options: ModelOptions, with_draft: bool = True, report: Report = _
                          "needed)")
     report(f"loading {files.target.name}", 40)
     devices = offload_devices(options.rpc_servers)  # not an RPC server dropped from the settings since
+    for path in (files.target, files.draft):
+        if path is not None:
+            check_fits_memory(path, devices)
     target = LlamaModel(files.target, options.target_gpu_layers, devices=devices)
     draft = None
     if files.draft is not None:
         report(f"loading {files.draft.name}", 60)
         draft = LlamaModel(files.draft, options.draft_gpu_layers, devices=devices)
     return Pair(files, target, draft, rpc_warnings)
+
+
+def check_fits_memory(path: Path, devices: list[Device]) -> None:
+    """Refuse a model file larger than this machine's memory and its offload devices'
+    together: llama.cpp maps the file, so it would load, then read the disk at every token."""
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") + sum(device.total_bytes for device in devices)
+    size = path.stat().st_size
+    if size > memory:
+        raise ModelError(f"{path} is {size / 2**30:.1f} GiB, more than this machine's memory and devices hold "
+                         f"({memory / 2**30:.1f} GiB): it would be read from the disk at every token. Use a smaller "
+                         "quantization of it (Q4_K_M is about half of Q8_0), or a smaller model.")
 
 
 def load_distilled(pair: Pair, options: ModelOptions) -> LlamaModel | None:

@@ -264,3 +264,15 @@ def test_draft_auto_takes_the_smallest_model_found_with_the_targets_vocabulary(s
     result = run_completer("complete", "examples/stats.py", "--line", "19", "--col", "17", "--target",
                            str(repo / "gemma.gguf"), "--draft", "auto", env=env)
     assert result.returncode == 1 and "--draft auto: none of the" in result.stderr
+
+
+def test_a_model_larger_than_the_machines_memory_is_one_clear_line(smol, tmp_path):
+    """smol's file with a sparse tail to 4 TiB (a valid GGUF: its tensors lie inside)."""
+    huge = tmp_path / "huge.gguf"
+    huge.write_bytes(smol.target.read_bytes())
+    os.truncate(huge, 4 * 2**40)
+    result = run_completer("complete", "examples/stats.py", "--line", "19", "--col", "17", "--target", str(huge),
+                           "--mode", "target")
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"{huge} is 4096.0 GiB, more than this machine's memory" in result.stderr
+    assert "smaller quantization" in result.stderr
