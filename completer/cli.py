@@ -195,7 +195,7 @@ def _describe_file(path: Path) -> list[tuple[str, str]]:
     )
     rows += [("FIM tokens", fim if special.has_fim else f"none (prefix-only prompts){'; ' + fim if fim else ''}"),
              ("end tokens", f"eos={special.eos} eot={special.eot}"), *_memory_rows(path)]
-    rows += [("note", note) for note in suitability_notes(path, special.has_fim)]
+    rows += [("note", note) for note in suitability_notes(path.name, path, special.has_fim)]
     model.close()
     return rows
 
@@ -461,14 +461,15 @@ def _target_rows(models: ModelOptions) -> list[tuple[str, str]]:
     from completer.models.resolve import resolve
 
     try:
-        path = resolve(Preset.from_name(models.preset), models.target, download=False, with_draft=False).target
-        model = LlamaModel(path, n_gpu_layers=0, vocab_only=True)
+        files = resolve(Preset.from_name(models.preset), models.target, download=False, with_draft=False)
+        model = LlamaModel(files.target, n_gpu_layers=0, vocab_only=True)
     except ModelError as error:
         return [("target", str(error))]
     has_fim = model.special.has_fim
     model.close()
-    return [("target", str(path)), *_memory_rows(path),
-            *(("target note", note) for note in suitability_notes(path, has_fim))]
+    notes = suitability_notes(files.names[0], files.target, has_fim)
+    return [("target", str(files.target)), *_memory_rows(files.target),
+            ("target notes", "; ".join(notes) or "none: a base model with FIM tokens")]
 
 
 @main.command()
@@ -617,7 +618,7 @@ def _without_a_draft(modes: tuple[str, ...], files, asked: bool) -> tuple[str, .
         return modes
     dropped = [mode for mode in modes if mode in DRAFT_MODEL_MODES]
     if dropped and asked:
-        raise click.BadParameter(f"{', '.join(dropped)} need a draft model, and {files.target.name} has none here: "
+        raise click.BadParameter(f"{', '.join(dropped)} need a draft model, and {files.names[0]} has none here: "
                                  "add --draft PATH, or --draft auto (the smallest model on this machine sharing its "
                                  "vocabulary)", param_hint="--modes")
     if dropped:
@@ -628,7 +629,8 @@ def _without_a_draft(modes: tuple[str, ...], files, asked: bool) -> tuple[str, .
 
 def _files_ran(files) -> str:
     """The model files a run used, as its table's title names them."""
-    return f"target {files.target.name}, " + (f"draft {files.draft.name}" if files.draft else "no draft model")
+    target, draft = files.names
+    return f"target {target}, " + (f"draft {draft}" if draft else "no draft model")
 
 
 def _run_holes(runner, holes: list, modes: int) -> list[dict]:

@@ -63,8 +63,8 @@ class Pair:
 
     @property
     def names(self) -> tuple[str, str]:
-        """The target's and the draft's file names ("" without a draft)."""
-        return self.files.target.name, self.files.draft.name if self.files.draft else ""
+        """The target's and the draft's names: a found model's, else the file's ("" without a draft)."""
+        return self.files.names
 
     @property
     def warnings(self) -> list[str]:
@@ -77,7 +77,8 @@ class Pair:
     def notes(self) -> list[str]:
         """What the log says of the models: how the draft was chosen (`--draft auto`), and
         a target without FIM tokens or tuned for chat (it serves, less well)."""
-        return [*self.files.notes, *suitability_notes(self.files.target, self.target.special.has_fim)]
+        has_fim = self.target.special.has_fim
+        return [*self.files.notes, *suitability_notes(self.names[0], self.files.target, has_fim)]
 
     def with_fewer_gpu_layers(self, model: LlamaModel, n_ctx: int) -> "Pair":
         """The pair with `model` (its target or draft) loaded again with fewer GPU layers."""
@@ -95,7 +96,7 @@ class Loaded:
 
     @property
     def names(self) -> tuple[str, str]:
-        """The target's and the draft's file names; a server's model and "" for a server."""
+        """The target's and the draft's names; a server's model and "" for a server."""
         if self.pair is not None:
             return self.pair.names
         model = self.decoder.server_model()
@@ -130,7 +131,7 @@ def load_pair(options: ModelOptions, with_draft: bool = True, report: Report = _
     report(f"finding the {options.target or options.preset} files (downloading them if needed)", 5)
     files = resolve(Preset.from_name(options.preset), options.target, options.draft, with_draft=with_draft)
     if needs_draft and files.draft is None:
-        raise ModelError(f"this draft mode drafts with a draft model, and {files.target.name} has none here: pass "
+        raise ModelError(f"this draft mode drafts with a draft model, and {files.names[0]} has none here: pass "
                          "--draft PATH (a GGUF sharing its vocabulary), or --draft auto (the smallest such model on "
                          "this machine), or use --mode auto or ngram (n-gram, workspace and copy drafting, no model "
                          "needed)")

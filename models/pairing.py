@@ -33,15 +33,16 @@ def pick_draft(target: Path) -> FoundModel:
                      "workspace and copy drafting need no model)")
 
 
-def suitability_notes(path: Path, has_fim: bool) -> list[str]:
-    """One line for a target without FIM tokens, one for a chat/instruct model: each
-    completes, less well than a base model trained for fill-in-the-middle."""
+def suitability_notes(name: str, path: Path, has_fim: bool) -> list[str]:
+    """One line for a target without FIM tokens, one for a chat/instruct model (`name`,
+    the file at `path`): each completes, less well than a base model trained for
+    fill-in-the-middle."""
     notes = []
     if not has_fim:
-        notes.append(f"{path.name} has no FIM tokens: its prompts hold only the text before the cursor, none "
+        notes.append(f"{name} has no FIM tokens: its prompts hold only the text before the cursor, none "
                      "after it; a base model trained for fill-in-the-middle (the qwen2.5-coder presets) completes "
                      "better")
     if read_gguf(path).get("tokenizer.chat_template"):
-        notes.append(f"{path.name} is a chat/instruct model (it has a chat template): it was tuned to answer, not "
+        notes.append(f"{name} is a chat/instruct model (it has a chat template): it was tuned to answer, not "
                      "to continue code; a base model of its family completes better")
     return notes

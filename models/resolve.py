@@ -29,6 +29,16 @@ class ModelFiles:
     target: Path
     draft: Path | None  # None when asked for the target alone
     notes: tuple[str, ...] = ()  # what the user is told of how they were chosen (`--draft auto`'s pick)
+    # The names the user knows them by: a found model's (`ollama:smollm2:135m`, whose
+    # file is a blob named by its hash), else the file's.
+    target_name: str = ""
+    draft_name: str = ""
+
+    @property
+    def names(self) -> tuple[str, str]:
+        """The target's and the draft's names ("" without a draft)."""
+        return (self.target_name or self.target.name,
+                self.draft_name or (self.draft.name if self.draft is not None else ""))
 
 
 def packaged_path(source: PackagedFile) -> Path:
@@ -145,6 +155,13 @@ def model_path(name: str | Path) -> Path:
     return Path(name).expanduser()
 
 
+def _found_name(name: str | Path | None) -> str:
+    """A found model's name as the user gave it; "" for a path (its file name says it)."""
+    from completer.models.stores import is_store_name
+
+    return name if isinstance(name, str) and is_store_name(name) else ""
+
+
 def resolve(
     preset: Preset, target_path: str | Path | None = None, draft_path: str | Path | None = None, download: bool = True,
     with_draft: bool = True,
@@ -157,8 +174,9 @@ def resolve(
     target = model_path(target_path) if target_path else fetch(preset.target, download=download)
     check_gguf(target)
     if not with_draft or (not draft_path and (target_path or isinstance(preset.draft, NoDraft))):
-        return ModelFiles(target, None)
+        return ModelFiles(target, None, target_name=_found_name(target_path))
     notes: tuple[str, ...] = ()
+    draft_name = ""
     if draft_path == DISTILLED:
         draft = distilled_draft_path(target)
         if not draft.is_file():
@@ -168,10 +186,11 @@ def resolve(
         from completer.models.pairing import pick_draft
 
         found = pick_draft(target)
-        draft, notes = found.path, (f"draft auto: {found.name} ({found.path}), the smallest model found on this "
-                                    f"machine with {target.name}'s vocabulary",)
+        draft, draft_name = found.path, found.name
+        notes = (f"draft auto: {found.name} ({found.path}), the smallest model found on this machine with "
+                 f"{_found_name(target_path) or target.name}'s vocabulary",)
     else:
         draft = model_path(draft_path) if draft_path else fetch(preset.draft, target=target, download=download)
     check_gguf(draft)
     check_same_vocabulary(target, draft)
-    return ModelFiles(target, draft, notes)
+    return ModelFiles(target, draft, notes, _found_name(target_path), draft_name or _found_name(draft_path))

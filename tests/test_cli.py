@@ -260,7 +260,7 @@ def test_draft_auto_takes_the_smallest_model_found_with_the_targets_vocabulary(s
                            "4", "--stats", env=env)
     assert result.returncode == 0, result.stderr
     assert "note: draft auto: lmstudio:someone/mixed/draft.gguf" in result.stderr
-    assert "target target.gguf, draft draft.gguf" in result.stderr
+    assert "target lmstudio:someone/mixed/target.gguf, draft lmstudio:someone/mixed/draft.gguf" in result.stderr
     result = run_completer("complete", "examples/stats.py", "--line", "19", "--col", "17", "--target",
                            str(repo / "gemma.gguf"), "--draft", "auto", env=env)
     assert result.returncode == 1 and "--draft auto: none of the" in result.stderr
@@ -276,3 +276,17 @@ def test_a_model_larger_than_the_machines_memory_is_one_clear_line(smol, tmp_pat
     assert result.returncode == 1 and "Traceback" not in result.stderr
     assert f"{huge} is 4096.0 GiB, more than this machine's memory" in result.stderr
     assert "smaller quantization" in result.stderr
+
+
+def test_models_info_and_doctor_show_the_attention_the_kv_memory_and_what_a_target_is_good_for(gemma):
+    result = run_completer("models", "info", str(gemma), env={"COLUMNS": "300"})
+    assert result.returncode == 0, result.stderr
+    lines = result.stdout.splitlines()
+    assert any(line.startswith("attention\tsliding window of 512 tokens") for line in lines)
+    # 18 layers, 1 KV head of 256 for keys and values, f16: 18,432 bytes a token.
+    assert "KV cache\t18.0 KiB a token, 72 MiB at 4,096 tokens (models.context_tokens), per context" in lines
+    assert any(line.startswith("note\tgemma-3-270m-q4_k_m.gguf has no FIM tokens") for line in lines)
+    fields = json.loads(run_completer("doctor", "--json", "--target", str(gemma)).stdout)
+    assert fields["target"] == str(gemma) and fields["attention"].startswith("sliding window of 512 tokens")
+    assert fields["target notes"].startswith("gemma-3-270m-q4_k_m.gguf has no FIM tokens")
+    assert "chat/instruct" not in fields["target notes"]  # a base model

@@ -21,6 +21,8 @@ stops answering, is marked failed with its reason, and the run goes on without i
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
+import numpy as np
+
 from completer.bench import LOCAL, MODES, PEER, PEERS
 from completer.bench.holes import Hole
 from completer.bench.peers import LlamaServer, PeerFailed, PromptLookupPeer
@@ -29,11 +31,11 @@ from completer.context import Workspace
 from completer.engine import Engine, generate
 from completer.loading import Pair, engine_for
 from completer.local_decoder import LocalDecoder
-from completer.models.backend import LlamaModel
+from completer.models.backend import LlamaContext, LlamaModel
 from completer.postprocess import CursorContext, postprocess
 from completer.requests import CompletionRequest, PositionError, cursor_offset
 from completer.session import Completer
-from completer.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap
+from completer.speculative import Sampling, parting_gap
 from completer.workspace_index import IndexStats, saved_index_path
 
 # 128 lines before the cursor: prompts of about 1,000-1,500 tokens, so that each hole's
@@ -107,6 +109,7 @@ class Bench:
             self.engines["local"], _ = engine_for(self.pair, config, settings.exact, costs=self.engine.costs)
         # Engine ("main": the preset draft's modes) -> its contexts' threads, as llama.cpp runs them.
         self.threads = {name or "main": llama_threads(engine) for name, engine in self.engines.items()}
+        self.batched: LlamaContext | None = None  # scores plain decoding's tokens in one batch (tie_bound)
         self.peers: dict[str, LlamaServer | PromptLookupPeer] = {}  # mode -> its running peer
         self.failed: dict[str, str] = {}  # mode -> why its peer failed
         try:
@@ -173,9 +176,27 @@ class Bench:
             if greedy and "target" in records and not record["identical"]:
                 if target_logits is None:  # plain decoding again, untimed: the same tokens, with their rows
                     self.engine.prefill(prompt)
-                    target_logits = generate(self.engine, prompt, max_tokens, mode="target", keep_logits=True).logits
+                    plain = generate(self.engine, prompt, max_tokens, mode="target", keep_logits=True)
+                    target_logits, tie_bound = plain.logits, self.tie_bound(prompt, plain.tokens, plain.logits)
                 record["parting_gap"] = gap = parting_gap(target_logits, chosen[mode])
-                record["near_tie"] = not self.settings.exact and gap is not None and gap < NEAR_TIE_LOGITS
+                record["tie_bound"] = tie_bound
+                record["near_tie"] = not self.settings.exact and gap is not None and gap <= tie_bound
+
+    def tie_bound(self, prompt: list[int], tokens: list[int], stepped: np.ndarray) -> float:
+        """The largest parting gap batching can explain on this model at this hole: twice
+        the largest distance between a logit of plain decoding's steps (`stepped`, the
+        rows behind `tokens`) and the same logit with those tokens scored in one batch
+        after the prompt, as a verify batch scores them. Two logits each moved by at most
+        that can swap only if their gap was below twice it; a wrong acceptance rule parts
+        where the gap is larger."""
+        if self.batched is None:
+            self.batched = LlamaContext(self.model, n_ctx=self.settings.config.models.context_tokens,
+                                        n_threads=self.threads["main"][0])
+        self.batched.truncate(0)
+        self.batched.eval(prompt[:-1], 0)
+        rows = len(stepped)  # tokens, and the end token's row when one stopped them
+        batched = self.batched.eval(prompt[-1:] + tokens[:rows - 1], len(prompt) - 1, logits_at=list(range(rows)))
+        return 2 * float(np.abs(batched - stepped).max())
 
     def _run_mode(self, mode: str, index: int, hole: Hole, prompt: list[int]) -> tuple[dict, list[int]]:
         base = {"hole": index, "kind": hole.kind, "language": hole.language, "mode": mode, "truth": hole.truth,
