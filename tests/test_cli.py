@@ -290,3 +290,14 @@ def test_models_info_and_doctor_show_the_attention_the_kv_memory_and_what_a_targ
     assert fields["target"] == str(gemma) and fields["attention"].startswith("sliding window of 512 tokens")
     assert fields["target notes"].startswith("gemma-3-270m-q4_k_m.gguf has no FIM tokens")
     assert "chat/instruct" not in fields["target notes"]  # a base model
+
+
+def test_a_gguf_that_llama_cpp_cannot_load_is_one_clear_line_naming_it(smol, tmp_path):
+    """smol without its last block's tensors: a well-formed GGUF, which llama.cpp refuses."""
+    from completer.models.derive import rewrite_gguf
+
+    broken = rewrite_gguf(smol.target, tmp_path / "broken.gguf",
+                          keep_tensor=lambda tensor: not tensor.name.startswith("blk.29."))
+    result = run_completer("complete", "examples/stats.py", "--line", "19", "--col", "17", "--target", str(broken))
+    assert result.returncode == 1 and "Traceback" not in result.stderr
+    assert f"llama.cpp could not load {broken}" in result.stderr and "models info" in result.stderr
