@@ -35,12 +35,15 @@ from completer.models.backend import LlamaContext, LlamaModel
 from completer.postprocess import CursorContext, postprocess
 from completer.requests import CompletionRequest, PositionError, cursor_offset
 from completer.session import Completer
-from completer.speculative import Sampling, parting_gap
+from completer.speculative import Sampling, first_parting, parting_gap
 from completer.workspace_index import IndexStats, saved_index_path
 
 # 128 lines before the cursor: prompts of about 1,000-1,500 tokens, so that each hole's
 # prefill (done once per mode family, and again by the peer) stays a few seconds here.
 PREFIX_LINES = 128
+# The most likely tokens of a row whose logits the tie bound watches: a greedy flip is
+# between the top token and one close to it.
+TIE_CONTENDERS = 8
 
 
 @dataclass(frozen=True)
@@ -177,18 +180,21 @@ class Bench:
                 if target_logits is None:  # plain decoding again, untimed: the same tokens, with their rows
                     self.engine.prefill(prompt)
                     plain = generate(self.engine, prompt, max_tokens, mode="target", keep_logits=True)
-                    target_logits, tie_bound = plain.logits, self.tie_bound(prompt, plain.tokens, plain.logits)
+                    target_logits, bounds = plain.logits, self.tie_bounds(prompt, plain.tokens, plain.logits)
                 record["parting_gap"] = gap = parting_gap(target_logits, chosen[mode])
-                record["tie_bound"] = tie_bound
-                record["near_tie"] = not self.settings.exact and gap is not None and gap <= tie_bound
+                at = first_parting(target_logits.argmax(axis=1), chosen[mode])
+                record["tie_bound"] = bound = float(bounds[at]) if at is not None else None
+                record["near_tie"] = not self.settings.exact and gap is not None and gap <= bound
 
-    def tie_bound(self, prompt: list[int], tokens: list[int], stepped: np.ndarray) -> float:
-        """The largest parting gap batching can explain on this model at this hole: twice
-        the largest distance between a logit of plain decoding's steps (`stepped`, the
-        rows behind `tokens`) and the same logit with those tokens scored in one batch
-        after the prompt, as a verify batch scores them. Two logits each moved by at most
-        that can swap only if their gap was below twice it; a wrong acceptance rule parts
-        where the gap is larger."""
+    def tie_bounds(self, prompt: list[int], tokens: list[int], stepped: np.ndarray) -> np.ndarray:
+        """Per row of plain decoding's steps (`stepped` [rows, V], behind `tokens`), the
+        largest parting gap batching can explain there on this model: twice the largest
+        distance between a logit of the step and the same logit with those tokens scored
+        in one batch after the prompt, as a verify batch scores them, among the row's
+        TIE_CONTENDERS most likely tokens (those a flip can be between; far down a 262k
+        vocabulary logits move by several, and would excuse anything). Two logits each
+        moved by at most d swap only across a gap under 2d; a wrong acceptance rule parts
+        where the gap is larger. [rows]"""
         if self.batched is None:
             self.batched = LlamaContext(self.model, n_ctx=self.settings.config.models.context_tokens,
                                         n_threads=self.threads["main"][0])
@@ -196,7 +202,8 @@ class Bench:
         self.batched.eval(prompt[:-1], 0)
         rows = len(stepped)  # tokens, and the end token's row when one stopped them
         batched = self.batched.eval(prompt[-1:] + tokens[:rows - 1], len(prompt) - 1, logits_at=list(range(rows)))
-        return 2 * float(np.abs(batched - stepped).max())
+        contenders = np.argpartition(-stepped, TIE_CONTENDERS, axis=1)[:, :TIE_CONTENDERS]  # [rows, TIE_CONTENDERS]
+        return 2 * np.take_along_axis(np.abs(batched - stepped), contenders, axis=1).max(axis=1)
 
     def _run_mode(self, mode: str, index: int, hole: Hole, prompt: list[int]) -> tuple[dict, list[int]]:
         base = {"hole": index, "kind": hole.kind, "language": hole.language, "mode": mode, "truth": hole.truth,
