@@ -353,10 +353,13 @@ class LlamaServerClient(HttpClient):
     def slots(self) -> list[dict]:
         return _shaped(self._json("GET", "/slots"), list, f"{self.url}/slots")
 
-    def tokenize(self, text: str, parse_special: bool = True, cancel: threading.Event | None = None) -> list[int]:
+    def tokenize(self, text: str, parse_special: bool = True, cancel: threading.Event | None = None,
+                 add_special: bool = False) -> list[int]:
         """The server's tokens of `text`; with `parse_special`, control-token text is
-        parsed as control tokens, else as text."""
-        answer = self._json("POST", "/tokenize", {"content": text, "parse_special": parse_special}, cancel)
+        parsed as control tokens, else as text; with `add_special`, the tokens its
+        vocabulary puts around a prompt (BOS) too."""
+        body = {"content": text, "parse_special": parse_special, "add_special": add_special}
+        answer = self._json("POST", "/tokenize", body, cancel)
         tokens = _shaped(answer, dict, f"{self.url}/tokenize").get("tokens")
         if not isinstance(tokens, list) or not all(type(token) is int for token in tokens):
             raise ServerError(f"{self.url}/tokenize answered without a list of token ids")

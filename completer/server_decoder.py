@@ -181,6 +181,16 @@ class RequestVocabulary:
         return self.token_text(token).encode()
 
 
+def prompt_start(client: LlamaServerClient) -> list[int]:
+    """The tokens the server's vocabulary starts a prompt with (BOS, for Gemma's): llama-server
+    adds them to a prompt given as text, never to one given as token ids, as ours are.
+    Found as what /tokenize puts before a text's own tokens when asked to add them."""
+    text = client.tokenize("a", parse_special=False)
+    framed = client.tokenize("a", parse_special=False, add_special=True)
+    starts = [at for at in range(len(framed) - len(text) + 1) if framed[at:at + len(text)] == text]
+    return framed[:starts[0]] if starts else []
+
+
 def refuse_a_server_parsing_text_as_control_tokens(url: str, vocabulary: ServerVocabulary, props: ServerProps,
                                                    template: FimTemplate | None) -> None:
     """A file's text reaches llama-server as the ids its /tokenize made with parse_special
@@ -207,6 +217,7 @@ class LlamaServerBackend:
     def __init__(self, client: LlamaServerClient, family: str = "auto"):
         self.client, self.url, self.family = client, client.url, family
         self.vocabulary = ServerVocabulary(client)
+        self.bos: list[int] = []  # what the server's vocabulary starts a prompt with (connect)
 
     @classmethod
     def from_options(cls, options: ModelOptions, api_key: str) -> "LlamaServerBackend":
@@ -217,6 +228,7 @@ class LlamaServerBackend:
     def connect(self) -> ServerModel:
         props: ServerProps = self.client.props()
         self.vocabulary = ServerVocabulary(self.client)  # a restarted server may run another model
+        self.bos = prompt_start(self.client)
         detected = template_for(self.vocabulary)
         refuse_a_server_parsing_text_as_control_tokens(self.url, self.vocabulary, props, detected)
         name = Path(props.model).name or props.model
@@ -233,7 +245,7 @@ class LlamaServerBackend:
         return ServerModel(name, props.slots, props.context_tokens, template, speculative)
 
     def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int], int]:
-        return with_length(tokenize_segments(self.vocabulary.under(cancel), segments))
+        return with_length(self.bos + tokenize_segments(self.vocabulary.under(cancel), segments))
 
     def count(self, text: str, cancel: CancelFlag | None = None) -> int:
         return len(self.vocabulary.tokenize(text, False, cancel))

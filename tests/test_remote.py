@@ -285,3 +285,24 @@ def test_the_ring_of_context_chunks_loses_nothing_to_requests_on_several_threads
     finally:
         sys.setswitchinterval(interval)
     assert len(completer.ring.chunks) == 8 * 40
+
+
+def test_a_prompt_starts_with_bos_where_the_servers_vocabulary_asks(llama_server, server, gemma, tmp_path):
+    """llama-server adds BOS to a text prompt only, and ours go as token ids: Gemma's
+    vocabulary asks for BOS (without it Gemma 3 270M wrote quotes), smol's does not."""
+    from completer.prompt import Segment
+
+    text = "def area(width, height):\n    return"
+    smol_backend = LlamaServerBackend(server[0])
+    smol_backend.connect()
+    assert smol_backend.bos == [] and smol_backend.encode([Segment(text)])[0] == server[0].tokenize(text, False)
+    process = LlamaServer(llama_server, gemma, tmp_path / "server.log", slots=1).start()
+    try:
+        backend = LlamaServerBackend(LlamaServerClient(process.url))
+        backend.connect()
+        tokens, length = backend.encode([Segment(text)])
+        local = LlamaModel(gemma, 0, vocab_only=True)
+        assert tokens == [local.special.bos, *local.tokenize(text)] and length == len(tokens)
+        assert backend.client.complete(tokens, 4, slot=0).text.startswith(" width")
+    finally:
+        process.stop()
