@@ -196,7 +196,7 @@ class LlamaModel:
         )
         # Whether a prompt starts with BOS, as the model was trained: Gemma's does (without
         # it Gemma 3 270M answered `    return` with ` " " " "...`, with it ` width *
-        # height`); SmolLM2's and Qwen2.5's do not.
+        # height`); SmolLM2's and Qwen2's do not.
         self.adds_bos = bool(llama_cpp.llama_vocab_get_add_bos(v)) and self.special.bos is not None
         self._piece_buffer = ctypes.create_string_buffer(256)
 
