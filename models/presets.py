@@ -145,13 +145,14 @@ PRESETS: dict[str, Preset] = {
             "GPU with 18 GB or more: the strongest pair llama.cpp also ships",
         ),
         Preset(
-            # llama.cpp's --fim-qwen-30b-default (common/arg.cpp); the draft is the
-            # repository and file llama.cpp's own scripts fetch Qwen3-0.6B from, which
-            # shares Qwen3's vocabulary.
+            # llama.cpp's --fim-qwen-30b-default (common/arg.cpp). The draft is the
+            # repository and file llama.cpp's own scripts fetch Qwen3-0.6B from; that it
+            # shares the target's vocabulary is unchecked here (no Hub): check_same_vocabulary
+            # refuses the pair at load if not.
             "qwen3-coder-30b-a3b",
             HubFile("ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF", "qwen3-coder-30b-a3b-instruct-q8_0.gguf"),
             HubFile("ggml-org/Qwen3-0.6B-GGUF", "Qwen3-0.6B-Q8_0.gguf"),
-            "GPU with 32 GB or more: a mixture of experts (3B active), FIM-trained; llama.cpp's largest FIM preset",
+            "GPU with 40 GB or more (30B parameters at 8 bits): a mixture of experts, 3B active; llama.cpp's largest FIM preset",
         ),
         Preset(
             "zeta",
