@@ -22,7 +22,7 @@ from completer.models.distill_settings import INITS, LOSSES, PRECISIONS, QUANTIZ
 from completer.models.errors import ModelError
 from completer.models.llama_build import BUILD_COMMAND
 from completer.models.paths import cache_dir
-from completer.models.presets import PRESETS, Preset
+from completer.models.presets import PRESETS, NoDraft, Preset
 
 console = Console()
 errors = Console(stderr=True)
@@ -105,7 +105,6 @@ def models() -> None:
 
 def _file_state(preset: Preset) -> tuple[str, str]:
     """(target state, draft state) as 'cached', 'missing', or what would happen on first use."""
-    from completer.models.presets import NoDraft
     from completer.models.resolve import cached_path
 
     try:

@@ -266,6 +266,39 @@ SEQUENCE = 0  # llama.cpp's sequence id of the text a context holds (branches of
 _TEXT_ONLY = (SEQUENCE,)
 
 
+def _context_params(model: LlamaModel, n_ctx: int, n_threads: int | None, n_batch: int,
+                    flash_attention: bool | None, branches: int) -> "llama_cpp.llama_context_params":
+    """llama.cpp's context parameters for LlamaContext, each with its reason."""
+    params = llama_cpp.llama_context_default_params()
+    # llama.cpp's CPU flash attention rounds a batch of n tokens differently from one
+    # token at a time (logits up to 1.6 apart, measured on smol); without it a verify
+    # batch parts from single steps only at near ties (speculative.NEAR_TIE_LOGITS).
+    # On a GPU it saves memory and time, so there it is on by default.
+    if flash_attention is None:
+        flash_attention = model.gpu_layers > 0
+    params.flash_attn_type = (
+        llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
+    )
+    params.n_ctx = n_ctx
+    # A branch is a llama.cpp sequence of its own (1, 2, ...) that shares the text's
+    # cells up to where it forks. One unified pool of cells: separate streams would
+    # split n_ctx between the sequences and copy the shared prefix on every fork.
+    params.n_seq_max = 1 + branches
+    params.kv_unified = True
+    # A sliding-window model's window layers keep the whole context, not the window
+    # alone: the engine cuts a sequence anywhere (a rejected draft, an edit above the
+    # cursor), and with a window-sized cache the cells a cut must bring back would be
+    # gone. It costs those layers a full-size cache (`completer models info` shows the
+    # KV memory). llama_context_default_params sets it (llama-server's default is
+    # off); set here so that a change of default cannot make cuts inexact.
+    params.swa_full = True
+    params.n_batch = n_batch
+    params.n_ubatch = n_batch
+    params.n_threads = params.n_threads_batch = n_threads or default_threads()
+    params.no_perf = True
+    return params
+
+
 class LlamaContext:
     """One model's KV cache for one sequence of tokens, and the calls to fill, cut, save
     and restore it. Documents take turns in it: the one left is saved and restored when
@@ -290,33 +323,7 @@ class LlamaContext:
         # The KV is then a function of the tokens alone, whatever batches filled it.
         # Slower (no batched kernels): for tests and `completer bench --exact`.
         self.single_token_eval = single_token_eval
-        params = llama_cpp.llama_context_default_params()
-        # llama.cpp's CPU flash attention rounds a batch of n tokens differently from one
-        # token at a time (logits up to 1.6 apart, measured on smol); without it a verify
-        # batch parts from single steps only at near ties (speculative.NEAR_TIE_LOGITS).
-        # On a GPU it saves memory and time, so there it is on by default.
-        if flash_attention is None:
-            flash_attention = model.gpu_layers > 0
-        params.flash_attn_type = (
-            llama_cpp.LLAMA_FLASH_ATTN_TYPE_ENABLED if flash_attention else llama_cpp.LLAMA_FLASH_ATTN_TYPE_DISABLED
-        )
-        params.n_ctx = n_ctx
-        # A branch is a llama.cpp sequence of its own (1, 2, ...) that shares the text's
-        # cells up to where it forks. One unified pool of cells: separate streams would
-        # split n_ctx between the sequences and copy the shared prefix on every fork.
-        params.n_seq_max = 1 + branches
-        params.kv_unified = True
-        # A sliding-window model's window layers keep the whole context, not the window
-        # alone: the engine cuts a sequence anywhere (a rejected draft, an edit above the
-        # cursor), and with a window-sized cache the cells a cut must bring back would be
-        # gone. It costs those layers a full-size cache (`completer models info` shows the
-        # KV memory). llama_context_default_params sets it (llama-server's default is
-        # off); set here so that a change of default cannot make cuts inexact.
-        params.swa_full = True
-        params.n_batch = n_batch
-        params.n_ubatch = n_batch
-        params.n_threads = params.n_threads_batch = n_threads or default_threads()
-        params.no_perf = True
+        params = _context_params(model, n_ctx, n_threads, n_batch, flash_attention, branches)
         _recent_llama_errors.clear()
         self._ctx = llama_cpp.llama_init_from_model(model._model, params)
         if not self._ctx:

@@ -112,7 +112,7 @@ class Bench:
             self.engines["local"], _ = engine_for(self.pair, config, settings.exact, costs=self.engine.costs)
         # Engine ("main": the preset draft's modes) -> its contexts' threads, as llama.cpp runs them.
         self.threads = {name or "main": llama_threads(engine) for name, engine in self.engines.items()}
-        self.batched: LlamaContext | None = None  # scores plain decoding's tokens in one batch (tie_bound)
+        self.batched: LlamaContext | None = None  # scores plain decoding's tokens in one batch (tie_bounds)
         self.peers: dict[str, LlamaServer | PromptLookupPeer] = {}  # mode -> its running peer
         self.failed: dict[str, str] = {}  # mode -> why its peer failed
         try:
