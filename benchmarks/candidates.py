@@ -28,10 +28,10 @@ from pathlib import Path
 
 from benchmarks.prefetch import holes
 from completer.config import Config, GenerationOptions, ModelOptions
+from completer.decoders.local import LocalDecoder
+from completer.editor.completer import Completer
 from completer.loading import engine_for, load_pair
-from completer.local_decoder import LocalDecoder
 from completer.requests import CompletionRequest
-from completer.session import Completer
 
 
 def timed(completer: Completer, request: CompletionRequest, warm: bool) -> tuple[float, int]:

@@ -16,8 +16,8 @@ import sysconfig
 from pathlib import Path
 
 from completer.config import Config, GenerationOptions, ModelOptions
-from completer.engine import generate
-from completer.healing import TokenPrefixes, heal
+from completer.engine.generation import generate
+from completer.engine.healing import TokenPrefixes, heal
 from completer.loading import load_engine
 from completer.prompt import path_header
 

@@ -24,9 +24,9 @@ from pathlib import Path
 import numpy as np
 
 from completer.config import DraftingOptions, ModelOptions
-from completer.context import Workspace
+from completer.engine.workspace_index import WorkspaceIndex
 from completer.loading import load_pair
-from completer.workspace_index import WorkspaceIndex
+from completer.workspace import Workspace
 
 
 def peak_mb() -> float:

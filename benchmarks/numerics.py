@@ -26,10 +26,10 @@ import numpy as np
 
 from completer.bench.holes import Hole, pick_holes
 from completer.config import Config, ModelOptions
-from completer.engine import Engine, generate
+from completer.engine.generation import Engine, generate
+from completer.engine.speculative import NEAR_TIE_LOGITS, first_parting, parting_gap
 from completer.loading import engine_for, load_pair
 from completer.prompt import path_header
-from completer.speculative import NEAR_TIE_LOGITS, first_parting, parting_gap
 
 # (mode, k): k None lets the tuner choose. The target drafts for itself, so that rounds
 # are long and batches reach k+1 (the smol pair's derived draft is rarely accepted).

@@ -42,15 +42,15 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, client_capabilities
 
 from completer.config import Config, config_from_dict
+from completer.decoders.clients import LlamaServerClient
+from completer.decoders.server import ServerDecoder
+from completer.editor.completer import Completer
 from completer.loading import server_backend
 from completer.lsp import protocol
 from completer.models.llama_build import BUILD_COMMAND, find
 from completer.models.presets import Preset
 from completer.models.resolve import resolve
-from completer.remote import LlamaServerClient
 from completer.requests import CancelFlag, CompletionRequest, Source
-from completer.server_decoder import ServerDecoder
-from completer.session import Completer
 from tests.llama_server_process import LlamaServer
 
 FILES = ("textwrap.py", "shlex.py")

@@ -441,8 +441,8 @@ def _doctor_rows(rpc_servers: str) -> list[tuple[str, str]]:
 def _server_row(models: ModelOptions) -> tuple[str, str]:
     """The configured server: reachable, its model, slots, FIM family and the speculative
     settings it reports; or why it cannot be used."""
+    from completer.decoders.clients import ServerError
     from completer.loading import server_backend
-    from completer.remote import ServerError
 
     try:
         backend = server_backend(models, os.environ)
@@ -666,10 +666,10 @@ def _bench_server(models: ModelOptions, baseline_url: str | None, holes: list, m
     """`bench --backend llama-server`: the holes on the server, and on the baseline server when given."""
     from completer.bench.peers import PeerFailed
     from completer.bench.server_run import BASELINE, SERVER, ServerBench, TeamServer, summarize
+    from completer.decoders.clients import ServerError
+    from completer.decoders.server import ServerDecoder
+    from completer.editor.completer import Completer
     from completer.loading import server_backend
-    from completer.remote import ServerError
-    from completer.server_decoder import ServerDecoder
-    from completer.session import Completer
 
     if models.backend != "llama-server":
         raise click.UsageError("bench measures a server through llama-server's own API (its tokens and timings): "

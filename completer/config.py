@@ -10,8 +10,8 @@ import types
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
+from completer.editor.next_edit import FORMATS as EDIT_FORMATS
 from completer.models.presets import DEFAULT_PRESET, PRESETS
-from completer.next_edit import FORMATS as EDIT_FORMATS
 from completer.prompt import TEMPLATES
 
 # Draft mode -> the providers it may use. Every mode still lets the tuner fall back to

@@ -21,8 +21,12 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from completer.config import Config, ModelOptions, problems
-from completer.context import Workspace
-from completer.engine import Engine
+from completer.decoders.clients import ServerError
+from completer.decoders.local import LocalDecoder
+from completer.decoders.server import Backend, LlamaServerBackend, OpenAIBackend, ServerDecoder
+from completer.editor.completer import Completer
+from completer.engine.generation import Engine
+from completer.engine.tuning import CostModel
 from completer.models.backend import ContextError, LlamaModel
 from completer.models.devices import Device, add_rpc_servers, offload_devices
 from completer.models.errors import ModelError
@@ -31,11 +35,7 @@ from completer.models.pairing import suitability_notes
 from completer.models.paths import distilled_draft_path
 from completer.models.presets import Preset
 from completer.models.resolve import ModelFiles, resolve
-from completer.tuning import CostModel
-from completer.local_decoder import LocalDecoder
-from completer.remote import ServerError
-from completer.server_decoder import Backend, LlamaServerBackend, OpenAIBackend, ServerDecoder
-from completer.session import Completer
+from completer.workspace import Workspace
 
 # ModelError is what every loading failure raises, with what to run.
 __all__ = ["DECODERS", "Loaded", "ModelError", "Pair", "engine_for", "load_completer", "load_distilled", "load_engine",

@@ -8,7 +8,14 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from completer.next_edit import TextEdit
+
+@dataclass(frozen=True)
+class TextEdit:
+    """Replace the document's text[start:end] with `text` (offsets in characters)."""
+
+    start: int
+    end: int
+    text: str
 
 
 class Source(StrEnum):

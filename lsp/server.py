@@ -1,4 +1,4 @@
-"""The language server: thin handlers over the one completer.session.Completer.
+"""The language server: thin handlers over the one completer.editor.completer.Completer.
 
     initialize         options -> Config (bad values: defaults and a showMessage)
     initialized        models load in a thread, reported with $/progress
@@ -46,6 +46,7 @@ from pygls.protocol.language_server import lsp_method
 from pygls.uris import to_fs_path
 
 from completer.config import Config, config_from_dict, machine_options
+from completer.editor.completer import Completer
 from completer.loading import Loaded, needs_reload
 from completer.lsp import protocol
 from completer.lsp.acceptance import RETENTION_CHECKS_S, Acceptances, Accepted
@@ -55,7 +56,6 @@ from completer.lsp.completing import (Answer, after_acceptance, answer_for, comp
 from completer.lsp.documents import Document, characters
 from completer.lsp.loading import LoadProgress, load_models
 from completer.requests import CompleterStats
-from completer.session import Completer
 
 log = logging.getLogger("completer.lsp")
 

@@ -302,7 +302,7 @@ def _context_params(model: LlamaModel, n_ctx: int, n_threads: int | None, n_batc
 class LlamaContext:
     """One model's KV cache for one sequence of tokens, and the calls to fill, cut, save
     and restore it. Documents take turns in it: the one left is saved and restored when
-    the editor comes back (completer.session.DocumentCaches)."""
+    the editor comes back (completer.decoders.local.DocumentCaches)."""
 
     def __init__(
         self,

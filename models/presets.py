@@ -84,7 +84,7 @@ class Preset:
     target: HubFile | PackagedFile | ChunkedPackages
     draft: ModelSource | NoDraft
     why: str
-    # The next-edit prompt format its target was trained with (completer.next_edit's
+    # The next-edit prompt format its target was trained with (completer.editor.next_edit's
     # FORMATS); "instruction" for a model trained for none.
     edit_format: str = "instruction"
 

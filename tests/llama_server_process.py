@@ -6,7 +6,7 @@ import time
 from pathlib import Path
 
 from completer.bench.peers import _die_with_parent
-from completer.remote import LlamaServerClient, ServerError
+from completer.decoders.clients import LlamaServerClient, ServerError
 
 
 def free_port() -> int:

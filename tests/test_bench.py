@@ -14,9 +14,9 @@ from completer.bench.metrics import (compared, edit_similarity, exact_first_line
                                      summarize_mode)
 from completer.bench.run import Bench, Settings
 from completer.config import Config, GenerationOptions, ModelOptions
+from completer.engine.tuning import CostModel
 from completer.loading import Pair
 from completer.models.backend import LlamaModel, default_threads
-from completer.tuning import CostModel
 from conftest import run_completer
 
 # A thread count llama.cpp would not take without being told: it takes every core otherwise.

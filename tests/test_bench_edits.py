@@ -10,7 +10,8 @@ from hypothesis import strategies as st
 
 from completer.bench.edit_holes import EditHole, edit_holes_from_json, hunks, pick_edit_holes
 from completer.bench.edit_run import suggestion
-from completer.next_edit import FORMATS, InstructionFormat, TextEdit, apply_edits, editable_region
+from completer.editor.next_edit import FORMATS, InstructionFormat, apply_edits, editable_region
+from completer.requests import TextEdit
 from conftest import run_completer
 
 LINES = (8, 12)  # the editable region's lines above and below the cursor: edits.* defaults

@@ -11,13 +11,13 @@ import numpy as np
 import pytest
 
 from completer.config import Config, GenerationOptions
-from completer.engine import Engine, generate
-from completer.healing import TokenPrefixes, heal
-from completer.local_decoder import LocalDecoder
+from completer.decoders.local import LocalDecoder
+from completer.editor.completer import Completer
+from completer.engine.generation import Engine, generate
+from completer.engine.healing import TokenPrefixes, heal
+from completer.engine.speculative import parting_gap
 from completer.models.backend import LlamaContext
 from completer.requests import CompletionRequest
-from completer.session import Completer
-from completer.speculative import parting_gap
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 TEXTWRAP = (STDLIB / "textwrap.py").read_text()

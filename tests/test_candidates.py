@@ -8,10 +8,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from completer.candidates import MAX_GAP, branch_points, candidates
-from completer.engine import Engine, generate
+from completer.engine.candidates import MAX_GAP, branch_points, candidates
+from completer.engine.generation import Engine, generate
+from completer.engine.speculative import NEAR_TIE_LOGITS, parting_gap
 from completer.models.backend import LlamaModel
-from completer.speculative import NEAR_TIE_LOGITS, parting_gap
 from tests.test_speculative_engine import stdlib_holes
 
 

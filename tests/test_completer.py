@@ -11,16 +11,16 @@ from dataclasses import replace
 import pytest
 
 from completer.config import BACKENDS, Config, GenerationOptions, NextEditOptions, PromptOptions
-from completer.context import Workspace
-from completer.engine import Engine
+from completer.decoders.clients import LlamaServerClient
+from completer.decoders.local import LocalDecoder
+from completer.decoders.server import LlamaServerBackend, ServerDecoder
+from completer.editor.completer import EDITS, Completer
+from completer.editor.next_edit import apply_edits, editable_region
+from completer.engine.generation import Engine
 from completer.loading import DECODERS
-from completer.local_decoder import LocalDecoder
-from completer.next_edit import apply_edits, editable_region
 from completer.prompt import control_token
-from completer.remote import LlamaServerClient
 from completer.requests import CompletionRequest, PositionError, Source, StopReason
-from completer.server_decoder import LlamaServerBackend, ServerDecoder
-from completer.session import EDITS, Completer
+from completer.workspace import Workspace
 from llama_server_process import LlamaServer
 
 # Both decoders give a request 2048 tokens: the local engine's context, and each of the

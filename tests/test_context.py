@@ -3,7 +3,8 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from completer.context import ChunkRing, Workspace, chunk_around, similarity
+from completer.editor.context import ChunkRing, chunk_around, similarity
+from completer.workspace import Workspace
 
 
 def code(name: str, lines: int = 20) -> str:

@@ -5,10 +5,10 @@ output stays plain decoding's exactly."""
 import numpy as np
 import pytest
 
-from completer.drafts import CopyDrafter
-from completer.engine import Engine, generate
-from completer.speculative import NEAR_TIE_LOGITS, parting_gap
-from completer.tuning import CostModel
+from completer.engine.drafts import CopyDrafter
+from completer.engine.generation import Engine, generate
+from completer.engine.speculative import NEAR_TIE_LOGITS, parting_gap
+from completer.engine.tuning import CostModel
 
 ORIGINAL = [10, 11, 12, 13, 14, 15, 11, 12, 16, 17]
 PROMPT = [1, 2, 3]

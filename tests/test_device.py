@@ -18,14 +18,13 @@ import numpy as np
 import pytest
 
 from completer.config import ModelOptions
-from completer.engine import Engine, generate
+from completer.decoders.local import DocumentCaches
+from completer.engine.generation import Engine, generate
+from completer.engine.speculative import NEAR_TIE_LOGITS, parting_gap
+from completer.engine.tuning import calibrate
 from completer.loading import load_pair
 from completer.models.backend import LlamaContext, LlamaModel
-from completer.models.devices import (RpcServerError, add_rpc_servers, backends, devices, greet_rpc_server,
-                                      is_loopback)
-from completer.local_decoder import DocumentCaches
-from completer.speculative import NEAR_TIE_LOGITS, parting_gap
-from completer.tuning import calibrate
+from completer.models.devices import RpcServerError, add_rpc_servers, backends, devices, greet_rpc_server, is_loopback
 from conftest import REPO, run_completer
 
 pytestmark = pytest.mark.device
@@ -253,7 +252,7 @@ def test_a_kv_cache_the_device_cannot_hold_loads_with_fewer_layers_there_and_sti
     target is loaded again with half its layers there, the user is told, and it completes."""
     process, address = start_rpc_server(rpc_binary, tmp_path / "server.log", memory_bytes=SMALL_DEVICE_BYTES)
     try:
-        result = run_completer("complete", str(REPO / "completer" / "speculative.py"), "--line", "40", "--col", "1",
+        result = run_completer("complete", str(REPO / "completer" / "engine" / "speculative.py"), "--line", "40", "--col", "1",
                                "--rpc", address, "--context", str(LARGE_CONTEXT), "--mode", "target",
                                "--max-tokens", "8", "--preset", "smol", env={"COMPLETER_CACHE_DIR": str(smol_cache)},
                                timeout=600)

@@ -3,10 +3,10 @@ lets it in, so the engine must never let it propose an id the target lacks."""
 
 import pytest
 
-from completer.engine import Engine, generate
+from completer.engine.generation import Engine, generate
+from completer.engine.speculative import Sampling
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.models.gguf_file import MAX_VOCAB_SIZE_DIFFERENCE, check_same_vocabulary
-from completer.speculative import Sampling
 from padded_draft import padded_draft
 
 HOLE = "import os\n\n\ndef data_path(name):\n    base = os.path.dirname(__file__)\n    return os.path."

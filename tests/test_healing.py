@@ -7,10 +7,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from completer.engine import Engine, generate
-from completer.healing import TokenPrefixes, heal
+from completer.engine.generation import Engine, generate
+from completer.engine.healing import TokenPrefixes, heal
+from completer.engine.speculative import Sampling
 from completer.prompt import path_header
-from completer.speculative import Sampling
 
 TEXTWRAP = (Path(sysconfig.get_paths()["stdlib"]) / "textwrap.py").read_text()
 
@@ -94,9 +94,9 @@ def test_the_heal_option_turns_healing_off_for_the_targets_own_distribution(targ
     from dataclasses import replace
 
     from completer.config import Config, GenerationOptions, PromptOptions
-    from completer.local_decoder import LocalDecoder
+    from completer.decoders.local import LocalDecoder
+    from completer.editor.completer import Completer
     from completer.requests import CompletionRequest, cursor_offset
-    from completer.session import Completer
 
     line = TEXTWRAP.splitlines()[222]
     cut = line.index("cu") + 2

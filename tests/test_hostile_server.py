@@ -21,9 +21,9 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
-from completer.remote import (MAX_BODY_BYTES, MAX_LINE_BYTES, CancelFlag, Cancelled, LlamaServerClient, RequestRefused,
-                              ServerError)
-from completer.server_decoder import LlamaServerBackend
+from completer.decoders.clients import (MAX_BODY_BYTES, MAX_LINE_BYTES, CancelFlag, Cancelled, LlamaServerClient,
+                                        RequestRefused, ServerError)
+from completer.decoders.server import LlamaServerBackend
 from llama_server_process import LlamaServer
 from lsp_session import inline, open_document, start, stats, wait_ready
 

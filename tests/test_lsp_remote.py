@@ -6,7 +6,7 @@ import asyncio
 
 import pytest
 
-from completer.remote import LlamaServerClient
+from completer.decoders.clients import LlamaServerClient
 from llama_server_process import LlamaServer, free_port
 from lsp_session import inline, insert, open_document, start, stats, wait_ready
 

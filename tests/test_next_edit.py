@@ -7,12 +7,12 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from completer.config import Config, ModelOptions, NextEditOptions
+from completer.editor.completer import edit_format_name
+from completer.editor.next_edit import (FORMATS, EditEvent, InstinctFormat, InstructionFormat, SweepFormat, ZetaFormat,
+                                        apply_edits, editable_region, edits_between, fit_edit_prompt, with_ending_of)
 from completer.models.presets import PRESETS
-from completer.next_edit import (FORMATS, EditEvent, InstinctFormat, InstructionFormat, SweepFormat, TextEdit,
-                                 ZetaFormat, apply_edits, edits_between, editable_region, fit_edit_prompt,
-                                 with_ending_of)
 from completer.prompt import ContextFile
-from completer.session import edit_format_name
+from completer.requests import TextEdit
 
 # Lines of code-like text, with every line break LSP knows.
 LINES = st.lists(st.text(alphabet="ab (x)=:", max_size=8) | st.sampled_from(["", "    pass"]),

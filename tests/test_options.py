@@ -9,12 +9,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from completer.config import (MIN_PROMPT_TOKENS, RANGES, RENAMED, Config, GenerationOptions, PromptOptions,
-                             config_from_dict, problems)
-from completer.config import machine_options, settings_schema
-from completer.engine import MAX_TREE_BRANCHES
+                              config_from_dict, machine_options, problems, settings_schema)
+from completer.decoders.clients import LlamaServerClient
+from completer.engine.generation import MAX_TREE_BRANCHES
 from completer.loading import load_completer, needs_reload
 from completer.models.errors import ModelError
-from completer.remote import LlamaServerClient
 from conftest import run_completer
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),

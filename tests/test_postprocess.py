@@ -3,7 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
-from completer.postprocess import CursorContext, postprocess, stops_for
+from completer.editor.postprocess import CursorContext, postprocess, stops_for
 
 AFTER_DEF = CursorContext("    def area(self):", "\n\n    def perimeter(self):\n        return 4 * self.side\n")
 

@@ -10,17 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from scipy.stats import chisquare
 
-from completer.speculative import (
-    Branch,
-    Sampling,
-    accept_tree,
-    acceptance_probability,
-    expected_tokens,
-    probabilities,
-    residual,
-    verify_greedy,
-    verify_sampled,
-)
+from completer.engine.speculative import (Branch, Sampling, accept_tree, acceptance_probability, expected_tokens,
+                                          probabilities, residual, verify_greedy, verify_sampled)
 
 V = 6
 

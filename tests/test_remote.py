@@ -15,15 +15,15 @@ import numpy as np
 import pytest
 
 from completer.config import Config, GenerationOptions, ModelOptions, PromptOptions
-from completer.context import Workspace
-from completer.models.backend import LlamaContext, LlamaModel
-from completer.remote import (SAMPLERS, CancelFlag, LlamaServerClient, OpenAIClient, ServerError, SlotMap,
-                              completion_body, sends_key_safely)
+from completer.decoders.clients import (SAMPLERS, CancelFlag, LlamaServerClient, OpenAIClient, ServerError, SlotMap,
+                                        completion_body, sends_key_safely)
+from completer.decoders.server import LlamaServerBackend, OpenAIBackend, ServerDecoder
+from completer.editor.completer import Completer
+from completer.engine.speculative import Sampling, probabilities
 from completer.loading import server_backend
+from completer.models.backend import LlamaContext, LlamaModel
 from completer.requests import CompletionRequest, Source
-from completer.server_decoder import LlamaServerBackend, OpenAIBackend, ServerDecoder
-from completer.session import Completer
-from completer.speculative import Sampling, probabilities
+from completer.workspace import Workspace
 from conftest import run_completer
 from llama_server_process import LlamaServer, free_port
 

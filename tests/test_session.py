@@ -15,15 +15,16 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from completer.config import CacheOptions, Config, DraftingOptions, GenerationOptions, PromptOptions
-from completer.context import ChunkRing, Workspace
-from completer.engine import PROMPT_PIECE, Engine, generate
-from completer.kv import KVSequence
+from completer.decoders.local import DocumentCaches, LocalDecoder
+from completer.editor.completer import Completer, ForwardCache, PromptTooLong, Shown, fit_prompt
+from completer.editor.context import ChunkRing
+from completer.editor.postprocess import CursorContext, postprocess
+from completer.engine.generation import PROMPT_PIECE, Engine, generate
+from completer.engine.kv import KVSequence
 from completer.models.backend import LlamaContext, LlamaModel
-from completer.postprocess import CursorContext, postprocess
 from completer.prompt import TEMPLATES, Segment, path_header, render
-from completer.local_decoder import DocumentCaches, LocalDecoder
 from completer.requests import CompletionRequest, Source, cursor_offset
-from completer.session import Completer, ForwardCache, PromptTooLong, Shown, fit_prompt
+from completer.workspace import Workspace
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 

@@ -12,12 +12,12 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, chisquare
 
-from completer.engine import PROMPT_PIECE, Engine, generate
-from completer.kv import KVSequence
+from completer.engine.generation import PROMPT_PIECE, Engine, generate
+from completer.engine.kv import KVSequence
+from completer.engine.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap, probabilities
+from completer.engine.tuning import CostModel
+from completer.engine.workspace_index import TokenTable, WorkspaceIndex
 from completer.models.backend import LlamaContext, LlamaModel
-from completer.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap, probabilities
-from completer.tuning import CostModel
-from completer.workspace_index import TokenTable, WorkspaceIndex
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # A KV cache filled by single-token steps gives logits some way off those of one filled
@@ -91,7 +91,7 @@ def test_a_line_written_over_and_over_is_copied_on_past_the_texts_end_as_plain_d
 def test_greedy_speculation_equals_plain_decoding_up_to_near_ties(engine, target, mode, draft_length):
     """Batched verification: outputs may part only where the two tokens that parted are
     within NEAR_TIE_LOGITS of each other in plain decoding's own logits there (see
-    completer/speculative.py for the measurement)."""
+    completer/engine/speculative.py for the measurement)."""
     for hole in stdlib_holes(4):
         prompt = target.tokenize(hole)
         plain = generate(engine, prompt, 32, mode="target", keep_logits=True)

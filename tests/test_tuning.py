@@ -8,11 +8,11 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from completer.config import DraftingOptions
-from completer.drafts import NgramDrafter, NgramIndex
-from completer.kv import common_prefix_length
-from completer.speculative import Branch
-from completer.tuning import (AcceptanceCurve, Candidate, Continuation, CostModel, Plan, Tuner, best_plan,
-                              match_bucket, with_branches)
+from completer.engine.drafts import NgramDrafter, NgramIndex
+from completer.engine.kv import common_prefix_length
+from completer.engine.speculative import Branch
+from completer.engine.tuning import (AcceptanceCurve, Candidate, Continuation, CostModel, Plan, Tuner, best_plan,
+                                     match_bucket, with_branches)
 
 MIN_MATCH, MAX_MATCH = DraftingOptions().ngram_min_match, DraftingOptions().ngram_max_match
 # A CPU-like cost curve in ms: batches of 4 and 8 are cheaper than their neighbours, as

@@ -21,12 +21,12 @@ from hypothesis import strategies as st
 from lsprotocol import types
 
 from completer.config import DraftingOptions
-from completer.context import Workspace
-from completer.drafts import NgramDrafter
-from completer.engine import Engine, generate
+from completer.engine.drafts import NgramDrafter
+from completer.engine.generation import Engine, generate
+from completer.engine.workspace_index import NO_MATCH, TokenTable, WorkspaceIndex, saved_index_path, workspace_files
 from completer.models.backend import LlamaModel
 from completer.models.sources import listed_files
-from completer.workspace_index import NO_MATCH, TokenTable, WorkspaceIndex, saved_index_path, workspace_files
+from completer.workspace import Workspace
 from lsp_session import start, stats, wait_ready
 
 MIN_MATCH, MAX_MATCH = DraftingOptions().ngram_min_match, DraftingOptions().ngram_max_match

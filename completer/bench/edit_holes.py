@@ -23,8 +23,9 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from completer.bench.holes import LANGUAGES
+from completer.editor.next_edit import EditEvent, apply_edits, editable_region
 from completer.models.sources import MAX_BYTES
-from completer.next_edit import EditEvent, TextEdit, apply_edits, editable_region
+from completer.requests import TextEdit
 
 # The newest commits looked at: history enough for 40 holes in the repositories measured
 # (each had 10-15 % of its commits' Python files qualify), read in seconds.

@@ -19,9 +19,9 @@ suggestion's latency with the prompt in the cache (warm caches).
 from completer.bench import report
 from completer.bench.edit_holes import EditHole
 from completer.bench.run import Bench
-from completer.next_edit import FORMATS, apply_edits, edits_between, fit_edit_prompt, region_rewrite
-from completer.session import edit_format_name
-from completer.tuning import CostModel
+from completer.editor.completer import edit_format_name
+from completer.editor.next_edit import FORMATS, apply_edits, edits_between, fit_edit_prompt, region_rewrite
+from completer.engine.tuning import CostModel
 
 # The modes an edit bench runs by default: ours that make a rewrite (auto:local is auto
 # here, with no workspace index), and llama-server plain and with its n-gram speculation.

@@ -17,8 +17,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from completer.editor.postprocess import indentation
 from completer.models.sources import source_files
-from completer.postprocess import indentation
 from completer.prompt import LINE_COMMENT
 
 # Languages holes go in: programming languages (LINE_COMMENT also knows config formats).

@@ -17,10 +17,10 @@ from pathlib import Path
 from completer.bench.metrics import percentile
 from completer.bench.run import llama_threads
 from completer.config import Config, GenerationOptions, ModelOptions
+from completer.decoders.local import LocalDecoder
+from completer.editor.completer import Completer
 from completer.loading import Pair, engine_for
-from completer.local_decoder import LocalDecoder
 from completer.requests import CompletionRequest, Source
-from completer.session import Completer
 
 TYPED_CHARACTERS = 48
 COLD_EVERY = 6  # a cold completion re-evaluates the whole prompt: seconds each, so a sample

@@ -15,7 +15,7 @@ import statistics
 
 import numpy as np
 
-from completer.tuning import CostModel, match_bucket
+from completer.engine.tuning import CostModel, match_bucket
 
 
 def percentile(values: list[float], q: float) -> float:

@@ -13,8 +13,8 @@ from completer.bench import LLAMA_SERVER, LLAMA_SERVER_PEERS, PEERS
 from completer.bench.holes import Hole
 from completer.bench.metrics import acceptance_by_kind, figures_by_kind, rounds_by_match, summarize_mode
 from completer.bench.run import Bench
-from completer.tuning import MATCH_BUCKET_NAMES, CostModel
-from completer.workspace_index import IndexStats
+from completer.engine.tuning import MATCH_BUCKET_NAMES, CostModel
+from completer.engine.workspace_index import IndexStats
 
 
 def machine() -> dict:

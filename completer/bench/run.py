@@ -27,16 +27,16 @@ from completer.bench import LOCAL, MODES, PEER, PEERS
 from completer.bench.holes import Hole
 from completer.bench.peers import LlamaServer, PeerFailed, PromptLookupPeer
 from completer.config import Config
-from completer.context import Workspace
-from completer.engine import Engine, generate
+from completer.decoders.local import LocalDecoder
+from completer.editor.completer import Completer
+from completer.editor.postprocess import CursorContext, postprocess
+from completer.engine.generation import Engine, generate
+from completer.engine.speculative import Sampling, first_parting, parting_gap
+from completer.engine.workspace_index import IndexStats, saved_index_path
 from completer.loading import Pair, engine_for
-from completer.local_decoder import LocalDecoder
 from completer.models.backend import LlamaContext, LlamaModel
-from completer.postprocess import CursorContext, postprocess
 from completer.requests import CompletionRequest, PositionError, cursor_offset
-from completer.session import Completer
-from completer.speculative import Sampling, first_parting, parting_gap
-from completer.workspace_index import IndexStats, saved_index_path
+from completer.workspace import Workspace
 
 # 128 lines before the cursor: prompts of about 1,000-1,500 tokens, so that each hole's
 # prefill (done once per mode family, and again by the peer) stays a few seconds here.

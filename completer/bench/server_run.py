@@ -17,9 +17,9 @@ from completer.bench.holes import Hole
 from completer.bench.metrics import summarize_mode
 from completer.bench.peers import ServerPeer
 from completer.bench.run import hidden_truth
-from completer.postprocess import CursorContext, postprocess
-from completer.decoder import DecoderModel
-from completer.session import Completer
+from completer.decoders.protocol import DecoderModel
+from completer.editor.completer import Completer
+from completer.editor.postprocess import CursorContext, postprocess
 
 SERVER = "server"
 BASELINE = "target"

@@ -19,7 +19,7 @@ llama-server or an OpenAI-compatible server).
 
     next-edit request (document text, cursor): the same newest-wins, decoder and turn;
       the editable region around the cursor, the recent edits across documents and the
-      text around it, in the model family's format (completer.next_edit), fitted to the
+      text around it, in the model family's format (completer.editor.next_edit), fitted to the
       context; the region written again (the decoder copy-drafts from it), and the
       answer is the edits between the two
 """
@@ -32,15 +32,16 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from completer.config import Config, PromptOptions
-from completer.context import ChunkRing, Workspace
-from completer.decoder import Decode, DecodeCounts, Decoded, Decoder, DecoderModel, Refused, Unavailable
+from completer.decoders.protocol import Decode, DecodeCounts, Decoded, Decoder, DecoderModel, Refused, Unavailable
+from completer.editor.context import ChunkRing
+from completer.editor.next_edit import FORMATS, EditHistory, edits_between, fit_edit_prompt, recent, region_rewrite
+from completer.editor.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
+from completer.engine.speculative import Sampling
 from completer.models.presets import PRESETS
-from completer.next_edit import FORMATS, EditHistory, edits_between, fit_edit_prompt, recent, region_rewrite
-from completer.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
 from completer.prompt import FimTemplate, Segment, cursor_sections, render
-from completer.requests import (CancelFlag, Cancelled, CompleterStats, Completion, CompletionRequest, NextEdit,
-                                Source, StopReason)
-from completer.speculative import Sampling
+from completer.requests import (CancelFlag, Cancelled, CompleterStats, Completion, CompletionRequest, NextEdit, Source,
+                                StopReason)
+from completer.workspace import Workspace
 
 log = logging.getLogger("completer.session")
 

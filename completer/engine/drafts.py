@@ -13,9 +13,9 @@ from dataclasses import dataclass
 import numpy as np
 
 from completer.config import DraftingOptions
-from completer.kv import KVSequence
-from completer.speculative import Sampling, probabilities, sample
-from completer.workspace_index import BRANCH_MOST, NO_MATCH, Match, WorkspaceIndex
+from completer.engine.kv import KVSequence
+from completer.engine.speculative import Sampling, probabilities, sample
+from completer.engine.workspace_index import BRANCH_MOST, NO_MATCH, Match, WorkspaceIndex
 
 # Candidate positions examined per lookup, most recent first: bounds the cost of a
 # lookup on repetitive text.

@@ -11,14 +11,14 @@ from typing import NamedTuple
 import numpy as np
 
 from completer.config import DRAFT_MODES, DraftingOptions
-from completer.drafts import NO_PROPOSAL, CopyDrafter, ModelDrafter, NgramDrafter, Proposal
-from completer.workspace_index import NO_MATCH
-from completer.healing import Healing, mask_to
-from completer.kv import KVSequence, common_prefix_length
+from completer.engine.drafts import NO_PROPOSAL, CopyDrafter, ModelDrafter, NgramDrafter, Proposal
+from completer.engine.healing import Healing, mask_to
+from completer.engine.kv import KVSequence, common_prefix_length
+from completer.engine.speculative import (Branch, Sampling, TreeVerdict, accept_greedy, accept_tree, probabilities,
+                                          verify_greedy, verify_sampled)
+from completer.engine.tuning import MAX_DRAFT, Candidate, Continuation, CostModel, Plan, Tuner, calibrate, match_bucket
+from completer.engine.workspace_index import NO_MATCH
 from completer.models.backend import LlamaContext, LlamaModel
-from completer.speculative import (Branch, Sampling, TreeVerdict, accept_greedy, accept_tree, probabilities,
-                                   verify_greedy, verify_sampled)
-from completer.tuning import MAX_DRAFT, Candidate, Continuation, CostModel, Plan, Tuner, calibrate, match_bucket
 
 log = logging.getLogger("completer.engine")
 

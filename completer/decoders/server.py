@@ -26,13 +26,13 @@ from pathlib import Path
 from typing import Protocol
 
 from completer.config import Config, ModelOptions
-from completer.context import Workspace
-from completer.decoder import Decode, DecodeCounts, Decoded, DecoderModel, Refused, Unavailable, with_length
+from completer.decoders.clients import (LlamaServerClient, OpenAIClient, RemoteGeneration, RequestRefused, ServerError,
+                                        ServerProps, SlotMap)
+from completer.decoders.protocol import Decode, DecodeCounts, Decoded, DecoderModel, Refused, Unavailable, with_length
+from completer.engine.speculative import Sampling
 from completer.prompt import TEMPLATES, FimTemplate, Segment, control_token, template_for, tokenize_segments
-from completer.remote import (LlamaServerClient, OpenAIClient, RemoteGeneration, RequestRefused, ServerError,
-                              ServerProps, SlotMap)
 from completer.requests import CancelFlag
-from completer.speculative import Sampling
+from completer.workspace import Workspace
 
 log = logging.getLogger("completer.remote")
 

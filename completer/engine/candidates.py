@@ -26,11 +26,11 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from completer.drafts import CopyDrafter
-from completer.engine import Engine, Generation, generated_text, stop_after_round
-from completer.healing import Healing
-from completer.kv import common_prefix_length
-from completer.speculative import accept_greedy
+from completer.engine.drafts import CopyDrafter
+from completer.engine.generation import Engine, Generation, generated_text, stop_after_round
+from completer.engine.healing import Healing
+from completer.engine.kv import common_prefix_length
+from completer.engine.speculative import accept_greedy
 
 log = logging.getLogger("completer.candidates")
 

@@ -18,10 +18,10 @@ from dataclasses import dataclass
 from typing import Any, Protocol
 
 from completer.config import Config
-from completer.context import Workspace
+from completer.engine.speculative import Sampling
 from completer.prompt import FimTemplate, Segment
 from completer.requests import CancelFlag
-from completer.speculative import Sampling
+from completer.workspace import Workspace
 
 
 class Unavailable(Exception):

@@ -26,8 +26,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from completer.config import DraftingOptions
-from completer.kv import common_prefix_length
-from completer.speculative import Branch
+from completer.engine.kv import common_prefix_length
+from completer.engine.speculative import Branch
 
 # Verify batches are calibrated up to 64 tokens (past that the cost curve is extrapolated),
 # and a completion asks for 64 tokens by default: a round never needs more.

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from functools import cached_property
 
 from completer.prompt import ContextFile, Segment
+from completer.requests import TextEdit
 
 # A line and its break, as LSP counts lines (\n, \r\n or \r; not str.splitlines's others).
 LINE = re.compile(r"[^\r\n]*(?:\r\n|\r|\n)|[^\r\n]+$")
@@ -31,15 +32,6 @@ class Region:
     @property
     def end(self) -> int:
         return self.start + len(self.text)
-
-
-@dataclass(frozen=True)
-class TextEdit:
-    """Replace the document's text[start:end] with `text` (offsets in characters)."""
-
-    start: int
-    end: int
-    text: str
 
 
 def editable_region(text: str, cursor: int, lines_above: int, lines_below: int) -> Region:

@@ -18,7 +18,7 @@ the same idioms), so the text after a cursor has often been written elsewhere.
         split, the runner-up's continuation (a branch for a token tree)
     hide(path)  the editor has a newer text of the file (open, or saved since): the
                 table's copy is skipped, and the newer text is drafted from on its own
-                (completer.drafts)
+                (completer.engine.drafts)
 
 The tokens are kept between runs (saved_index_path: keyed on the model file's size and
 modification time, so a GGUF replaced in place starts afresh): a file unchanged since is
@@ -49,11 +49,11 @@ from typing import NamedTuple
 import numpy as np
 
 from completer.config import DraftingOptions
-from completer.context import Workspace
 from completer.models.atomic import write_atomically
 from completer.models.paths import cache_dir
 from completer.models.sources import source_files
 from completer.prompt import LINE_COMMENT
+from completer.workspace import Workspace
 
 log = logging.getLogger("completer.index")
 

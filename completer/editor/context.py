@@ -15,31 +15,12 @@ No file is read from disk: chunks come from what the editor sent.
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 
 from completer.prompt import ContextFile, editor_lines
+from completer.workspace import Workspace
 
 # Lines shared (of the larger chunk) above which two chunks count as the same place.
 SIMILAR = 0.9
-
-
-class Workspace:
-    """The workspace folders; paths inside them may be used as context."""
-
-    def __init__(self, roots: list[str | Path]):
-        self.roots = [Path(root).resolve() for root in roots]
-
-    def contains(self, path: str | Path) -> bool:
-        resolved = Path(path).resolve()  # symlinks and ".." resolved: no way out of a root
-        return any(resolved.is_relative_to(root) for root in self.roots)
-
-    def relative(self, path: str | Path) -> str:
-        """The path as the prompt shows it: relative to its workspace folder when inside one."""
-        resolved = Path(path).resolve()
-        for root in self.roots:
-            if resolved.is_relative_to(root):
-                return resolved.relative_to(root).as_posix()
-        return Path(path).name
 
 
 @dataclass(frozen=True)

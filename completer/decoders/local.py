@@ -14,15 +14,15 @@ from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass
 
-from completer.candidates import candidates
 from completer.config import Config
-from completer.context import Workspace
-from completer.decoder import Decode, DecodeCounts, Decoded, DecoderModel, with_length
-from completer.engine import PROMPT_PIECE, Engine, generate
-from completer.healing import TokenPrefixes, heal
+from completer.decoders.protocol import Decode, DecodeCounts, Decoded, DecoderModel, with_length
+from completer.engine.candidates import candidates
+from completer.engine.generation import PROMPT_PIECE, Engine, generate
+from completer.engine.healing import TokenPrefixes, heal
+from completer.engine.workspace_index import WorkspaceIndex, saved_index_path
 from completer.prompt import Segment, template_for, tokenize_segments
 from completer.requests import CancelFlag
-from completer.workspace_index import WorkspaceIndex, saved_index_path
+from completer.workspace import Workspace
 
 
 @dataclass
