@@ -22,7 +22,6 @@ local M = {}
 M.ns = vim.api.nvim_create_namespace("completer")
 M.hl = "CompleterGhost"
 
-local REQUEST_CANCELLED, CONTENT_MODIFIED = -32800, -32801
 -- Copilot's notifications (lsp/protocol.py): an item is shown; part of one was taken.
 local DID_SHOW_COMPLETION = "textDocument/didShowCompletion"
 local DID_PARTIALLY_ACCEPT_COMPLETION = "textDocument/didPartiallyAcceptCompletion"
@@ -34,16 +33,25 @@ local AUTOMATIC = 2 -- lsp.InlineCompletionTriggerKind.Automatic
 M.options = { name = "completer", debounce_ms = 150, enabled = function(_) return true end,
               held = function(_) return false end }
 
---- Per attached buffer: { timer, pending = {client, id, at}?, seq, suggestion?, extmark?,
---- items?, index?, ask_now? }: `items` are the answer's candidates, `index` the one
---- shown; `at` is where the pending request was made (the changedtick and cursor);
---- `ask_now`: a suggestion was just taken whole, so the next is asked for at once.
+-- Drop what is drawn in `buf`: the suggestion, its candidates and its extmark.
+local function hide(buf, state)
+  state.suggestion, state.extmark, state.items = nil, nil, nil
+  if vim.api.nvim_buf_is_valid(buf) then
+    vim.api.nvim_buf_clear_namespace(buf, M.ns, 0, -1)
+  end
+end
+
+--- Per attached buffer (buffers.lua keeps them): { timer, pending = {client, id, at}?, seq,
+--- suggestion?, extmark?, items?, index?, ask_now? }: `items` are the answer's
+--- candidates, `index` the one shown; `at` is where the pending request was made (the
+--- changedtick and cursor); `ask_now`: a suggestion was just taken whole, so the next is
+--- asked for at once.
 --- A suggestion: { row, col (0-based byte column where it starts), before (the line up to
 --- col), after (the line after col: what the item replaces), text (the item's insertText
 --- less what was taken a word or a line at a time), taken (bytes of the insertText taken
 --- so: typed through and accepted in parts), item (the item), command, client_id,
 --- accepted (its accept command already ran) }.
-local buffers = {}
+local buffers = require("completer.buffers").new("completer.ghost", hide)
 
 --- Whether a completion menu is open: Vim's popup menu, nvim-cmp's or blink.cmp's (looked
 --- for only when the user loaded them).
@@ -84,7 +92,7 @@ end
 --- the line or the cursor no longer agree with it (or nothing of it is left to show).
 --- Returns { row, col (the cursor), remaining, shown } (see M.remaining).
 local function current(buf)
-  local state = buffers[buf]
+  local state = buffers:get(buf)
   local s = state and state.suggestion
   if not s or vim.api.nvim_get_current_buf() ~= buf or M.menu_visible() then
     return nil
@@ -111,7 +119,7 @@ function M.expand_tabs(buf, text)
 end
 
 local function render(buf, cur)
-  local state = buffers[buf]
+  local state = buffers:get(buf)
   local lines = vim.split(cur.shown, "\n", { plain = true })
   local virt_lines = {}
   for i = 2, #lines do
@@ -129,46 +137,14 @@ local function render(buf, cur)
   })
 end
 
-local function hide(buf)
-  local state = buffers[buf]
-  if state then
-    state.suggestion, state.extmark, state.items = nil, nil, nil
-  end
-  if vim.api.nvim_buf_is_valid(buf) then
-    vim.api.nvim_buf_clear_namespace(buf, M.ns, 0, -1)
-  end
-end
-
-local function cancel(state)
-  local pending = state.pending
-  state.pending = nil
-  if pending and not pending.client:is_stopped() then
-    pending.client:cancel_request(pending.id)
-  end
-end
-
 --- Drop the suggestion, the pending request and the debounce timer of `buf`.
 function M.clear(buf)
-  local state = buffers[buf]
-  if not state then
-    return
-  end
-  state.timer:stop()
-  state.seq = state.seq + 1 -- an answer still in flight is stale now
-  cancel(state)
-  hide(buf)
+  buffers:clear(buf)
 end
 
 local function on_answer(buf, seq, tick, cursor, line, client, err, result)
-  local state = buffers[buf]
-  if not state or seq ~= state.seq then
-    return -- superseded: a newer request or a clear came since
-  end
-  state.pending = nil
-  if err then
-    if err.code ~= REQUEST_CANCELLED and err.code ~= CONTENT_MODIFIED then
-      vim.lsp.log.warn("completer: inlineCompletion failed", err)
-    end
+  local state = buffers:answered(buf, seq, "inlineCompletion", err)
+  if not state then
     return
   end
   if not M.options.enabled(buf) or not in_insert_mode() or vim.api.nvim_get_current_buf() ~= buf
@@ -203,7 +179,7 @@ end
 --- Show candidate `index` of the last answer in `buf`, if it still agrees with the line;
 --- true when it does (and is drawn, and reported as shown).
 function M.show(buf, index)
-  local state = buffers[buf]
+  local state = buffers:get(buf)
   local candidate = state and state.items and state.items[index]
   if not candidate then
     return false
@@ -228,7 +204,7 @@ end
 --- that no longer agree with what was typed; false when no other one can be shown (none,
 --- or a part of the shown one was taken already).
 function M.cycle(buf, step)
-  local state = buffers[buf]
+  local state = buffers:get(buf)
   if not current(buf) or not state.items or state.suggestion.taken > 0 then
     return false
   end
@@ -242,13 +218,13 @@ function M.cycle(buf, step)
 end
 
 local function request(buf)
-  local state = buffers[buf]
+  local state = buffers:get(buf)
   local client = client_for(buf)
   if not state or not client or not client.initialized or not M.options.enabled(buf) or not in_insert_mode()
     or vim.api.nvim_get_current_buf() ~= buf or M.menu_visible() or M.options.held(buf) then
     return
   end
-  cancel(state) -- newest wins; the server also drops older work for the document itself
+  buffers:cancel(buf) -- newest wins; the server also drops older work for the document itself
   state.seq = state.seq + 1
   local seq = state.seq
   local tick = vim.api.nvim_buf_get_changedtick(buf)
@@ -296,7 +272,7 @@ vim.api.nvim_create_autocmd("User", {
 --- shift) the suggestion when the text still matches it, else clear it and ask again
 --- after the debounce (once the menu is closed).
 function M.on_change(buf)
-  local state = buffers[buf]
+  local state = buffers:get(buf)
   if not state then
     return
   end
@@ -376,7 +352,7 @@ function M.accept(buf, kind)
   if not cur then
     return false
   end
-  local state = buffers[buf]
+  local state = buffers:get(buf)
   local s = state.suggestion
   local piece = kind == "all" and cur.remaining or M.piece(cur.shown, kind)
   if kind == "all" then
@@ -401,7 +377,7 @@ function M.accept(buf, kind)
       render(buf, rest)
       report_part(s)
     else
-      hide(buf)
+      hide(buf, state)
       run_command(buf, s) -- nothing left: taken whole
     end
   end
@@ -416,11 +392,10 @@ function M.dismiss(buf)
 end
 
 function M.attach(buf)
-  if buffers[buf] then
-    return
+  local group = buffers:attach(buf, {})
+  if not group then
+    return -- attached already
   end
-  buffers[buf] = { timer = assert(vim.uv.new_timer()), seq = 0 }
-  local group = vim.api.nvim_create_augroup("completer.ghost." .. buf, { clear = true })
   -- TextChangedP: the text changed while the popup menu is shown (a completion was
   -- inserted), which TextChangedI does not report. CompleteChanged: the popup menu opened
   -- or moved (init.lua reports nvim-cmp's and blink.cmp's menus).
@@ -451,23 +426,12 @@ function M.attach(buf)
 end
 
 function M.detach(buf)
-  local state = buffers[buf]
-  if not state then
-    return
-  end
-  M.clear(buf)
-  state.timer:close()
-  buffers[buf] = nil
-  pcall(vim.api.nvim_del_augroup_by_name, "completer.ghost." .. buf)
+  buffers:detach(buf)
 end
 
 --- Clear every buffer for which `which(buf)` holds (when suggestions are turned off there).
 function M.clear_all(which)
-  for buf in pairs(buffers) do
-    if which(buf) then
-      M.clear(buf)
-    end
-  end
+  buffers:clear_all(which)
 end
 
 return M

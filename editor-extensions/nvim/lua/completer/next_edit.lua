@@ -25,17 +25,23 @@ local DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit"
 local REJECT_EDIT_COMMAND = "completer.rejectEdit"
 local INLINE_EDIT_CAPABILITY = "copilotInlineEdit"
 
-local REQUEST_CANCELLED, CONTENT_MODIFIED = -32800, -32801
-
 -- Set by init.lua's setup: the LSP config name, the debounce and whether next edits are on
 -- in a buffer.
 M.options = { name = "completer", debounce_ms = 500, enabled = function(_) return true end }
 
---- Per attached buffer: { timer, seq, tick (the changedtick last seen changed),
---- pending = {client, id}?, suggestion? }
+-- Drop the suggestion drawn in `buf`.
+local function hide(buf, state)
+  state.suggestion = nil
+  if vim.api.nvim_buf_is_valid(buf) then
+    vim.api.nvim_buf_clear_namespace(buf, M.ns, 0, -1)
+  end
+end
+
+--- Per attached buffer (buffers.lua keeps them): { timer, seq, tick (the changedtick
+--- last seen changed), pending = {client, id}?, suggestion? }
 --- A suggestion: { edits (the server's, in document order), client_id, encoding (the
 --- client's offset encoding, the unit of the edits' ranges) }.
-local buffers = {}
+local buffers = require("completer.buffers").new("completer.next_edit", hide)
 
 -- The server's client for `buf` when it answers next edits, initialized.
 local function client_for(buf)
@@ -50,7 +56,7 @@ end
 function M.unavailable(buf)
   if not M.options.enabled(buf) then
     return "next edits are off (the next_edit option, :CompleterToggle)"
-  elseif not buffers[buf] then
+  elseif not buffers:get(buf) then
     return "the server is not attached to this buffer"
   elseif not client_for(buf) then
     return "the server does not offer them (no " .. INLINE_EDIT_CAPABILITY .. " capability), or is starting"
@@ -107,27 +113,9 @@ local function draw(buf, edit, encoding)
   end
 end
 
-local function cancel(state)
-  local pending = state.pending
-  state.pending = nil
-  if pending and not pending.client:is_stopped() then
-    pending.client:cancel_request(pending.id)
-  end
-end
-
 --- Drop the suggestion, the pending request and the debounce timer of `buf`.
 function M.clear(buf)
-  local state = buffers[buf]
-  if not state then
-    return
-  end
-  state.timer:stop()
-  state.seq = state.seq + 1 -- an answer still in flight is stale now
-  cancel(state)
-  state.suggestion = nil
-  if vim.api.nvim_buf_is_valid(buf) then
-    vim.api.nvim_buf_clear_namespace(buf, M.ns, 0, -1)
-  end
+  buffers:clear(buf)
 end
 
 -- Whether `edits` (a result's) are edits of `buf` as it is now: the server computed them
@@ -148,15 +136,8 @@ local function for_buffer_now(buf, edits)
 end
 
 local function on_answer(buf, seq, client, err, result)
-  local state = buffers[buf]
-  if not state or seq ~= state.seq then
-    return -- superseded: a newer request, a change or a clear came since
-  end
-  state.pending = nil
-  if err then
-    if err.code ~= REQUEST_CANCELLED and err.code ~= CONTENT_MODIFIED then
-      vim.lsp.log.warn("completer: " .. INLINE_EDIT .. " failed", err)
-    end
+  local state = buffers:answered(buf, seq, INLINE_EDIT, err)
+  if not state then
     return
   end
   local edits = type(result) == "table" and type(result.edits) == "table" and result.edits or {}
@@ -176,7 +157,7 @@ function M.request(buf)
   if M.unavailable(buf) or vim.api.nvim_get_current_buf() ~= buf then
     return false
   end
-  local state, client = buffers[buf], client_for(buf)
+  local state, client = buffers:get(buf), client_for(buf)
   M.clear(buf)
   local seq = state.seq
   local params = vim.lsp.util.make_position_params(0, client.offset_encoding)
@@ -197,7 +178,7 @@ end
 --- since the last call: leaving Insert mode fires TextChanged for changes TextChangedI
 --- reported already, which must not stop the request the typing scheduled.
 function M.on_change(buf, typing)
-  local state = buffers[buf]
+  local state = buffers:get(buf)
   local tick = vim.api.nvim_buf_get_changedtick(buf)
   if not state or tick == state.tick then
     return
@@ -212,7 +193,7 @@ function M.on_change(buf, typing)
 end
 
 local function shown(buf)
-  local state = buffers[buf]
+  local state = buffers:get(buf)
   return vim.api.nvim_get_current_buf() == buf and state and state.suggestion or nil
 end
 
@@ -283,11 +264,10 @@ function M.dismiss(buf)
 end
 
 function M.attach(buf)
-  if buffers[buf] then
-    return
+  local group = buffers:attach(buf, { tick = vim.api.nvim_buf_get_changedtick(buf) })
+  if not group then
+    return -- attached already
   end
-  buffers[buf] = { timer = assert(vim.uv.new_timer()), seq = 0, tick = vim.api.nvim_buf_get_changedtick(buf) }
-  local group = vim.api.nvim_create_augroup("completer.next_edit." .. buf, { clear = true })
   -- InsertLeave: changes typed ahead (by a mapping, or faster than Neovim redraws) reach
   -- no TextChangedI; they are Insert-mode changes all the same.
   vim.api.nvim_create_autocmd({ "TextChangedI", "TextChangedP", "InsertLeave" }, {
@@ -309,23 +289,12 @@ function M.attach(buf)
 end
 
 function M.detach(buf)
-  local state = buffers[buf]
-  if not state then
-    return
-  end
-  M.clear(buf)
-  state.timer:close()
-  buffers[buf] = nil
-  pcall(vim.api.nvim_del_augroup_by_name, "completer.next_edit." .. buf)
+  buffers:detach(buf)
 end
 
 --- Clear every buffer for which `which(buf)` holds (when suggestions are turned off there).
 function M.clear_all(which)
-  for buf in pairs(buffers) do
-    if which(buf) then
-      M.clear(buf)
-    end
-  end
+  buffers:clear_all(which)
 end
 
 return M
