@@ -441,7 +441,7 @@ def _doctor_rows(rpc_servers: str) -> list[tuple[str, str]]:
 def _server_row(models: ModelOptions) -> tuple[str, str]:
     """The configured server: reachable, its model, slots, FIM family and the speculative
     settings it reports; or why it cannot be used."""
-    from completer.decoders.clients import ServerError
+    from completer.errors import ServerError
     from completer.loading import server_backend
 
     try:
@@ -503,8 +503,9 @@ def doctor(as_json: bool, models: ModelOptions) -> None:
 def complete(file: Path, line: int, col: int, generation: GenerationOptions, stats: bool, show_prompt: bool,
              models: ModelOptions) -> None:
     """Print a completion of FILE at the cursor, decoded speculatively."""
+    from completer.errors import PositionError
     from completer.loading import load_completer
-    from completer.requests import CompletionRequest, PositionError, Source, cursor_offset
+    from completer.requests import CompletionRequest, Source, cursor_offset
 
     config = replace(Config(), models=models, generation=generation)
     text = file.read_text(encoding="utf-8", errors="replace")
@@ -666,9 +667,9 @@ def _bench_server(models: ModelOptions, baseline_url: str | None, holes: list, m
     """`bench --backend llama-server`: the holes on the server, and on the baseline server when given."""
     from completer.bench.peers import PeerFailed
     from completer.bench.server_run import BASELINE, SERVER, ServerBench, TeamServer, summarize
-    from completer.decoders.clients import ServerError
     from completer.decoders.server import ServerDecoder
     from completer.editor.completer import Completer
+    from completer.errors import ServerError
     from completer.loading import server_backend
 
     if models.backend != "llama-server":

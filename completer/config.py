@@ -10,9 +10,7 @@ import types
 from dataclasses import dataclass, field, fields, replace
 from typing import Any
 
-from completer.editor.next_edit import FORMATS as EDIT_FORMATS
 from completer.models.presets import DEFAULT_PRESET, PRESETS
-from completer.prompt import TEMPLATES
 
 # Draft mode -> the providers it may use. Every mode still lets the tuner fall back to
 # plain target steps where speculating does not pay; `target` never speculates.
@@ -281,10 +279,18 @@ class Config:
     edits: NextEditOptions = field(default_factory=NextEditOptions)
 
 
-# Options whose values are one of a set.
+# Where decoding runs (models.backend): the one list of their names. loading maps each to
+# what loads its decoder.
+LOCAL, LLAMA_SERVER, OPENAI = "local", "llama-server", "openai"
+SERVER_BACKENDS = (LLAMA_SERVER, OPENAI)
+BACKENDS = (LOCAL, *SERVER_BACKENDS)
+# The FIM families prompt.TEMPLATES formats and the next-edit formats editor.next_edit
+# writes, named here so that the options import no code that formats prompts
+# (tests/test_options.py keeps each list equal to what it names).
+FIM_FAMILIES = ("qwen2.5-coder", "deepseek-coder", "starcoder", "codellama", "codestral")
+EDIT_FORMATS = ("instruction", "zeta", "sweep", "instinct")
 # What models.prompt_family may say: found out, a family we format, or no FIM.
-PROMPT_FAMILIES = ("auto", *(template.family for template in TEMPLATES), "none")
-BACKENDS = ("local", "llama-server", "openai")
+PROMPT_FAMILIES = ("auto", *FIM_FAMILIES, "none")
 SERVER_SLOTS = ("server", "pin")
 
 # Options whose values are one of a set.

@@ -4,7 +4,7 @@ complete`, `completer bench` and the benchmarks all load through here.
     load_pair       RPC servers added as devices; preset and paths -> files (downloaded,
                     converted or derived into the cache when needed, one vocabulary
                     checked) -> llama.cpp models
-    load_completer  the decoder models.backend names (DECODERS): the pair and the engine
+    load_completer  the decoder models.backend names: the pair and the engine
                     (its KV caches made to fit the GPU, its verify cost measured when it
                     speculates), or a server's client; and the Completer over it and
                     the workspace roots
@@ -20,13 +20,13 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from completer.config import Config, ModelOptions, problems
-from completer.decoders.clients import ServerError
+from completer.config import BACKENDS, LLAMA_SERVER, LOCAL, OPENAI, Config, ModelOptions, problems
 from completer.decoders.local import LocalDecoder
 from completer.decoders.server import Backend, LlamaServerBackend, OpenAIBackend, ServerDecoder
 from completer.editor.completer import Completer
 from completer.engine.generation import Engine
 from completer.engine.tuning import CostModel
+from completer.errors import ServerError
 from completer.models.backend import ContextError, LlamaModel
 from completer.models.devices import Device, add_rpc_servers, offload_devices
 from completer.models.errors import ModelError
@@ -38,7 +38,7 @@ from completer.models.resolve import ModelFiles, resolve
 from completer.workspace import Workspace
 
 # ModelError is what every loading failure raises, with what to run.
-__all__ = ["DECODERS", "Loaded", "ModelError", "Pair", "engine_for", "load_completer", "load_distilled", "load_engine",
+__all__ = ["Loaded", "ModelError", "Pair", "engine_for", "load_completer", "load_distilled", "load_engine",
            "load_pair", "needs_reload", "server_backend"]
 
 # (what is happening, percent done): $/progress in the server, nothing elsewhere.
@@ -177,9 +177,9 @@ def load_completer(config: Config, roots: Sequence[Path] = (), report: Report = 
     ModelError naming them, before anything loads."""
     if found := problems(config):
         raise ModelError("options that cannot work: " + "; ".join(found))
-    if config.models.backend not in DECODERS:
-        raise ModelError(f"models.backend {config.models.backend!r} is none of {', '.join(DECODERS)}")
-    decoder, pair = DECODERS[config.models.backend](config, report)
+    if config.models.backend not in BACKENDS:
+        raise ModelError(f"models.backend {config.models.backend!r} is none of {', '.join(BACKENDS)}")
+    decoder, pair = (_load_local if config.models.backend == LOCAL else _load_server)(config, report)
     completer = Completer(decoder, config, Workspace(list(roots)))
     return Loaded(completer, decoder, pair, "" if pair is not None else decoder.warning)
 
@@ -211,11 +211,7 @@ def _load_server(config: Config, report: Report) -> tuple[ServerDecoder, None]:
 
 # The servers' APIs, by models.backend.
 SERVER_APIS: dict[str, type[LlamaServerBackend] | type[OpenAIBackend]] = {
-    "llama-server": LlamaServerBackend, "openai": OpenAIBackend}
-# models.backend -> what loads its decoder: the one place a backend's name is looked up
-# (config.BACKENDS names the same, for the options' checks).
-DECODERS: dict[str, Callable[[Config, Report], tuple[LocalDecoder | ServerDecoder, Pair | None]]] = {
-    "local": _load_local, **{name: _load_server for name in SERVER_APIS}}
+    LLAMA_SERVER: LlamaServerBackend, OPENAI: OpenAIBackend}
 
 
 def server_backend(options: ModelOptions, environ: Mapping[str, str]) -> Backend:

@@ -4,11 +4,15 @@ of control-token texts and the order of the sections, rendered by one function.
 A prompt is a list of segments, each either a control token (by its text, looked up
 in the vocabulary) or plain text (tokenized as text, so a file that contains a
 control token's spelling cannot inject it). Sections go stablest first, so that
-typing at the cursor changes only the end of the prompt.
+typing at the cursor changes only the end of the prompt. A prompt sent as text (to a
+server that tokenizes it) has every special token's spelling taken out of the file's
+text instead (text_prompt).
 """
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
+from itertools import groupby
 from pathlib import PurePath
 from typing import Protocol
 
@@ -178,3 +182,70 @@ def tokenize_segments(vocabulary: Vocabulary, segments: list[Segment]) -> list[i
         else:
             tokens += vocabulary.tokenize(segment.text)
     return tokens
+
+
+# Every added token of each family's vocabulary (its tokenizer's added tokens; llama.cpp
+# marks them control or user-defined): a server given the prompt as text parses each of
+# these out of it (llama-server's parse_special, Hugging Face's added tokens, vLLM), so a
+# file's text must spell none. All families' at once: the family is a guess from the
+# model's name, and taking `<s>` out of a file's HTML costs less than an injected token.
+SPECIAL_TOKENS = (
+    # qwen2.5-coder: the <|...|> ones are SPECIAL_PATTERN's; these two are plain added tokens
+    "<tool_call>", "</tool_call>",
+    # starcoder (StarCoder2; SmolLM2 and StarCoder 1 have these and <reponame>, <filename>)
+    "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>", "<repo_name>", "<reponame>", "<file_sep>",
+    "<filename>", "<gh_stars>", "<issue_start>", "<issue_comment>", "<issue_closed>", "<jupyter_start>",
+    "<jupyter_text>", "<jupyter_code>", "<jupyter_output>", "<jupyter_script>", "<empty_output>",
+    "<code_to_intermediate>", "<intermediate_to_code>", "<pr>", "<pr_status>", "<pr_is_merged>", "<pr_base>",
+    "<pr_file>", "<pr_base_code>", "<pr_diff>", "<pr_diff_hunk>", "<pr_comment>", "<pr_event_id>", "<pr_review>",
+    "<pr_review_state>", "<pr_review_comment>", "<pr_in_reply_to_review_id>", "<pr_in_reply_to_comment_id>",
+    "<pr_diff_hunk_comment_line>", "<NAME>", "<EMAIL>", "<KEY>", "<PASSWORD>",
+    # deepseek-coder: the <｜...｜> ones are SPECIAL_PATTERN's
+    "<pad>",
+    # codellama: SentencePiece's controls, with and without the space marker
+    "▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>", "<PRE>", "<SUF>", "<MID>", "<EOT>", "<s>", "</s>", "<unk>",
+    # codestral (Mistral's v3 vocabulary): the [control_N] ones are SPECIAL_PATTERN's
+    "[PREFIX]", "[SUFFIX]", "[MIDDLE]", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
+    "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
+)
+# The spellings of whole families of special tokens, for vocabularies not listed above
+# (an OpenAI-compatible server says nothing of its vocabulary): <|...|> (Qwen's, GPT-2's
+# <|endoftext|>, Llama 3's, Phi's), DeepSeek's full-width <｜...｜>, Mistral's [control_N].
+SPECIAL_PATTERN = r"<\|[^\s|<>]{1,64}\|>|<｜[^\s｜<>]{1,64}｜>|\[control_\d{1,4}\]"
+SPECIAL_ANYWHERE = re.compile(f"{'|'.join(map(re.escape, SPECIAL_TOKENS))}|{SPECIAL_PATTERN}")
+# The same spellings written backwards, matched at the start of a reversed text: the
+# spelling a text ends with, in one anchored match (see without_special_tokens).
+SPECIAL_REVERSED = re.compile("|".join(re.escape(token[::-1]) for token in SPECIAL_TOKENS)
+                              + r"|>\|[^\s|<>]{1,64}\|<|>｜[^\s｜<>]{1,64}｜<|\]\d{1,4}_lortnoc\[")
+# The longest spelling either matches: <| + 64 + |>, or the longest listed.
+SPECIAL_LONGEST = max(68, *map(len, SPECIAL_TOKENS))
+SPELLINGS_END = re.compile(r"[>\]]")  # every spelling's last character
+
+
+def text_prompt(segments: list[Segment]) -> str:
+    """The prompt as text: control tokens spelt out, and each run of plain text without
+    special tokens (a run joined first: the seam of two pieces could spell one)."""
+    return "".join(text if special else without_special_tokens(text)
+                   for special, run in groupby(segments, key=lambda segment: segment.special)
+                   for text in ["".join(segment.text for segment in run)])
+
+
+def without_special_tokens(text: str) -> str:
+    """`text` with every special token's spelling (SPECIAL_TOKENS, SPECIAL_PATTERN) taken
+    out, to a fixed point: what is left spells none, also where taking one out joins its
+    neighbours into another (`<|fim_<|fim_middle|>middle|>`). One pass, as brackets are
+    matched: the text is kept a piece at a time, each piece ending at a `>` or `]` (where
+    every spelling ends), and a spelling is taken out as soon as the kept text ends with
+    one, so the kept text never holds one. Linear however deep the nesting."""
+    first = SPECIAL_ANYWHERE.search(text)
+    if first is None:
+        return text
+    kept = list(text[: first.start()])  # spells none: a spelling ending sooner would start sooner
+    start = first.start()
+    for end in SPELLINGS_END.finditer(text, start):
+        kept += text[start : end.end()]
+        start = end.end()
+        if found := SPECIAL_REVERSED.match("".join(reversed(kept[-SPECIAL_LONGEST:]))):
+            del kept[-found.end():]
+    kept += text[start:]
+    return "".join(kept)

@@ -8,6 +8,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
+from completer.errors import PositionError
+
 
 @dataclass(frozen=True)
 class TextEdit:
@@ -45,14 +47,6 @@ class StopReason(StrEnum):
     CANCELLED = "cancelled"  # a newer request, $/cancelRequest or a closed document
     PROMPT_TOO_LONG = "prompt too long"  # Source.NO_ROOM
     UNAVAILABLE = "unavailable"  # Source.REFUSED and Source.SERVER_DOWN
-
-
-class PositionError(ValueError):
-    """A cursor outside the document."""
-
-
-class Cancelled(Exception):
-    """A request's cancel flag closed a call under way (a server's connection) before it ended."""
 
 
 class CancelFlag(threading.Event):

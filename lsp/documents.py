@@ -11,7 +11,7 @@ from dataclasses import dataclass, field
 
 from lsprotocol import types
 
-from completer.requests import PositionError  # the one error for a cursor outside a document
+from completer.errors import PositionError  # the one error for a cursor outside a document
 
 LINE_END = re.compile(r"\r\n|\r|\n")
 ENCODINGS = {"utf-8": "utf-8", "utf-16": "utf-16-le", "utf-32": "utf-32-le"}

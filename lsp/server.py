@@ -183,8 +183,8 @@ class CompleterServer(LanguageServer):
         self.edits = Suggestions()  # next edits
         self.acceptances = Acceptances()  # what of the suggestions was taken, and kept
         self.item_ids = itertools.count(1)
-        # Inference runs here, off the event loop, one generation at a time (the
-        # Completer's lock); more workers let a superseded request return at once.
+        # Inference runs here, off the event loop, one generation at a time (the local
+        # decoder's turn); more workers let a superseded request return at once.
         self.workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="completer")
         self.loop: asyncio.AbstractEventLoop | None = None  # pygls's, known from `initialize` on
         self.loads = 0  # model loads started: a load finishing after a newer one started is dropped
@@ -223,9 +223,8 @@ class CompleterServer(LanguageServer):
         """Until no completion for the document is being answered and no prefetch for it
         runs. A next edit waits for them: the engine serves one request at a time, and the
         editors ask for a next edit once typing pauses, while the completion for the last
-        key is still on its way. Taking the engine first, the next edit held back the
-        prefetch of that completion, then the completion after Tab itself: VS Code showed
-        it seconds late."""
+        key is still on its way; a next edit taking the engine first would hold back that
+        completion's prefetch, and so the completion shown after Tab."""
         while busy := [task for task, document in (*self.completing.items(), *self.prefetches.items())
                        if document == uri]:
             await asyncio.wait(busy)

@@ -6,7 +6,8 @@ import time
 from pathlib import Path
 
 from completer.bench.peers import _die_with_parent
-from completer.decoders.clients import LlamaServerClient, ServerError
+from completer.decoders.clients import LlamaServerClient
+from completer.errors import ServerError
 
 
 def free_port() -> int:

@@ -10,16 +10,16 @@ from dataclasses import replace
 
 import pytest
 
-from completer.config import BACKENDS, Config, GenerationOptions, NextEditOptions, PromptOptions
+from completer.config import Config, GenerationOptions, NextEditOptions, PromptOptions
 from completer.decoders.clients import LlamaServerClient
 from completer.decoders.local import LocalDecoder
 from completer.decoders.server import LlamaServerBackend, ServerDecoder
 from completer.editor.completer import EDITS, Completer
 from completer.editor.next_edit import apply_edits, editable_region
 from completer.engine.generation import Engine
-from completer.loading import DECODERS
+from completer.errors import PositionError
 from completer.prompt import control_token
-from completer.requests import CompletionRequest, PositionError, Source, StopReason
+from completer.requests import CompletionRequest, Source, StopReason
 from completer.workspace import Workspace
 from llama_server_process import LlamaServer
 
@@ -169,10 +169,6 @@ def test_warming_evaluates_the_prompt_ahead_so_the_completion_evaluates_almost_n
     assert completion.source == Source.MODEL
     assert warmed >= completion.prompt_tokens - 2 and completion.evaluated_tokens <= 2, (warmed, completion)
     assert completer.stats().warmed_tokens == warmed
-
-
-def test_every_backend_the_options_take_loads_a_decoder():
-    assert set(DECODERS) == set(BACKENDS)
 
 
 # A parameter renamed at its definition: its uses below are the next edit.

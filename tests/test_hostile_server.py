@@ -21,9 +21,9 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
-from completer.decoders.clients import (MAX_BODY_BYTES, MAX_LINE_BYTES, CancelFlag, Cancelled, LlamaServerClient,
-                                        RequestRefused, ServerError)
+from completer.decoders.clients import MAX_BODY_BYTES, MAX_LINE_BYTES, CancelFlag, LlamaServerClient
 from completer.decoders.server import LlamaServerBackend
+from completer.errors import Cancelled, ServerError, ServerRefused
 from llama_server_process import LlamaServer
 from lsp_session import inline, open_document, start, stats, wait_ready
 
@@ -222,15 +222,15 @@ def test_a_stalled_tokenize_returns_the_moment_its_request_is_cancelled(proxy):
 def test_a_refused_request_is_the_requests_fault_and_a_failing_server_is_down(proxy, upstream):
     client = LlamaServerClient(proxy.url)
     proxy.mode = "400"
-    with pytest.raises(RequestRefused, match="answered HTTP 400: the proxy answers 400") as refused:
+    with pytest.raises(ServerRefused, match="answered HTTP 400: the proxy answers 400") as refused:
         client.complete([1, 2, 3], 4)
     assert not refused.value.context_exceeded
     proxy.mode = "500"
     with pytest.raises(ServerError, match="answered HTTP 500") as failed:
         client.complete([1, 2, 3], 4)
-    assert not isinstance(failed.value, RequestRefused)
+    assert not isinstance(failed.value, ServerRefused)
     real = LlamaServerClient(upstream.url)  # llama-server's own refusal of a prompt past its context
-    with pytest.raises(RequestRefused, match="exceeds the available context size") as exceeded:
+    with pytest.raises(ServerRefused, match="exceeds the available context size") as exceeded:
         real.complete([1] * (real.props().context_tokens + 10), 4)
     assert exceeded.value.context_exceeded
 

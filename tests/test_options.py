@@ -8,12 +8,15 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from completer.config import (MIN_PROMPT_TOKENS, RANGES, RENAMED, Config, GenerationOptions, PromptOptions,
-                              config_from_dict, machine_options, problems, settings_schema)
+from completer.config import (BACKENDS, EDIT_FORMATS, FIM_FAMILIES, MIN_PROMPT_TOKENS, RANGES, RENAMED, SERVER_BACKENDS,
+                              Config, GenerationOptions, PromptOptions, config_from_dict, machine_options, problems,
+                              settings_schema)
 from completer.decoders.clients import LlamaServerClient
+from completer.editor.next_edit import FORMATS
 from completer.engine.generation import MAX_TREE_BRANCHES
-from completer.loading import load_completer, needs_reload
+from completer.loading import SERVER_APIS, load_completer, needs_reload
 from completer.models.errors import ModelError
+from completer.prompt import TEMPLATES
 from conftest import run_completer
 
 JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=5),
@@ -280,3 +283,11 @@ def test_the_server_takes_every_machine_level_option_as_a_flag():
     shown = run_completer("serve", "--help").stdout
     for flag in machine_options().values():
         assert re.search(rf"^\s+{flag} ", shown, re.MULTILINE), flag
+
+
+def test_the_options_name_what_the_code_formats_and_where_it_decodes():
+    """config names the FIM families, next-edit formats and backends without importing
+    the code behind them: each list is what that code has."""
+    assert FIM_FAMILIES == tuple(template.family for template in TEMPLATES)
+    assert EDIT_FORMATS == tuple(FORMATS)
+    assert set(SERVER_APIS) == set(SERVER_BACKENDS) == set(BACKENDS) - {"local"}

@@ -15,11 +15,12 @@ import numpy as np
 import pytest
 
 from completer.config import Config, GenerationOptions, ModelOptions, PromptOptions
-from completer.decoders.clients import (SAMPLERS, CancelFlag, LlamaServerClient, OpenAIClient, ServerError, SlotMap,
-                                        completion_body, sends_key_safely)
-from completer.decoders.server import LlamaServerBackend, OpenAIBackend, ServerDecoder
+from completer.decoders.clients import (SAMPLERS, CancelFlag, LlamaServerClient, OpenAIClient, completion_body,
+                                        sends_key_safely)
+from completer.decoders.server import LlamaServerBackend, OpenAIBackend, ServerDecoder, SlotMap
 from completer.editor.completer import Completer
 from completer.engine.speculative import Sampling, probabilities
+from completer.errors import ServerError
 from completer.loading import server_backend
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.requests import CompletionRequest, Source

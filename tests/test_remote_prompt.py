@@ -9,9 +9,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from completer.decoders.clients import OpenAIClient
-from completer.decoders.server import (SPECIAL_PATTERN, SPECIAL_TOKENS, OpenAIBackend, template_in_name, template_named,
-                                       without_special_tokens)
-from completer.prompt import TEMPLATES, Segment, render
+from completer.decoders.server import OpenAIBackend, template_in_name, template_named
+from completer.prompt import SPECIAL_PATTERN, SPECIAL_TOKENS, TEMPLATES, Segment, render, without_special_tokens
 
 
 @pytest.mark.parametrize("name, family", [

@@ -16,11 +16,13 @@ from hypothesis import strategies as st
 
 from completer.config import CacheOptions, Config, DraftingOptions, GenerationOptions, PromptOptions
 from completer.decoders.local import DocumentCaches, LocalDecoder
-from completer.editor.completer import Completer, ForwardCache, PromptTooLong, Shown, fit_prompt
+from completer.editor.completer import Completer, fit_prompt
 from completer.editor.context import ChunkRing
+from completer.editor.forward_cache import ForwardCache, Shown
 from completer.editor.postprocess import CursorContext, postprocess
 from completer.engine.generation import PROMPT_PIECE, Engine, generate
 from completer.engine.kv import KVSequence
+from completer.errors import PromptTooLong
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.prompt import TEMPLATES, Segment, path_header, render
 from completer.requests import CompletionRequest, Source, cursor_offset
@@ -353,7 +355,7 @@ def test_a_newer_request_cancels_the_running_one_and_the_cache_stays_consistent(
     older = threading.Thread(target=lambda: results.setdefault("older", completer.complete(
         request_at_end("a.py", text + "\n# A long comment about"))))
     older.start()
-    while "a.py" not in completer._running or not engine.target.tokens:
+    while "a.py" not in completer.running or not engine.target.tokens:
         time.sleep(0.001)
     prefilled = len(engine.target.tokens)  # the prompt goes in as one evaluation
     while len(engine.target.tokens) <= prefilled + 1:  # into the generation, which could soon stop by itself

@@ -277,7 +277,7 @@ def test_an_empty_or_damaged_saved_index_is_removed_and_the_workspace_indexed_ag
     saved = tmp_path / "saved.npz"
     for damaged in (b"", b"\x93NUMPY", b"PK\x03\x04"):
         saved.write_bytes(damaged)
-        with caplog.at_level(logging.WARNING, "completer.index"):
+        with caplog.at_level(logging.WARNING, "completer.engine.workspace_index"):
             assert WorkspaceIndex().build(Workspace([root]), tokenize, saved=saved).files == 1
         assert "does not read back" in caplog.text and "removed" in caplog.text
         caplog.clear()
@@ -296,7 +296,7 @@ def test_a_build_that_fails_is_logged_and_changes_nothing(tmp_path, caplog):
         raise RuntimeError("the tokenizer is gone")
 
     index = WorkspaceIndex()
-    with caplog.at_level(logging.ERROR, "completer.index"):
+    with caplog.at_level(logging.ERROR, "completer.engine.workspace_index"):
         stats = index.build(Workspace([root]), broken)
     assert not stats.ready and index.table is None
     assert "was not built" in caplog.text and "the tokenizer is gone" in caplog.text

@@ -33,9 +33,10 @@ from completer.editor.postprocess import CursorContext, postprocess
 from completer.engine.generation import Engine, generate
 from completer.engine.speculative import Sampling, first_parting, parting_gap
 from completer.engine.workspace_index import IndexStats, saved_index_path
+from completer.errors import PositionError
 from completer.loading import Pair, engine_for
 from completer.models.backend import LlamaContext, LlamaModel
-from completer.requests import CompletionRequest, PositionError, cursor_offset
+from completer.requests import CompletionRequest, cursor_offset
 from completer.workspace import Workspace
 
 # 128 lines before the cursor: prompts of about 1,000-1,500 tokens, so that each hole's

@@ -8,8 +8,6 @@ prompt, post-processing and everything else stay here.
     OpenAIClient        /v1/models and a streamed /v1/completions (vLLM, llama-server)
     (requests.CancelFlag, a request's cancel flag, closes its stream the moment it is
     set, even while the server is still evaluating the prompt)
-    SlotMap             documents -> the server's slots, least recently used first out,
-                        as the local engine keeps saved KV states per document
 
 Nothing here retries: the caller decides what to tell the user and when to try again.
 Every call has one deadline (connect, headers, body or stream together), caps on what
@@ -22,13 +20,13 @@ import json
 import socket
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from completer.config import ModelOptions
-from completer.requests import CancelFlag, Cancelled
+from completer.errors import Cancelled, ServerError, ServerRefused
+from completer.requests import CancelFlag, StopReason
 
 # A client's deadlines unless it is given others: the options' defaults, where their
 # reasons are written (models.server_connect_timeout_s, models.server_timeout_s).
@@ -50,19 +48,6 @@ REQUEST_FAULTS = {400, 413, 414, 422}
 SAMPLERS = ["temperature", "top_k", "top_p"]
 # OpenAI's API takes at most four stop strings; post-processing cuts at the others.
 OPENAI_STOPS = 4
-
-
-class ServerError(Exception):
-    """The server could not be used for a request; the message says why, once."""
-
-
-class RequestRefused(ServerError):
-    """The server, up, refused this one request (REQUEST_FAULTS); `context_exceeded` when
-    it said the prompt and answer do not fit its context."""
-
-    def __init__(self, message: str, context_exceeded: bool = False):
-        super().__init__(message)
-        self.context_exceeded = context_exceeded
 
 
 def sends_key_safely(url: str) -> bool:
@@ -100,7 +85,7 @@ class RemoteGeneration:
     slot: int = -1
 
 
-STOP_TYPES = {"eos": "end", "word": "stop", "limit": "max_tokens"}
+STOP_TYPES = {"eos": StopReason.END, "word": StopReason.STOP, "limit": StopReason.MAX_TOKENS}
 
 
 class _Watch:
@@ -174,7 +159,7 @@ class HttpClient:
         """The request sent and its response's headers read, within the request's deadline
         (total_timeout_s from now, connecting included). Cancelled when the flag was set
         (it is also looked at once connected: a connection attempt is bounded by
-        connect_timeout_s alone); RequestRefused or ServerError for a status other than 200."""
+        connect_timeout_s alone); ServerRefused or ServerError for a status other than 200."""
         if cancel is not None and cancel.is_set():
             raise Cancelled
         deadline = time.monotonic() + self.total_timeout_s
@@ -222,7 +207,7 @@ class HttpClient:
         return ServerError(f"{what}: {reason}")
 
     def _json(self, method: str, path: str, body: dict | None = None, cancel: threading.Event | None = None):
-        """The JSON answer, at most MAX_BODY_BYTES of it; Cancelled, RequestRefused or ServerError."""
+        """The JSON answer, at most MAX_BODY_BYTES of it; Cancelled, ServerRefused or ServerError."""
         exchange = self._open(method, path, body, cancel)
         try:
             data = exchange.response.read(MAX_BODY_BYTES + 1)
@@ -253,7 +238,7 @@ class HttpClient:
         try:
             exchange = self._open("POST", path, body, cancel)
         except Cancelled:
-            return "", [], "cancelled"
+            return "", [], StopReason.CANCELLED
         text: list[str] = []
         events: list[dict] = []
         ended = None
@@ -278,11 +263,11 @@ class HttpClient:
                 events.append(event)
                 text.append(piece := text_of(event))
                 if done is not None and done("".join(text)):
-                    ended = "done"
+                    ended = StopReason.DONE
                     break
                 first_at = first_at or time.monotonic()  # the budget leaves prompt evaluation out
                 if time_budget_ms and "\n" in piece and time.monotonic() - first_at > time_budget_ms / 1000:
-                    ended = "time"
+                    ended = StopReason.TIME
                     break
         except (OSError, http.client.HTTPException, ValueError) as error:
             if not (cancel is not None and cancel.is_set()):  # else it was closed by the cancel
@@ -290,19 +275,19 @@ class HttpClient:
         finally:
             exchange.close()
         if cancel is not None and cancel.is_set():
-            return "".join(text), events, "cancelled"
+            return "".join(text), events, StopReason.CANCELLED
         if exchange.watch.expired and ended is None:  # the deadline shut the socket: the read saw its end
             raise self._failure(f"{self.url}{path} broke off", TimeoutError(), cancel, exchange.watch)
         return "".join(text), events, ended
 
 
 def status_error(where: str, status: int, text: str) -> ServerError:
-    """The error of an answer with HTTP `status` (its body `text`): RequestRefused for one
+    """The error of an answer with HTTP `status` (its body `text`): ServerRefused for one
     request's fault, else ServerError."""
     message = f"{where} answered HTTP {status}: {_error_text(text)}"
     if status not in REQUEST_FAULTS:
         return ServerError(message)
-    return RequestRefused(message, _says_context_exceeded(text))
+    return ServerRefused(message, _says_context_exceeded(text))
 
 
 def event_error(where: str, error) -> ServerError:
@@ -310,7 +295,7 @@ def event_error(where: str, error) -> ServerError:
     code = error.get("code") if isinstance(error, dict) else None
     text = json.dumps({"error": error})
     if isinstance(code, int) and code in REQUEST_FAULTS:
-        return RequestRefused(f"{where}: {_error_text(text)}", _says_context_exceeded(text))
+        return ServerRefused(f"{where}: {_error_text(text)}", _says_context_exceeded(text))
     return ServerError(f"{where}: {_error_text(text)}")
 
 
@@ -395,9 +380,9 @@ class LlamaServerClient(HttpClient):
         last = events[-1] if events else {}
         if not last.get("stop"):
             raise ServerError(f"{self.url}/completion broke off before its last message: the server stopped?")
-        stop_reason = STOP_TYPES.get(last.get("stop_type", ""), "end")
-        if stop_reason == "max_tokens" and len(tokens) < max_tokens:
-            stop_reason = "time"  # the only other limit: t_max_predict_ms
+        stop_reason = STOP_TYPES.get(last.get("stop_type", ""), StopReason.END)
+        if stop_reason == StopReason.MAX_TOKENS and len(tokens) < max_tokens:
+            stop_reason = StopReason.TIME  # the only other limit: t_max_predict_ms
         timings = _object(last.get("timings"))  # its own tokens_cached counts the slot's tokens, the answer's too
         return RemoteGeneration(text, tokens, stop_reason, int(timings.get("cache_n", 0)),
                                 int(timings.get("prompt_n", 0)), timings, int(last.get("id_slot", slot)))
@@ -467,7 +452,7 @@ class OpenAIClient(HttpClient):
         evaluated = int(usage.get("prompt_tokens", 0)) - cached
         timings = next((event["timings"] for event in reversed(events) if event.get("timings")), None) or {
             "prompt_n": evaluated, "predicted_n": int(usage.get("completion_tokens", 0))}
-        return RemoteGeneration(text, [], "max_tokens" if finish == "length" else "stop", cached, evaluated,
+        return RemoteGeneration(text, [], StopReason.MAX_TOKENS if finish == "length" else StopReason.STOP, cached, evaluated,
                                 timings)
 
 
@@ -499,26 +484,3 @@ def _error_text(text: str) -> str:
         return error.get("message", text) if isinstance(error, dict) else str(error)
     except (ValueError, AttributeError):
         return text[:300]
-
-
-class SlotMap:
-    """Which of the server's slots holds each document's prompt cache: a document keeps
-    its slot while it is used, and a new one takes a free slot, else the least recently
-    used document's."""
-
-    def __init__(self, slots: int):
-        self._free = list(range(max(1, slots)))
-        self._documents: OrderedDict[str, int] = OrderedDict()  # least recently used first
-
-    def slot_for(self, document: str) -> int:
-        if document in self._documents:
-            self._documents.move_to_end(document)
-        else:
-            self._documents[document] = self._free.pop(0) if self._free else self._documents.popitem(last=False)[1]
-        return self._documents[document]
-
-    def forget(self, document: str) -> None:
-        """The document closed: its slot is free again."""
-        slot = self._documents.pop(document, None)
-        if slot is not None:
-            self._free.insert(0, slot)

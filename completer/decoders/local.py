@@ -21,7 +21,7 @@ from completer.engine.generation import PROMPT_PIECE, Engine, generate
 from completer.engine.healing import TokenPrefixes, heal
 from completer.engine.workspace_index import WorkspaceIndex, saved_index_path
 from completer.prompt import Segment, template_for, tokenize_segments
-from completer.requests import CancelFlag
+from completer.requests import CancelFlag, StopReason
 from completer.workspace import Workspace
 
 
@@ -207,7 +207,7 @@ class LocalDecoder:
         stats = result.stats
         counts = DecodeCounts(len(prompt), evaluated, stats.tokens, stats.total_ms, stats.drafted, stats.accepted)
         alternatives = ()
-        if several and result.stop_reason != "cancelled":
+        if several and result.stop_reason != StopReason.CANCELLED:
             # The time budget counts from the request's decoding: the others stop with the answer's.
             deadline = started + decode.time_budget_ms / 1000 if decode.time_budget_ms else None
             alternatives = tuple((c.text, c.stop_reason) for c in candidates(

@@ -1,15 +1,16 @@
 """The one seam under the editor side: a Decoder turns a request's prompt into text.
 
-    Completer (session.py): documents, prompts, the forward cache, post-processing,
-                            newest-request-wins, statistics; the same for every backend
+    Completer (editor/completer.py): documents, prompts, the forward cache,
+                            post-processing, newest-request-wins, statistics; the same
+                            for every backend
       -> Decoder: connect, encode a prompt's segments, decode (prompt + budget + cancel
                   flag -> text + its own counts), warm, and the documents' lifecycle
-           LocalDecoder  (local_decoder.py): the engine, per-document KV caches, the index
-           ServerDecoder (server_decoder.py): llama-server or an OpenAI-compatible server
+           LocalDecoder  (local.py): the engine, per-document KV caches, the index
+           ServerDecoder (server.py): llama-server or an OpenAI-compatible server
 
-Decoders raise Unavailable (cannot serve now: the server is down), Refused (this
-request alone) and Cancelled (the request's cancel flag closed a call under way); the
-Completer turns each into its answer.
+A request's failures are completer.errors' family: decoders raise Unavailable (cannot
+serve now: the server is down), Refused (this request alone) and Cancelled (the
+request's cancel flag closed a call under way); the Completer turns each into its answer.
 """
 
 from collections.abc import Callable
@@ -22,22 +23,6 @@ from completer.engine.speculative import Sampling
 from completer.prompt import FimTemplate, Segment
 from completer.requests import CancelFlag
 from completer.workspace import Workspace
-
-
-class Unavailable(Exception):
-    """The decoder cannot serve now (a server down, broken or too slow); the message says why."""
-
-
-class Refused(Exception):
-    """The decoder refused this request alone (a server's 4xx): the next may pass."""
-
-    def __init__(self, reason: str, context_exceeded: bool = False):
-        super().__init__(reason)
-        self.context_exceeded = context_exceeded  # the prompt exceeded its context: a shorter one may pass
-
-
-class Cancelled(Exception):
-    """A call under way was closed by the request's cancel flag."""
 
 
 @dataclass(frozen=True)

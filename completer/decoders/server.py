@@ -18,23 +18,24 @@ import math
 import re
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import AbstractContextManager, contextmanager, nullcontext
 from dataclasses import dataclass, field
-from itertools import groupby
 from pathlib import Path
 from typing import Protocol
 
 from completer.config import Config, ModelOptions
-from completer.decoders.clients import (LlamaServerClient, OpenAIClient, RemoteGeneration, RequestRefused, ServerError,
-                                        ServerProps, SlotMap)
-from completer.decoders.protocol import Decode, DecodeCounts, Decoded, DecoderModel, Refused, Unavailable, with_length
+from completer.decoders.clients import LlamaServerClient, OpenAIClient, RemoteGeneration, ServerProps
+from completer.decoders.protocol import Decode, DecodeCounts, Decoded, DecoderModel, with_length
 from completer.engine.speculative import Sampling
-from completer.prompt import TEMPLATES, FimTemplate, Segment, control_token, template_for, tokenize_segments
+from completer.errors import Refused, ServerError, ServerRefused
+from completer.prompt import (TEMPLATES, FimTemplate, Segment, control_token, template_for, text_prompt,
+                              tokenize_segments)
 from completer.requests import CancelFlag
 from completer.workspace import Workspace
 
-log = logging.getLogger("completer.remote")
+log = logging.getLogger(__name__)
 
 # A restarted server is back within seconds, so the first retry comes soon; one that
 # stays down is asked at most every half minute, not on every keystroke.
@@ -47,44 +48,6 @@ TOKENIZED_TEXTS = 512
 # made 3.9 of Python's standard library modules at the median and 3.3 at the tenth
 # percentile, so 3 overestimates most prompts' lengths and they fit the context.
 CHARS_PER_TOKEN = 3.0
-# Every added token of each family's vocabulary (its tokenizer's added tokens; llama.cpp
-# marks them control or user-defined): a server given the prompt as text parses each of
-# these out of it (llama-server's parse_special, Hugging Face's added tokens, vLLM), so a
-# file's text must spell none. All families' at once: the family is a guess from the
-# model's name, and taking `<s>` out of a file's HTML costs less than an injected token.
-SPECIAL_TOKENS = (
-    # qwen2.5-coder: the <|...|> ones are SPECIAL_PATTERN's; these two are plain added tokens
-    "<tool_call>", "</tool_call>",
-    # starcoder (StarCoder2; SmolLM2 and StarCoder 1 have these and <reponame>, <filename>)
-    "<fim_prefix>", "<fim_middle>", "<fim_suffix>", "<fim_pad>", "<repo_name>", "<reponame>", "<file_sep>",
-    "<filename>", "<gh_stars>", "<issue_start>", "<issue_comment>", "<issue_closed>", "<jupyter_start>",
-    "<jupyter_text>", "<jupyter_code>", "<jupyter_output>", "<jupyter_script>", "<empty_output>",
-    "<code_to_intermediate>", "<intermediate_to_code>", "<pr>", "<pr_status>", "<pr_is_merged>", "<pr_base>",
-    "<pr_file>", "<pr_base_code>", "<pr_diff>", "<pr_diff_hunk>", "<pr_comment>", "<pr_event_id>", "<pr_review>",
-    "<pr_review_state>", "<pr_review_comment>", "<pr_in_reply_to_review_id>", "<pr_in_reply_to_comment_id>",
-    "<pr_diff_hunk_comment_line>", "<NAME>", "<EMAIL>", "<KEY>", "<PASSWORD>",
-    # deepseek-coder: the <｜...｜> ones are SPECIAL_PATTERN's
-    "<pad>",
-    # codellama: SentencePiece's controls, with and without the space marker
-    "▁<PRE>", "▁<SUF>", "▁<MID>", "▁<EOT>", "<PRE>", "<SUF>", "<MID>", "<EOT>", "<s>", "</s>", "<unk>",
-    # codestral (Mistral's v3 vocabulary): the [control_N] ones are SPECIAL_PATTERN's
-    "[PREFIX]", "[SUFFIX]", "[MIDDLE]", "[INST]", "[/INST]", "[AVAILABLE_TOOLS]", "[/AVAILABLE_TOOLS]",
-    "[TOOL_RESULTS]", "[/TOOL_RESULTS]", "[TOOL_CALLS]", "[SYSTEM_PROMPT]", "[/SYSTEM_PROMPT]",
-)
-# The spellings of whole families of special tokens, for vocabularies not listed above
-# (an OpenAI-compatible server says nothing of its vocabulary): <|...|> (Qwen's, GPT-2's
-# <|endoftext|>, Llama 3's, Phi's), DeepSeek's full-width <｜...｜>, Mistral's [control_N].
-SPECIAL_PATTERN = r"<\|[^\s|<>]{1,64}\|>|<｜[^\s｜<>]{1,64}｜>|\[control_\d{1,4}\]"
-SPECIAL_ANYWHERE = re.compile(f"{'|'.join(map(re.escape, SPECIAL_TOKENS))}|{SPECIAL_PATTERN}")
-# The same spellings written backwards, matched at the start of a reversed text: the
-# spelling a text ends with, in one anchored match (see without_special_tokens).
-SPECIAL_REVERSED = re.compile("|".join(re.escape(token[::-1]) for token in SPECIAL_TOKENS)
-                              + r"|>\|[^\s|<>]{1,64}\|<|>｜[^\s｜<>]{1,64}｜<|\]\d{1,4}_lortnoc\[")
-# The longest spelling either matches: <| + 64 + |>, or the longest listed.
-SPECIAL_LONGEST = max(68, *map(len, SPECIAL_TOKENS))
-SPELLINGS_END = re.compile(r"[>\]]")  # every spelling's last character
-
-
 @dataclass(frozen=True)
 class ServerModel:
     """What the server runs, as the completer needs it."""
@@ -280,35 +243,6 @@ def served_context(entry: dict) -> int:
     return 0
 
 
-def text_prompt(segments: list[Segment]) -> str:
-    """The prompt as text: control tokens spelt out, and each run of plain text without
-    special tokens (a run joined first: the seam of two pieces could spell one)."""
-    return "".join(text if special else without_special_tokens(text)
-                   for special, run in groupby(segments, key=lambda segment: segment.special)
-                   for text in ["".join(segment.text for segment in run)])
-
-
-def without_special_tokens(text: str) -> str:
-    """`text` with every special token's spelling (SPECIAL_TOKENS, SPECIAL_PATTERN) taken
-    out, to a fixed point: what is left spells none, also where taking one out joins its
-    neighbours into another (`<|fim_<|fim_middle|>middle|>`). One pass, as brackets are
-    matched: the text is kept a piece at a time, each piece ending at a `>` or `]` (where
-    every spelling ends), and a spelling is taken out as soon as the kept text ends with
-    one, so the kept text never holds one. Linear however deep the nesting."""
-    first = SPECIAL_ANYWHERE.search(text)
-    if first is None:
-        return text
-    kept = list(text[: first.start()])  # spells none: a spelling ending sooner would start sooner
-    start = first.start()
-    for end in SPELLINGS_END.finditer(text, start):
-        kept += text[start : end.end()]
-        start = end.end()
-        if found := SPECIAL_REVERSED.match("".join(reversed(kept[-SPECIAL_LONGEST:]))):
-            del kept[-found.end():]
-    kept += text[start:]
-    return "".join(kept)
-
-
 class OpenAIBackend:
     """An OpenAI-compatible /v1/completions: the prompt as text with the family's control
     tokens spelt out, which the server's tokenizer parses (every special token's spelling
@@ -437,11 +371,11 @@ class ServerDecoder:
         """The server's failures as a Decoder's: a refusal for this request, or the server down."""
         try:
             yield
-        except RequestRefused as refused:
+        except ServerRefused as refused:
             raise Refused(str(refused), refused.context_exceeded) from None
-        except ServerError as error:
+        except ServerError as error:  # an Unavailable: the Completer answers that the server is down
             self._failed(str(error))
-            raise Unavailable(str(error)) from None
+            raise
 
     def configure(self, config: Config) -> None:
         self.config = config
@@ -530,3 +464,26 @@ def server_counts(result: RemoteGeneration, prompt_tokens: int) -> DecodeCounts 
     return DecodeCounts(prompt_tokens, int(timings.get("prompt_n", 0)), int(timings.get("predicted_n", 0)),
                         float(timings.get("predicted_ms", 0.0)) + float(timings.get("prompt_ms", 0.0)),
                         int(timings.get("draft_n", 0)), int(timings.get("draft_n_accepted", 0)))
+
+
+class SlotMap:
+    """Which of the server's slots holds each document's prompt cache: a document keeps
+    its slot while it is used, and a new one takes a free slot, else the least recently
+    used document's."""
+
+    def __init__(self, slots: int):
+        self._free = list(range(max(1, slots)))
+        self._documents: OrderedDict[str, int] = OrderedDict()  # least recently used first
+
+    def slot_for(self, document: str) -> int:
+        if document in self._documents:
+            self._documents.move_to_end(document)
+        else:
+            self._documents[document] = self._free.pop(0) if self._free else self._documents.popitem(last=False)[1]
+        return self._documents[document]
+
+    def forget(self, document: str) -> None:
+        """The document closed: its slot is free again."""
+        slot = self._documents.pop(document, None)
+        if slot is not None:
+            self._free.insert(0, slot)

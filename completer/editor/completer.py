@@ -1,6 +1,7 @@
 """Completions for documents being edited, the same for every backend: documents,
-prompts, the forward cache, newest-request-wins, post-processing and statistics, over
-one Decoder (local_decoder.LocalDecoder: this machine's engine; server_decoder.ServerDecoder:
+prompts, the forward cache (forward_cache.py), newest-request-wins (running.py), the
+prefetch (prefetch.py), post-processing and statistics, over one Decoder
+(decoders.local.LocalDecoder: this machine's engine; decoders.server.ServerDecoder:
 llama-server or an OpenAI-compatible server).
 
     request (document text, cursor)
@@ -32,62 +33,24 @@ from dataclasses import dataclass, field
 from typing import TypeVar
 
 from completer.config import Config, PromptOptions
-from completer.decoders.protocol import Decode, DecodeCounts, Decoded, Decoder, DecoderModel, Refused, Unavailable
+from completer.decoders.protocol import Decode, DecodeCounts, Decoded, Decoder, DecoderModel
 from completer.editor.context import ChunkRing
+from completer.editor.forward_cache import ForwardCache, Shown, distinct
 from completer.editor.next_edit import FORMATS, EditHistory, edits_between, fit_edit_prompt, recent, region_rewrite
 from completer.editor.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
+from completer.editor.prefetch import Prefetch, PrefetchSlot
+from completer.editor.running import RunningRequests
 from completer.engine.speculative import Sampling
+from completer.errors import Cancelled, PromptTooLong, Refused, Unavailable
 from completer.models.presets import PRESETS
 from completer.prompt import FimTemplate, Segment, cursor_sections, render
-from completer.requests import (CancelFlag, Cancelled, CompleterStats, Completion, CompletionRequest, NextEdit, Source,
-                                StopReason)
+from completer.requests import CancelFlag, CompleterStats, Completion, CompletionRequest, NextEdit, Source, StopReason
 from completer.workspace import Workspace
 
-log = logging.getLogger("completer.session")
+log = logging.getLogger(__name__)
 
 P = TypeVar("P")  # a prompt as a decoder takes it
 A = TypeVar("A")  # an answer: a Completion or a NextEdit
-
-
-@dataclass(frozen=True)
-class Shown:
-    """A candidate as it was shown: the model's text and what post-processing made of it."""
-
-    generated: str  # the model's text, before post-processing
-    shown: str
-    timed_out: bool = False  # the generation ran out of time: its last line is half-written
-
-
-@dataclass
-class ForwardCache:
-    """The completion last shown in a document, and its other candidates. When the user
-    types what one starts with, the rest of the model's text is the answer, with no
-    model call. It is also the better answer: the model wrote it whole, not from a
-    prompt cut inside one of its tokens. The rest is post-processed again for the cursor
-    as it is now: typing can move it mid-line (an editor auto-closing a bracket), where
-    one line is shown, without what already follows the cursor."""
-
-    text_before: str = ""  # the document's text before the cursor when it was shown
-    candidates: tuple[Shown, ...] = ()  # the completion first
-
-    def remember(self, text_before: str, candidates: tuple[Shown, ...]) -> None:
-        self.text_before, self.candidates = text_before, candidates
-
-    def lookup(self, text_before: str, cursor: CursorContext) -> list[str]:
-        """What post-processing shows at `cursor` of each candidate's model text after what
-        the user typed, for the candidates that the text before the cursor is the old one
-        plus a start of (the first one such first), without empty answers or repeats."""
-        if not text_before.startswith(self.text_before):
-            return []
-        typed = text_before[len(self.text_before) :]
-        rests = [postprocess(c.generated[len(typed) :], cursor, timed_out=c.timed_out) for c in self.candidates
-                 if c.shown.startswith(typed) and typed != c.shown]
-        return distinct(rests)
-
-
-def distinct(texts: list[str]) -> list[str]:
-    """`texts` without empty ones and repeats, in order."""
-    return list(dict.fromkeys(text for text in texts if text))
 
 
 @dataclass
@@ -98,35 +61,6 @@ class CompletionSession:
     forward: ForwardCache = field(default_factory=ForwardCache)
     text: str = ""  # the text of its last request
     cursor: int = 0  # the cursor of its last request: where its context chunk is taken
-
-
-@dataclass
-class Prefetch:
-    """The completion that follows a shown one once the user accepts it whole, computed
-    while it is on screen (llama.vim computes the same ahead): `request` is the document
-    as acceptance leaves it. Only a request with exactly its text and cursor is served
-    from it; the caches already hold the shown text's tokens, so it costs the next ones."""
-
-    request: CompletionRequest
-    start: int  # where the shown completion starts in request.text (it ends at request.cursor)
-    cancel: CancelFlag = field(default_factory=CancelFlag)
-    done: threading.Event = field(default_factory=threading.Event)
-    forward: ForwardCache = field(default_factory=ForwardCache)  # the document's forward cache, once served
-    completion: Completion | None = None
-    counts: DecodeCounts | None = None  # into the statistics once served: they count requests answered
-
-    def serves(self, request: CompletionRequest) -> bool:
-        ahead = self.request
-        return (request.document, request.text, request.cursor) == (ahead.document, ahead.text, ahead.cursor)
-
-    def on_the_way(self, text: str) -> bool:
-        """Whether `text` is the document's text before acceptance with a start of the
-        completion typed (all of it: accepted): the user may still come to the request."""
-        ahead = self.request
-        typed = len(text) - (len(ahead.text) - (ahead.cursor - self.start))
-        return (0 <= typed <= ahead.cursor - self.start
-                and text[: self.start + typed] == ahead.text[: self.start + typed]
-                and text[self.start + typed :] == ahead.text[ahead.cursor :])
 
 
 @dataclass
@@ -172,15 +106,6 @@ class Counters:
         self.generation_ms += counts.generation_ms
         self.drafted += counts.drafted
         self.accepted += counts.accepted
-
-
-class PromptTooLong(ValueError):
-    """Not even the smallest prompt (the file's path and the format's tokens, with no
-    text around the cursor) fits the room left for it: no completion can be made."""
-
-    def __init__(self, smallest: int, room: int):
-        super().__init__(f"the smallest prompt takes {smallest} tokens and {max(room, 0)} are left for it")
-        self.smallest, self.room = smallest, room
 
 
 def fit_prompt(request: CompletionRequest, options: PromptOptions, template: FimTemplate | None, room: int,
@@ -262,9 +187,9 @@ class Completer:
         self.sessions: dict[str, CompletionSession] = {}
         self.counters = Counters()
         self.current: str | None = None  # the document last entered: the one the user is in
-        self._state = threading.Lock()  # sessions, the current document, running requests, counters
-        self._running: dict[str, CancelFlag] = {}  # document -> its newest request's cancel flag
-        self._prefetch: Prefetch | None = None  # the one prefetch kept, running or done
+        self._state = threading.Lock()  # sessions, the current document, counters
+        self.running = RunningRequests()  # by document (EDITS + document: its next edits)
+        self.prefetches = PrefetchSlot()
         self.history = EditHistory()  # the user's recent edits, for next-edit prompts
         self.configure(config or Config())
 
@@ -272,30 +197,20 @@ class Completer:
         """New options: each request takes the options in force when it starts (the
         models stay); a new index size applies from the next index_workspace()."""
         self.config = config
-        self._drop_prefetch(lambda ahead: True)  # computed under the old options
+        self.prefetches.drop(lambda ahead: True)  # computed under the old options
         self.ring.resize(config.prompt.chunks, config.prompt.chunk_lines)
         self.decoder.configure(config)
 
     def new_request_flag(self, document: str) -> CancelFlag:
         """The cancel flag of a new request for `document`; older requests for it are
         cancelled (the newest request wins)."""
-        with self._state:
-            if document in self._running:
-                self._running[document].set()
-            cancel = self._running[document] = CancelFlag()
-        return cancel
-
-    def cancel(self, document: str) -> None:
-        """Stop the document's running request (a generation at its next round, a stream at once)."""
-        with self._state:
-            if document in self._running:
-                self._running[document].set()
+        return self.running.start(document)
 
     def close(self, document: str) -> None:
         """The editor closed the document: its session and the decoder's caches of it go."""
-        self.cancel(document)
-        self.cancel(EDITS + document)
-        self._drop_prefetch(lambda ahead: ahead.request.document == document)
+        self.running.cancel(document)
+        self.running.cancel(EDITS + document)
+        self.prefetches.drop(lambda ahead: ahead.request.document == document)
         with self._state:
             self.history.forget(document)
             session = self.sessions.pop(document, None)
@@ -321,7 +236,7 @@ class Completer:
 
     def reset(self) -> None:
         """Forget every document: sessions, forward caches and the decoder's caches, as if just loaded."""
-        self._drop_prefetch(lambda ahead: True)
+        self.prefetches.drop(lambda ahead: True)
         with self._state:
             self.sessions.clear()
             self.current = None
@@ -382,17 +297,16 @@ class Completer:
         already there is kept; another is replaced. Returns what it computed; None when it
         did not start."""
         request.check_cursor()
-        ahead = Prefetch(request, start)
+        if self.running:
+            return None
+        ahead = self.prefetches.begin(request, start)
+        if ahead is None:
+            return None
         with self._state:
-            if self._running or (self._prefetch is not None and self._prefetch.serves(request)):
-                return None
-            if self._prefetch is not None:
-                self._prefetch.cancel.set()
-            self._prefetch = ahead
             self.counters.prefetches += 1
         try:
             ahead.completion = self._in_turn(
-                ahead.cancel, lambda model: self._decode(request, model, ahead.cancel, ahead), empty_completion)
+                ahead.cancel, lambda model: self._complete_in_turn(request, model, ahead.cancel, ahead), empty_completion)
         finally:
             ahead.done.set()
         return ahead.completion
@@ -400,37 +314,14 @@ class Completer:
     def document_changed(self, document: str, text: str) -> None:
         """The editor changed a document: a prefetch for it that the change does not lead to
         (the user typed something else than the shown completion) stops."""
-        self._drop_prefetch(lambda ahead: ahead.request.document == document and not ahead.on_the_way(text))
-
-    def _drop_prefetch(self, unless_kept: Callable[[Prefetch], bool]) -> None:
-        """Stop and forget the prefetch if `unless_kept(prefetch)`."""
-        with self._state:
-            ahead = self._prefetch
-            if ahead is None or not unless_kept(ahead):
-                return
-            self._prefetch = None
-        ahead.cancel.set()
-
-    def _take_prefetch(self, request: CompletionRequest) -> Prefetch | None:
-        """The prefetch for this request, taken (it serves once); any other stops."""
-        with self._state:
-            ahead, self._prefetch = self._prefetch, None
-        if ahead is not None and not ahead.serves(request):
-            ahead.cancel.set()
-            return None
-        return ahead
+        self.prefetches.drop(lambda ahead: ahead.request.document == document and not ahead.on_the_way(text))
 
     def complete(self, request: CompletionRequest, cancel: CancelFlag | None = None) -> Completion:
         """The completion at the request's cursor. `cancel` (from new_request_flag(), made
         here when not given) stops it; the answer is then empty (Source.SUPERSEDED)."""
         request.check_cursor()
-        cancel = cancel or self.new_request_flag(request.document)
-        try:
+        with self.running.request(request.document, cancel) as cancel:
             completion = self._complete(request, cancel)
-        finally:
-            with self._state:
-                if self._running.get(request.document) is cancel:
-                    del self._running[request.document]
         if completion.source == Source.SUPERSEDED:
             with self._state:
                 self.counters.superseded += 1
@@ -443,15 +334,9 @@ class Completer:
         and the answer is the difference. A newer next-edit request for the document
         cancels this one (new_request_flag(EDITS + document)); inline requests do not."""
         request.check_cursor()
-        key = EDITS + request.document
-        cancel = cancel or self.new_request_flag(key)
-        self._drop_prefetch(lambda ahead: not ahead.done.is_set())  # a running one would hold up this request
-        try:
+        self.prefetches.drop(lambda ahead: not ahead.done.is_set())  # a running one would hold up this request
+        with self.running.request(EDITS + request.document, cancel) as cancel:
             edit = self._in_turn(cancel, lambda model: self._next_edit(request, model, cancel), no_edit)
-        finally:
-            with self._state:
-                if self._running.get(key) is cancel:
-                    del self._running[key]
         with self._state:
             self.counters.edit_requests += 1
             self.counters.edits_suggested += bool(edit.edits)
@@ -538,7 +423,7 @@ class Completer:
             if rests:
                 self.counters.forward_cache_hits += 1
                 return Completion(rests[0], Source.FORWARD_CACHE, alternatives=rests[1:])
-        ahead = self._take_prefetch(request)
+        ahead = self.prefetches.take(request)
         if ahead is not None:
             while not ahead.done.wait(PREFETCH_POLL_S):  # still computing what this request would compute
                 if cancel.is_set():
@@ -552,9 +437,9 @@ class Completer:
                     if ahead.counts is not None:
                         self.counters.add(ahead.counts)
                 return dataclasses.replace(ahead.completion, source=Source.PREFETCH)
-        return self._in_turn(cancel, lambda model: self._decode(request, model, cancel), empty_completion)
+        return self._in_turn(cancel, lambda model: self._complete_in_turn(request, model, cancel), empty_completion)
 
-    def _decode(self, request: CompletionRequest, model: DecoderModel, cancel: CancelFlag,
+    def _complete_in_turn(self, request: CompletionRequest, model: DecoderModel, cancel: CancelFlag,
                 ahead: Prefetch | None = None) -> Completion:
         """Under the decoder's turn: the document entered, its prompt decoded. A prompt the
         decoder finds longer than its context (our count was an estimate, or a server's
@@ -564,13 +449,13 @@ class Completer:
         session = self._enter(request, cancel, ahead=ahead is not None)
         prompt, length, suffix = self.prompt(request, model, cancel)
         try:
-            decoded, cursor = self._decoded(request, prompt, length, suffix, cancel)
+            decoded, cursor = self._decode_at_cursor(request, prompt, length, suffix, cancel)
         except Refused as refused:
             if not refused.context_exceeded:
                 raise
             log.info("%s: trying once more with a prompt of at most %d tokens", refused, length // 2)
             prompt, length, suffix = self.prompt(request, model, cancel, room=length // 2)
-            decoded, cursor = self._decoded(request, prompt, length, suffix, cancel)
+            decoded, cursor = self._decode_at_cursor(request, prompt, length, suffix, cancel)
         stop_reason = StopReason(decoded.stop_reason)
         if stop_reason == StopReason.CANCELLED:
             return superseded()
@@ -590,7 +475,7 @@ class Completer:
         return Completion(shown[0], Source.MODEL, stop_reason, prompt, evaluated, decoded.result,
                           alternatives=shown[1:])
 
-    def _decoded(self, request: CompletionRequest, prompt: list[int] | str, length: int, suffix: str,
+    def _decode_at_cursor(self, request: CompletionRequest, prompt: list[int] | str, length: int, suffix: str,
                  cancel: CancelFlag) -> tuple[Decoded, CursorContext]:
         """The decoder's answer to `prompt`, and the cursor it is post-processed at."""
         options = self.config.generation

@@ -31,8 +31,9 @@ from completer.engine.generation import Engine, Generation, generated_text, stop
 from completer.engine.healing import Healing
 from completer.engine.kv import common_prefix_length
 from completer.engine.speculative import accept_greedy
+from completer.requests import StopReason
 
-log = logging.getLogger("completer.candidates")
+log = logging.getLogger(__name__)
 
 # A runner-up whose logit is more than this below the chosen token's is not offered: it
 # was under e^-3, 5%, as likely as the chosen token there.
@@ -115,7 +116,7 @@ def candidates(engine: Engine, prompt: list[int], generation: Generation, count:
                 return []
             if deadline is not None and time.perf_counter() >= deadline:
                 for branch in branches:
-                    branch.stop_reason = "time"
+                    branch.stop_reason = StopReason.TIME
                     branch.text = generated_text(engine, branch.tokens[prompt_length:], healing)
                 finished += branches
                 break
@@ -154,10 +155,10 @@ def _settle(engine: Engine, branch: _Branch, prompt_length: int, max_tokens: int
             done: Callable[[str], bool] | None, healing: Healing | None) -> None:
     """Whether the branch ends here, as generate's rounds end, or at its limit."""
     stop_reason, text = stop_after_round(engine, branch.tokens, prompt_length, stop, done, healing)
-    if stop_reason == "max_tokens":
+    if stop_reason == StopReason.MAX_TOKENS:
         if len(branch.tokens) - prompt_length < branch.limit:
             return
-        stop_reason = "max_tokens" if branch.limit == max_tokens else "time"  # cut short: whole lines only
+        stop_reason = StopReason.MAX_TOKENS if branch.limit == max_tokens else StopReason.TIME  # cut short: whole lines only
     del branch.tokens[prompt_length + branch.limit:]
     branch.stop_reason = stop_reason
-    branch.text = text if stop_reason == "stop" else generated_text(engine, branch.tokens[prompt_length:], healing)
+    branch.text = text if stop_reason == StopReason.STOP else generated_text(engine, branch.tokens[prompt_length:], healing)

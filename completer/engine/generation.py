@@ -19,8 +19,9 @@ from completer.engine.speculative import (Branch, Sampling, TreeVerdict, accept_
 from completer.engine.tuning import MAX_DRAFT, Candidate, Continuation, CostModel, Plan, Tuner, calibrate, match_bucket
 from completer.engine.workspace_index import NO_MATCH
 from completer.models.backend import LlamaContext, LlamaModel
+from completer.requests import StopReason
 
-log = logging.getLogger("completer.engine")
+log = logging.getLogger(__name__)
 
 # The providers that propose what followed a match: n-gram lookup's two sources, and a
 # rewrite's original (copy drafting).
@@ -30,13 +31,9 @@ INDEX_AFTER_MATCH = 9  # the workspace index is looked in after shorter local ma
 # uses up to this many).
 MAX_TREE_BRANCHES = 4
 # A prompt is evaluated this many tokens at a time, its request's cancel flag checked
-# between pieces, so that a newer request waits for one piece, not the whole prompt.
-# Measured on this project's 2-core AVX-512 EPYC with smol, 3,000 tokens of difflib.py:
-# 8.8 s whole, and pieces of 64 at the same speed within noise (342 and 341 tokens/s in
-# one pass, 246 and 263 in another), the slowest piece 0.29-0.44 s. Warming a document
-# (LocalDecoder.warm) goes in the same pieces, yielding to requests between them: on a
-# 2-core AVX2 CPU, 2,000-3,000 tokens into a prompt, whole prefills ran at 150-190
-# tokens/s and pieces of 64 at about 140.
+# between pieces, so that a newer request waits for one piece, not the whole prompt; on
+# a 2-core CPU, pieces of 64 evaluate within noise as fast as the whole prompt and the
+# slowest takes under half a second (docs/typing.md, "Prompt pieces").
 PROMPT_PIECE = 64
 
 
@@ -398,16 +395,16 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     evaluate_prompt(engine.target, tokens[:-1], cancel)  # cancelled: the loop stops before a round
     predict_started = time.perf_counter()  # the time budget is for predicting, as llama.vim's t_max_predict_ms
     # rows: with keep_logits, [produced, V] per round
-    stop_reason, text, rows, end_token = "max_tokens", "", [], None
+    stop_reason, text, rows, end_token = StopReason.MAX_TOKENS, "", [], None
     while len(tokens) - prompt_length < max_tokens:
         room = min(max_tokens - (len(tokens) - prompt_length), n_ctx - len(tokens)) - 1
         if cancel is not None and cancel.is_set():
-            stop_reason = "cancelled"
+            stop_reason = StopReason.CANCELLED
         elif time_budget_ms is not None and (time.perf_counter() - predict_started) * 1000 >= time_budget_ms:
-            stop_reason = "time"
+            stop_reason = StopReason.TIME
         elif room < 0:
-            stop_reason = "context"
-        if stop_reason != "max_tokens":
+            stop_reason = StopReason.CONTEXT
+        if stop_reason != StopReason.MAX_TOKENS:
             break
         allowed = healing.allowed if healing is not None and len(tokens) == prompt_length else None
         new, logits, made = speculative_round(engine, tokens, room, asked, rng, allowed, keep_logits)
@@ -417,15 +414,15 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
             rows.append(logits)
         end_token = next((t for t in new if engine.model.is_end_of_generation(t)), None)
         stop_reason, text = stop_after_round(engine, tokens, prompt_length, stop, done, healing)
-        if stop_reason != "max_tokens":
+        if stop_reason != StopReason.MAX_TOKENS:
             break
     del tokens[prompt_length + max_tokens:]
     generated = tokens[prompt_length:]
-    if stop_reason != "stop":
+    if stop_reason != StopReason.STOP:
         text = generated_text(engine, generated, healing)
     stats = summarize(mode, rounds, len(generated), (time.perf_counter() - started) * 1000)
-    kept = _kept_logits(engine, rows, len(generated) + (stop_reason == "end")) if keep_logits else None
-    return Generation(text, generated, stop_reason, stats, kept, end_token if stop_reason == "end" else None)
+    kept = _kept_logits(engine, rows, len(generated) + (stop_reason == StopReason.END)) if keep_logits else None
+    return Generation(text, generated, stop_reason, stats, kept, end_token if stop_reason == StopReason.END else None)
 
 
 def _start_rounds(engine: Engine, asked: RoundSettings, copy_from: list[int] | None,
@@ -464,14 +461,14 @@ def stop_after_round(engine: Engine, tokens: list[int], prompt_length: int, stop
     end = next((i for i, t in enumerate(produced) if engine.model.is_end_of_generation(t)), None)
     if end is not None:
         del tokens[prompt_length + end:]
-        return "end", ""
+        return StopReason.END, ""
     text = generated_text(engine, produced, healing)
     cut = min((text.find(s) for s in stop if s and s in text), default=-1)
     if cut >= 0:
-        return "stop", text[:cut]
+        return StopReason.STOP, text[:cut]
     if done is not None and done(text):
-        return "done", text
-    return "max_tokens", text
+        return StopReason.DONE, text
+    return StopReason.MAX_TOKENS, text
 
 
 def generated_text(engine: Engine, generated: list[int], healing: Healing | None) -> str:

@@ -4,7 +4,7 @@ import logging
 
 from completer.models.backend import LlamaContext
 
-log = logging.getLogger("completer.kv")
+log = logging.getLogger(__name__)
 
 
 def common_prefix_length(a: list[int], b: list[int]) -> int:

@@ -55,7 +55,7 @@ from completer.models.sources import source_files
 from completer.prompt import LINE_COMMENT
 from completer.workspace import Workspace
 
-log = logging.getLogger("completer.index")
+log = logging.getLogger(__name__)
 
 SEPARATOR = -1  # between files: no match crosses it, and it sorts before every token
 # The sort orders positions by the tokens before them packed into this many 64-bit words:
