@@ -30,7 +30,7 @@ from benchmarks.prefetch import holes
 from completer.config import Config, GenerationOptions, ModelOptions
 from completer.decoders.local import LocalDecoder
 from completer.editor.completer import Completer
-from completer.loading import engine_for, load_pair
+from completer.loading import completer_over, engine_for, load_pair
 from completer.requests import CompletionRequest
 
 
@@ -57,7 +57,7 @@ def main() -> None:
                   generation=GenerationOptions(time_budget_ms=0, draft_mode=args.mode))
     engine, _ = engine_for(load_pair(base.models), base)
     decoder = LocalDecoder(engine)
-    cases = {count: Completer(decoder, replace(base, generation=replace(base.generation, candidates=count)))
+    cases = {count: completer_over(decoder, replace(base, generation=replace(base.generation, candidates=count)))
              for count in (1, args.n)}
     text = (Path(sysconfig.get_paths()["stdlib"]) / args.file).read_text()
     results = {(kind, count): [] for kind in ("cold", "warm") for count in cases}

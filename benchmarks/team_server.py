@@ -45,7 +45,7 @@ from completer.config import Config, config_from_dict
 from completer.decoders.clients import LlamaServerClient
 from completer.decoders.server import ServerDecoder
 from completer.editor.completer import Completer
-from completer.loading import server_backend
+from completer.loading import completer_over, server_backend
 from completer.lsp import protocol
 from completer.models.llama_build import BUILD_COMMAND, find
 from completer.models.presets import Preset
@@ -73,7 +73,7 @@ def completer_on(url: str, slot_choice: str) -> Completer:
     assert not problems, problems
     decoder = ServerDecoder(server_backend(config.models, {}))
     assert decoder.server_model() is not None, decoder.warning
-    return Completer(decoder, config)
+    return completer_over(decoder, config)
 
 
 def switching(completer: Completer, rounds: int) -> dict:

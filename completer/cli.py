@@ -14,10 +14,10 @@ from click.core import ParameterSource
 from rich.console import Console
 
 from completer import tables
-from completer.bench import DISTILLED_MODES, DRAFT_MODEL_MODES, LLAMA_SERVER_PEERS
+from completer.bench import LLAMA_SERVER_PEERS
 from completer.bench import MODES as BENCH_MODES
-from completer.config import (CHOICES, CacheOptions, Config, DraftingOptions, GenerationOptions, ModelOptions,
-                              NextEditOptions, machine_options)
+from completer.config import (CHOICES, LLAMA_SERVER, SERVER_BACKENDS, CacheOptions, Config, DraftingOptions,
+                              GenerationOptions, ModelOptions, NextEditOptions, machine_options)
 from completer.models.distill_settings import INITS, LOSSES, PRECISIONS, QUANTIZE_TYPES, TEACHERS, DistillSettings
 from completer.models.errors import ModelError
 from completer.models.llama_build import BUILD_COMMAND
@@ -480,10 +480,9 @@ def doctor(as_json: bool, models: ModelOptions) -> None:
     what it is good for, and the devices llama.cpp sees (with --rpc, RPC servers' too);
     with --backend and --server-url, the server: its model, slots and speculative
     settings."""
-    from completer.loading import SERVER_APIS
 
     rows = _doctor_rows(models.rpc_servers)
-    if models.backend in SERVER_APIS:
+    if models.backend in SERVER_BACKENDS:
         rows.insert(0, _server_row(models))
     else:
         rows += _target_rows(models)
@@ -503,6 +502,7 @@ def doctor(as_json: bool, models: ModelOptions) -> None:
 def complete(file: Path, line: int, col: int, generation: GenerationOptions, stats: bool, show_prompt: bool,
              models: ModelOptions) -> None:
     """Print a completion of FILE at the cursor, decoded speculatively."""
+    from completer.bench.report import model_files
     from completer.errors import PositionError
     from completer.loading import load_completer
     from completer.requests import CompletionRequest, Source, cursor_offset
@@ -547,7 +547,7 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
         f"{completion.prompt_tokens} prompt tokens; {s.tokens} tokens in {s.total_ms:.0f} ms "
         f"({s.tokens_per_second:.1f} tok/s, mode {generation.draft_mode}, {s.target_passes} target passes, "
         f"{s.accepted}/{s.drafted} drafted "
-        f"tokens accepted; stop: {completion.stop_reason}; {_files_ran(loaded.pair.files)}, "
+        f"tokens accepted; stop: {completion.stop_reason}; {model_files(loaded.pair.files)}, "
         f"load {loaded.pair.target.load_ms:.0f} ms)",
         highlight=False,
         soft_wrap=True,
@@ -586,118 +586,10 @@ def _repository_root() -> Path:
     return work_tree_top(Path.cwd()) or Path.cwd()
 
 
-def _bench_modes(modes: str | None, llama_server: Path | None, edits: bool = False) -> tuple[str, ...]:
-    """--modes as a tuple, target first; by default every mode, and llama-server's
-    configurations when there is a llama-server (with `edits`, those a next edit is
-    measured in). An unknown mode, or a llama-server configuration without one, is a
-    usage error."""
-    from completer.bench.edit_run import EDIT_MODES, EDIT_PEERS
-
-    ours, peers = (EDIT_MODES, EDIT_PEERS) if edits else (BENCH_MODES, LLAMA_SERVER_PEERS)
-    if modes is None:
-        if llama_server is None:
-            errors.print(f"llama-server's configurations skipped: no llama-server (`{BUILD_COMMAND}` builds one, "
-                         "or --llama-server PATH)", highlight=False, soft_wrap=True)
-        return ours + (peers if llama_server else ())
-    chosen = tuple(dict.fromkeys(["target", *(m.strip() for m in modes.split(",") if m.strip())]))
-    known = EDIT_MODES + LLAMA_SERVER_PEERS if edits else BENCH_MODES + LLAMA_SERVER_PEERS + DISTILLED_MODES
-    unknown = [m for m in chosen if m not in known]
-    if unknown:
-        raise click.BadParameter(f"unknown mode {', '.join(unknown)}; modes: {', '.join(known)}",
-                                 param_hint="--modes")
-    if llama_server is None and any(m in LLAMA_SERVER_PEERS for m in chosen):
-        raise click.BadParameter(f"no llama-server to run: `{BUILD_COMMAND}` builds one, or give --llama-server "
-                                 "PATH", param_hint="--modes")
-    return chosen
-
-
-def _without_a_draft(modes: tuple[str, ...], files, asked: bool) -> tuple[str, ...]:
-    """The modes, less those that draft with a draft model when the files have none:
-    said in a note, or a usage error when --modes asked for one of them."""
-    if files.draft is not None:
-        return modes
-    dropped = [mode for mode in modes if mode in DRAFT_MODEL_MODES]
-    if dropped and asked:
-        raise click.BadParameter(f"{', '.join(dropped)} need a draft model, and {files.names[0]} has none here: "
-                                 "add --draft PATH, or --draft auto (the smallest model on this machine sharing its "
-                                 "vocabulary)", param_hint="--modes")
-    if dropped:
-        errors.print(f"{', '.join(dropped)} skipped: no draft model (--draft PATH or --draft auto adds one)",
-                     highlight=False, soft_wrap=True)
-    return tuple(mode for mode in modes if mode not in DRAFT_MODEL_MODES)
-
-
-def _files_ran(files) -> str:
-    """The model files a run used, as its table's title names them."""
-    target, draft = files.names
-    return f"target {target}, " + (f"draft {draft}" if draft else "no draft model")
-
-
-def _run_holes(runner, holes: list, modes: int) -> list[dict]:
-    """Every hole through the runner, with a progress bar on stderr (a line per hole when
-    stderr is a log file, not a terminal)."""
-    import time
-
-    from rich.progress import (BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn,
-                               TimeRemainingColumn)
-
-    records: list[dict] = []
-    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-               TextColumn("ETA"), TimeRemainingColumn())
-    started = time.monotonic()
-    with Progress(*columns, console=errors) as progress:
-        task = progress.add_task(f"{len(holes)} holes x {modes} modes", total=len(holes))
-        for index, hole in enumerate(holes):
-            records += runner.run_hole(index, hole)
-            progress.advance(task)
-            if not errors.is_terminal:
-                elapsed = time.monotonic() - started
-                eta = elapsed / (index + 1) * (len(holes) - index - 1)
-                errors.print(f"hole {index + 1}/{len(holes)} ({hole.file}, {hole.kind}): {elapsed:.0f} s elapsed, "
-                             f"ETA {eta:.0f} s", highlight=False)
-    return records
-
-
 # bench's options for our own engines, which a server's bench cannot take.
 SERVER_BENCH_REFUSES = ("modes", "llama_server_path", "profile", "plot_path", "typing", "exact")
-
-
-def _bench_server(models: ModelOptions, baseline_url: str | None, holes: list, max_tokens: int, temperature: float,
-                  as_json: bool, report_path: Path) -> None:
-    """`bench --backend llama-server`: the holes on the server, and on the baseline server when given."""
-    from completer.bench.peers import PeerFailed
-    from completer.bench.server_run import BASELINE, SERVER, ServerBench, TeamServer, summarize
-    from completer.decoders.server import ServerDecoder
-    from completer.editor.completer import Completer
-    from completer.errors import ServerError
-    from completer.loading import server_backend
-
-    if models.backend != "llama-server":
-        raise click.UsageError("bench measures a server through llama-server's own API (its tokens and timings): "
-                               "--backend llama-server")
-    _refuse_given(SERVER_BENCH_REFUSES, "not with --backend llama-server, which times the server's own decoding "
-                  "alone (its row, and target with --baseline-url): no local modes, peers, typing replay, exact "
-                  "verification, profile or figure")
-    try:
-        decoder = ServerDecoder(server_backend(models, os.environ))
-    except ServerError as error:  # no URL, a key's variable unset, a key to send unsafely
-        raise click.UsageError(str(error)) from None
-    model = decoder.server_model()
-    if model is None:
-        raise click.ClickException(decoder.warning)
-    rows = {SERVER: TeamServer(decoder.url), **({BASELINE: TeamServer(baseline_url)} if baseline_url else {})}
-    runner = ServerBench(Completer(decoder, Config(models=models)), decoder.connect(), rows, max_tokens, temperature)
-    try:
-        records = _run_holes(runner, holes, len(rows))
-    except PeerFailed as error:
-        raise click.ClickException(str(error)) from None
-    summary = summarize(records, runner.modes)
-    _show_bench_table(summary, f"{len(holes)} holes; {max_tokens} tokens; T={temperature}; {model.summary()} at "
-                               f"{decoder.url}" + (f"; baseline {baseline_url}" if baseline_url else ""),
-                      as_json)
-    report_path.write_text(json.dumps({"server": decoder.url, "model": model.summary(),
-                                       "baseline": baseline_url, "summary": summary,
-                                       "holes": [hole.to_json() for hole in holes], "records": records}, indent=1))
+# bench's options that a next-edit bench cannot take.
+EDIT_BENCH_REFUSES = ("max_tokens", "plot_path", "typing", "baseline_url")
 
 
 def _show_bench_table(summary: dict, title: str, as_json: bool, edits: bool = False) -> None:
@@ -764,147 +656,44 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
     binary files are skipped. With --backend llama-server --server-url URL, the same
     holes and table on that server. With --edits, next edits from the repositories'
     git history instead (read without running git)."""
-    from completer.loading import SERVER_APIS
+    from completer.bench.command import BenchRefused, Terminal, bench_edits, bench_local, bench_server, holes_to_run
+    from completer.bench.peers import PeerFailed
 
     max_tokens = max_tokens or (24 if quick else 48)
+    count = count or (6 if quick else 40)
     roots = list(paths) or [_repository_root()]
-    if edit_holes:
-        _bench_edits(roots, modes, llama_server_path, profile, count or (6 if quick else 40), seed, temperature,
-                     holes_file, report_path, as_json, exact, models, drafting, edits)
-        return
-    _refuse_given(("format",), "only with --edits")
-    holes = _bench_holes(roots, holes_file, count or (6 if quick else 40), seed)
-    if models.backend in SERVER_APIS:
-        _bench_server(models, baseline_url, holes, max_tokens, temperature, as_json, report_path)
-        return
-    _refuse_given(("baseline_url",), "only with --backend llama-server, whose rows it adds to")
-    _bench_local(roots, holes, modes, llama_server_path, profile, seed, max_tokens, temperature, report_path, as_json,
-                 plot_path, typing, exact, models, drafting)
-
-
-def _bench_local(roots: list[Path], holes: list, modes: str | None, llama_server_path: Path | None, profile: bool,
-                 seed: int, max_tokens: int, temperature: float, report_path: Path, as_json: bool,
-                 plot_path: Path | None, typing: bool, exact: bool, models: ModelOptions,
-                 drafting: DraftingOptions) -> None:
-    """`bench` on the local engines, llama-server's configurations beside them: the
-    table, its notes, the report (and with `typing` the typing replay, with `plot_path`
-    the figure)."""
-    from completer.bench import modes_to_run, report
-    from completer.bench.run import Bench, Settings
-    from completer.loading import load_distilled, load_pair
-    from completer.models.llama_build import find
-
-    llama_server = find(llama_server_path)
-    pair = load_pair(models)
-    asked = _without_a_draft(_bench_modes(modes, llama_server), pair.files, modes is not None)
-    distilled = load_distilled(pair, models)
-    config = Config(models=models, generation=GenerationOptions(max_tokens=max_tokens, temperature=temperature),
-                    drafting=drafting)
-    settings = Settings(config, modes_to_run(asked, distilled is not None, drafting.index_mb > 0), exact)
-    hole_roots = sorted({Path(h.root) for h in holes})
-    with errors.status("indexing the workspace, measuring the verify cost, starting the peers"):
-        runner = Bench(pair, settings, distilled, llama_server, hole_roots)
-    notes = errors if as_json else console  # with --json, stdout holds the JSON alone
-    notes.print(report.index_line(runner.index_stats), soft_wrap=True, highlight=False)
+    # With --json, stdout holds the JSON alone: the notes go to stderr.
+    terminal = Terminal(errors, errors if as_json else console, functools.partial(_show_bench_table, as_json=as_json))
     try:
-        records = _run_holes(runner, holes, len(settings.modes))
-    finally:  # the peers' servers stop, also on Ctrl-C
-        runner.close()
-    summary = report.summarize(records, settings.modes, runner.engine.costs)
-    _show_bench_table(summary, f"{len(holes)} holes in {', '.join(map(str, hole_roots))}; {max_tokens} tokens; "
-                               f"T={temperature}; {_files_ran(pair.files)}{'; exact verification' if exact else ''}",
-                      as_json)
-    for line in report.notes(summary, records, profile):
-        notes.print(line, soft_wrap=True, highlight=False)
-    result = report.document(runner, seed, roots, distilled.path if distilled else None, summary, holes, records)
-    if typing:
-        _bench_typing(result, runner.pair, models, holes, notes)
-    report_path.write_text(json.dumps(result, indent=1))
-    notes.print(f"every record: {report_path}", soft_wrap=True)
-    if plot_path:
-        report.plot(plot_path, summary, records)
-        notes.print(f"figure: {plot_path}", soft_wrap=True)
-
-
-# bench's options that a next-edit bench cannot take.
-EDIT_BENCH_REFUSES = ("max_tokens", "plot_path", "typing", "baseline_url")
-
-
-def _bench_edits(roots: list[Path], modes: str | None, llama_server_path: Path | None, profile: bool, count: int,
-                 seed: int, temperature: float, holes_file: Path | None, report_path: Path, as_json: bool,
-                 exact: bool, models: ModelOptions, drafting: DraftingOptions, edits: NextEditOptions) -> None:
-    """`bench --edits`: every mode on next edits from the roots' history, a report."""
-    from completer.bench import report
-    from completer.bench.edit_holes import edit_holes_from_json, pick_edit_holes
-    from completer.bench.edit_run import EditBench, providers_line, summarize_edits
-    from completer.bench.run import Settings
-    from completer.loading import SERVER_APIS, load_pair
-    from completer.models.llama_build import find
-
-    _refuse_given(EDIT_BENCH_REFUSES, "not with --edits: a rewrite's budget is its region's, and the bench has no "
-                  "typing replay, figure or baseline server for next edits")
-    if models.backend in SERVER_APIS:
-        raise click.UsageError("--edits measures the local engines and llama-server beside them, not a team server")
-    try:
-        holes = (edit_holes_from_json(json.loads(holes_file.read_text())) if holes_file else
-                 pick_edit_holes(roots, count, seed, (edits.lines_above, edits.lines_below)))
-    except (ValueError, KeyError, TypeError) as error:
-        raise click.UsageError(f"no edit holes: {error}") from None
-    llama_server = find(llama_server_path)
-    config = Config(models=models, generation=GenerationOptions(temperature=temperature), drafting=drafting,
-                    edits=edits)
-    pair = load_pair(models)
-    settings = Settings(config, _without_a_draft(_bench_modes(modes, llama_server, edits=True), pair.files,
-                                                 modes is not None), exact)
-    with errors.status("measuring the verify cost, starting the peers"):
-        runner = EditBench(pair, settings, None, llama_server)
-    try:
-        records = _run_holes(runner, holes, len(settings.modes))
-    finally:  # the peers' servers stop, also on Ctrl-C
-        runner.close()
-    summary = summarize_edits(records, settings.modes, runner.engine.costs)
-    roots_named = ", ".join(sorted({h.root for h in holes}))
-    _show_bench_table(summary, f"{len(holes)} next edits from the history of {roots_named}; T={temperature}; "
-                               f"{_files_ran(pair.files)}{'; exact verification' if exact else ''}", as_json,
-                      edits=True)
-    notes = errors if as_json else console
-    for line in [*report.failures(summary), report.verdict(summary), providers_line(records),
-                 *(report.profile(summary) if profile else [])]:
-        if line:
-            notes.print(line, soft_wrap=True, highlight=False)
-    result = report.document(runner, seed, roots, None, summary, holes, records)
-    result["settings"]["edits"] = {"lines_above": edits.lines_above, "lines_below": edits.lines_below,
-                                   "context_lines": edits.context_lines, "format": edits.format}
-    report_path.write_text(json.dumps(result, indent=1))
-    notes.print(f"every record: {report_path}", soft_wrap=True)
-
-
-def _bench_holes(roots: list[Path], holes_file: Path | None, count: int, seed: int) -> list:
-    """The holes of an earlier report, or `count` new ones in the roots; a usage error
-    naming a hole no longer cut from its file as it is, before any model loads."""
-    from completer.bench.holes import holes_from_json, pick_holes
-    from completer.bench.run import hidden_truth
-
-    try:
-        holes = holes_from_json(json.loads(holes_file.read_text())) if holes_file else pick_holes(roots, count, seed)
-        for hole in holes:
-            hidden_truth(hole)
-    except ValueError as error:
+        if edit_holes:
+            _refuse_given(EDIT_BENCH_REFUSES, "not with --edits: a rewrite's budget is its region's, and the bench "
+                          "has no typing replay, figure or baseline server for next edits")
+            if models.backend in SERVER_BACKENDS:
+                raise click.UsageError("--edits measures the local engines and llama-server beside them, not a team "
+                                       "server")
+            bench_edits(terminal, roots, modes, llama_server_path, profile, count, seed, temperature, holes_file,
+                        report_path, exact, models, drafting, edits)
+            return
+        _refuse_given(("format",), "only with --edits")
+        holes = holes_to_run(roots, holes_file, count, seed)
+        if models.backend in SERVER_BACKENDS:
+            if models.backend != LLAMA_SERVER:
+                raise click.UsageError("bench measures a server through llama-server's own API (its tokens and "
+                                       "timings): --backend llama-server")
+            _refuse_given(SERVER_BENCH_REFUSES, "not with --backend llama-server, which times the server's own "
+                          "decoding alone (its row, and target with --baseline-url): no local modes, peers, typing "
+                          "replay, exact verification, profile or figure")
+            bench_server(terminal, models, baseline_url, holes, max_tokens, temperature, report_path)
+            return
+        _refuse_given(("baseline_url",), "only with --backend llama-server, whose rows it adds to")
+        bench_local(terminal, roots, holes, modes, llama_server_path, profile, seed, max_tokens, temperature,
+                    report_path, plot_path, typing, exact, models, drafting)
+    except BenchRefused as error:
+        if error.option:
+            raise click.BadParameter(str(error), param_hint=error.option) from None
         raise click.UsageError(str(error)) from None
-    return holes
-
-
-def _bench_typing(result: dict, pair, models: ModelOptions, holes: list, notes: Console) -> None:
-    """--typing: the typing replay over the first two files with holes, into the report;
-    the threads its engines ran with go beside the bench's, in its settings."""
-    from completer.bench import report
-    from completer.bench.keystrokes import replay_files
-
-    typed_files = list(dict.fromkeys(h.path for h in holes))[:2]
-    with errors.status("replaying typing"):
-        result["typing"] = replay_files(pair, models, typed_files)
-    result["settings"]["threads"] |= result["typing"].pop("threads")
-    notes.print(report.typing_line(result["typing"], len(typed_files)), soft_wrap=True)
+    except PeerFailed as error:  # the team server did not answer, or stopped
+        raise click.ClickException(str(error)) from None
 
 
 def _refuse_given(names: tuple[str, ...], why: str) -> None:

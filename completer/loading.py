@@ -8,6 +8,8 @@ complete`, `completer bench` and the benchmarks all load through here.
                     (its KV caches made to fit the GPU, its verify cost measured when it
                     speculates), or a server's client; and the Completer over it and
                     the workspace roots
+    completer_over  the Completer over a decoder already made: every Completer is made
+                    here (load_completer's, the bench's, the benchmarks')
     load_engine     the pair and the engine over it, without a completer (the benchmarks)
     engine_for      another engine over a pair already loaded: its KV caches made to fit
                     the GPU, its threads models.threads (every engine is built here)
@@ -180,8 +182,14 @@ def load_completer(config: Config, roots: Sequence[Path] = (), report: Report = 
     if config.models.backend not in BACKENDS:
         raise ModelError(f"models.backend {config.models.backend!r} is none of {', '.join(BACKENDS)}")
     decoder, pair = (_load_local if config.models.backend == LOCAL else _load_server)(config, report)
-    completer = Completer(decoder, config, Workspace(list(roots)))
-    return Loaded(completer, decoder, pair, "" if pair is not None else decoder.warning)
+    return Loaded(completer_over(decoder, config, roots), decoder, pair, "" if pair is not None else decoder.warning)
+
+
+def completer_over(decoder: LocalDecoder | ServerDecoder, config: Config, roots: Sequence[Path] = ()) -> Completer:
+    """The Completer that serves requests with `decoder` by `config`, over the workspace
+    `roots`: every Completer is made here (load_completer's, the bench's, the benchmarks'
+    over decoders of their own)."""
+    return Completer(decoder, config, Workspace(list(roots)))
 
 
 def _load_local(config: Config, report: Report) -> tuple[LocalDecoder, Pair]:

@@ -19,7 +19,7 @@ from completer.bench.run import llama_threads
 from completer.config import Config, GenerationOptions, ModelOptions
 from completer.decoders.local import LocalDecoder
 from completer.editor.completer import Completer
-from completer.loading import Pair, engine_for
+from completer.loading import Pair, completer_over, engine_for
 from completer.requests import CompletionRequest, Source
 
 TYPED_CHARACTERS = 48
@@ -76,7 +76,7 @@ def replay(pair: Pair, models: ModelOptions, files: list[tuple[str, str, str]],
     config = Config(models=models, generation=GenerationOptions(max_tokens=max_tokens, time_budget_ms=0))
     warm_engine, pair = engine_for(pair, config)
     cold_engine, _ = engine_for(pair, config, costs=warm_engine.costs)
-    warm, cold = Completer(LocalDecoder(warm_engine), config), Completer(LocalDecoder(cold_engine), config)
+    warm, cold = completer_over(LocalDecoder(warm_engine), config), completer_over(LocalDecoder(cold_engine), config)
     keystrokes: list[Keystroke] = []
     cold_ms: list[float] = []
     for path, text, language in files:

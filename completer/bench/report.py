@@ -15,6 +15,7 @@ from completer.bench.metrics import acceptance_by_kind, figures_by_kind, rounds_
 from completer.bench.run import Bench
 from completer.engine.tuning import MATCH_BUCKET_NAMES, CostModel
 from completer.engine.workspace_index import IndexStats
+from completer.models.resolve import ModelFiles
 
 
 def machine() -> dict:
@@ -225,6 +226,12 @@ EDIT_FOOTNOTE = ("* projection, not a measurement: the same rounds if a verify p
                  "identical, ties, other: as for inline holes. exact: the suggestion's edits make the commit's file; "
                  "no edit: the region written again unchanged; the rest were not whole rewrites (cut by the budget, "
                  "or the region emptied), which the editor is not shown.")
+
+
+def model_files(files: ModelFiles) -> str:
+    """The model files a run used, as its table's title (and `completer complete --stats`) names them."""
+    target, draft = files.names
+    return f"target {target}, " + (f"draft {draft}" if draft else "no draft model")
 
 
 def typing_line(t: dict, files: int) -> str:

@@ -28,13 +28,12 @@ from completer.bench.holes import Hole
 from completer.bench.peers import LlamaServer, PeerFailed, PromptLookupPeer
 from completer.config import Config
 from completer.decoders.local import LocalDecoder
-from completer.editor.completer import Completer
 from completer.editor.postprocess import CursorContext, postprocess
 from completer.engine.generation import Engine, generate
 from completer.engine.speculative import Sampling, first_parting, parting_gap
 from completer.engine.workspace_index import IndexStats, saved_index_path
 from completer.errors import PositionError
-from completer.loading import Pair, engine_for
+from completer.loading import Pair, completer_over, engine_for
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.requests import CompletionRequest, cursor_offset
 from completer.workspace import Workspace
@@ -96,7 +95,7 @@ class Bench:
         self.engine, self.pair = engine_for(pair, config, settings.exact)
         self.model = self.pair.target
         decoder = LocalDecoder(self.engine)
-        self.completer = Completer(decoder, config)  # its prompts, as the editor gets them
+        self.completer = completer_over(decoder, config)  # its prompts, as the editor gets them
         self.prompt_model = decoder.connect()
         self.index = decoder.index  # n-gram lookup drafts from it
         self.index_stats = IndexStats()

@@ -1,0 +1,234 @@
+"""`completer bench` from its parsed options to its report: the holes picked or
+replayed, the modes chosen, the runner built (the local engines with llama-server's
+configurations beside them, a team server, or next edits), every hole run with a
+progress bar, and the table, notes and report JSON written.
+
+The CLI parses the options and refuses those given that cannot apply; what can only be
+found out here raises BenchRefused (the CLI's usage error) or PeerFailed (a team
+server that does not answer: the CLI's error).
+"""
+
+import json
+import os
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from completer.bench import DISTILLED_MODES, DRAFT_MODEL_MODES, LLAMA_SERVER_PEERS, MODES, modes_to_run, report
+from completer.bench.edit_holes import edit_holes_from_json, pick_edit_holes
+from completer.bench.edit_run import EDIT_MODES, EDIT_PEERS, EditBench, providers_line, summarize_edits
+from completer.bench.holes import holes_from_json, pick_holes
+from completer.bench.keystrokes import replay_files
+from completer.bench.peers import PeerFailed
+from completer.bench.run import Bench, Settings, hidden_truth
+from completer.bench.server_run import BASELINE, SERVER, ServerBench, TeamServer, summarize
+from completer.config import Config, DraftingOptions, GenerationOptions, ModelOptions, NextEditOptions
+from completer.decoders.server import ServerDecoder
+from completer.errors import ServerError
+from completer.loading import completer_over, load_distilled, load_pair, server_backend
+from completer.models.llama_build import BUILD_COMMAND, find
+
+
+class BenchRefused(Exception):
+    """The bench cannot run as asked: the CLI's usage error, of the option `option` when
+    one option is at fault."""
+
+    def __init__(self, message: str, option: str | None = None):
+        super().__init__(message)
+        self.option = option
+
+
+@dataclass(frozen=True)
+class Terminal:
+    """Where a bench writes besides its report: progress, status and skipped modes to
+    `errors` (stderr); its notes to `notes` (stdout, or stderr when stdout holds the
+    table's JSON); the summary per mode through `show_table(summary, title, edits=False)`
+    (edits: the next-edit columns)."""
+
+    errors: Console
+    notes: Console
+    show_table: Callable[..., None]
+
+
+def holes_to_run(roots: list[Path], holes_file: Path | None, count: int, seed: int) -> list:
+    """The holes of an earlier report, or `count` new ones in the roots; BenchRefused
+    naming a hole no longer cut from its file as it is, before any model loads."""
+    try:
+        holes = holes_from_json(json.loads(holes_file.read_text())) if holes_file else pick_holes(roots, count, seed)
+        for hole in holes:
+            hidden_truth(hole)
+    except ValueError as error:
+        raise BenchRefused(str(error)) from None
+    return holes
+
+
+def bench_local(terminal: Terminal, roots: list[Path], holes: list, modes: str | None, llama_server_path: Path | None,
+                profile: bool, seed: int, max_tokens: int, temperature: float, report_path: Path,
+                plot_path: Path | None, typing: bool, exact: bool, models: ModelOptions,
+                drafting: DraftingOptions) -> None:
+    """`bench` on the local engines, llama-server's configurations beside them: the
+    table, its notes, the report (and with `typing` the typing replay, with `plot_path`
+    the figure)."""
+    llama_server = find(llama_server_path)
+    pair = load_pair(models)
+    asked = _without_a_draft(_chosen_modes(modes, llama_server, terminal.errors), pair.files, modes is not None,
+                             terminal.errors)
+    distilled = load_distilled(pair, models)
+    config = Config(models=models, generation=GenerationOptions(max_tokens=max_tokens, temperature=temperature),
+                    drafting=drafting)
+    settings = Settings(config, modes_to_run(asked, distilled is not None, drafting.index_mb > 0), exact)
+    hole_roots = sorted({Path(h.root) for h in holes})
+    with terminal.errors.status("indexing the workspace, measuring the verify cost, starting the peers"):
+        runner = Bench(pair, settings, distilled, llama_server, hole_roots)
+    notes = terminal.notes
+    notes.print(report.index_line(runner.index_stats), soft_wrap=True, highlight=False)
+    try:
+        records = _run_holes(runner, holes, len(settings.modes), terminal.errors)
+    finally:  # the peers' servers stop, also on Ctrl-C
+        runner.close()
+    summary = report.summarize(records, settings.modes, runner.engine.costs)
+    terminal.show_table(summary, f"{len(holes)} holes in {', '.join(map(str, hole_roots))}; {max_tokens} tokens; "
+                                 f"T={temperature}; {report.model_files(pair.files)}"
+                                 f"{'; exact verification' if exact else ''}")
+    for line in report.notes(summary, records, profile):
+        notes.print(line, soft_wrap=True, highlight=False)
+    result = report.document(runner, seed, roots, distilled.path if distilled else None, summary, holes, records)
+    if typing:
+        _replay_typing(result, runner.pair, models, holes, terminal)
+    report_path.write_text(json.dumps(result, indent=1))
+    notes.print(f"every record: {report_path}", soft_wrap=True)
+    if plot_path:
+        report.plot(plot_path, summary, records)
+        notes.print(f"figure: {plot_path}", soft_wrap=True)
+
+
+def bench_edits(terminal: Terminal, roots: list[Path], modes: str | None, llama_server_path: Path | None,
+                profile: bool, count: int, seed: int, temperature: float, holes_file: Path | None, report_path: Path,
+                exact: bool, models: ModelOptions, drafting: DraftingOptions, edits: NextEditOptions) -> None:
+    """`bench --edits`: every mode on next edits from the roots' history, a report."""
+    try:
+        holes = (edit_holes_from_json(json.loads(holes_file.read_text())) if holes_file else
+                 pick_edit_holes(roots, count, seed, (edits.lines_above, edits.lines_below)))
+    except (ValueError, KeyError, TypeError) as error:
+        raise BenchRefused(f"no edit holes: {error}") from None
+    llama_server = find(llama_server_path)
+    config = Config(models=models, generation=GenerationOptions(temperature=temperature), drafting=drafting,
+                    edits=edits)
+    pair = load_pair(models)
+    settings = Settings(config, _without_a_draft(_chosen_modes(modes, llama_server, terminal.errors, edits=True),
+                                                 pair.files, modes is not None, terminal.errors), exact)
+    with terminal.errors.status("measuring the verify cost, starting the peers"):
+        runner = EditBench(pair, settings, None, llama_server)
+    try:
+        records = _run_holes(runner, holes, len(settings.modes), terminal.errors)
+    finally:  # the peers' servers stop, also on Ctrl-C
+        runner.close()
+    summary = summarize_edits(records, settings.modes, runner.engine.costs)
+    roots_named = ", ".join(sorted({h.root for h in holes}))
+    terminal.show_table(summary, f"{len(holes)} next edits from the history of {roots_named}; T={temperature}; "
+                                 f"{report.model_files(pair.files)}{'; exact verification' if exact else ''}",
+                        edits=True)
+    for line in [*report.failures(summary), report.verdict(summary), providers_line(records),
+                 *(report.profile(summary) if profile else [])]:
+        if line:
+            terminal.notes.print(line, soft_wrap=True, highlight=False)
+    result = report.document(runner, seed, roots, None, summary, holes, records)
+    result["settings"]["edits"] = {"lines_above": edits.lines_above, "lines_below": edits.lines_below,
+                                   "context_lines": edits.context_lines, "format": edits.format}
+    report_path.write_text(json.dumps(result, indent=1))
+    terminal.notes.print(f"every record: {report_path}", soft_wrap=True)
+
+
+def bench_server(terminal: Terminal, models: ModelOptions, baseline_url: str | None, holes: list, max_tokens: int,
+                 temperature: float, report_path: Path) -> None:
+    """`bench --backend llama-server`: the holes on the server, and on the baseline server when given."""
+    try:
+        decoder = ServerDecoder(server_backend(models, os.environ))
+    except ServerError as error:  # no URL, a key's variable unset, a key to send unsafely
+        raise BenchRefused(str(error)) from None
+    model = decoder.server_model()
+    if model is None:
+        raise PeerFailed(decoder.warning)
+    rows = {SERVER: TeamServer(decoder.url), **({BASELINE: TeamServer(baseline_url)} if baseline_url else {})}
+    runner = ServerBench(completer_over(decoder, Config(models=models)), decoder.connect(), rows, max_tokens,
+                         temperature)
+    records = _run_holes(runner, holes, len(rows), terminal.errors)
+    summary = summarize(records, runner.modes)
+    terminal.show_table(summary, f"{len(holes)} holes; {max_tokens} tokens; T={temperature}; {model.summary()} at "
+                                 f"{decoder.url}" + (f"; baseline {baseline_url}" if baseline_url else ""))
+    report_path.write_text(json.dumps({"server": decoder.url, "model": model.summary(),
+                                       "baseline": baseline_url, "summary": summary,
+                                       "holes": [hole.to_json() for hole in holes], "records": records}, indent=1))
+
+
+def _chosen_modes(modes: str | None, llama_server: Path | None, errors: Console,
+                  edits: bool = False) -> tuple[str, ...]:
+    """--modes as a tuple, target first; by default every mode, and llama-server's
+    configurations when there is a llama-server (with `edits`, those a next edit is
+    measured in). An unknown mode, or a llama-server configuration without one, is
+    refused."""
+    ours, peers = (EDIT_MODES, EDIT_PEERS) if edits else (MODES, LLAMA_SERVER_PEERS)
+    if modes is None:
+        if llama_server is None:
+            errors.print(f"llama-server's configurations skipped: no llama-server (`{BUILD_COMMAND}` builds one, "
+                         "or --llama-server PATH)", highlight=False, soft_wrap=True)
+        return ours + (peers if llama_server else ())
+    chosen = tuple(dict.fromkeys(["target", *(m.strip() for m in modes.split(",") if m.strip())]))
+    known = EDIT_MODES + LLAMA_SERVER_PEERS if edits else MODES + LLAMA_SERVER_PEERS + DISTILLED_MODES
+    unknown = [m for m in chosen if m not in known]
+    if unknown:
+        raise BenchRefused(f"unknown mode {', '.join(unknown)}; modes: {', '.join(known)}", "--modes")
+    if llama_server is None and any(m in LLAMA_SERVER_PEERS for m in chosen):
+        raise BenchRefused(f"no llama-server to run: `{BUILD_COMMAND}` builds one, or give --llama-server PATH",
+                           "--modes")
+    return chosen
+
+
+def _without_a_draft(modes: tuple[str, ...], files, asked: bool, errors: Console) -> tuple[str, ...]:
+    """The modes, less those that draft with a draft model when the files have none:
+    said in a note, or refused when --modes asked for one of them."""
+    if files.draft is not None:
+        return modes
+    dropped = [mode for mode in modes if mode in DRAFT_MODEL_MODES]
+    if dropped and asked:
+        raise BenchRefused(f"{', '.join(dropped)} need a draft model, and {files.names[0]} has none here: add "
+                           "--draft PATH, or --draft auto (the smallest model on this machine sharing its "
+                           "vocabulary)", "--modes")
+    if dropped:
+        errors.print(f"{', '.join(dropped)} skipped: no draft model (--draft PATH or --draft auto adds one)",
+                     highlight=False, soft_wrap=True)
+    return tuple(mode for mode in modes if mode not in DRAFT_MODEL_MODES)
+
+
+def _run_holes(runner, holes: list, modes: int, errors: Console) -> list[dict]:
+    """Every hole through the runner, with a progress bar on stderr (a line per hole when
+    stderr is a log file, not a terminal)."""
+    records: list[dict] = []
+    columns = (TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+               TextColumn("ETA"), TimeRemainingColumn())
+    started = time.monotonic()
+    with Progress(*columns, console=errors) as progress:
+        task = progress.add_task(f"{len(holes)} holes x {modes} modes", total=len(holes))
+        for index, hole in enumerate(holes):
+            records += runner.run_hole(index, hole)
+            progress.advance(task)
+            if not errors.is_terminal:
+                elapsed = time.monotonic() - started
+                eta = elapsed / (index + 1) * (len(holes) - index - 1)
+                errors.print(f"hole {index + 1}/{len(holes)} ({hole.file}, {hole.kind}): {elapsed:.0f} s elapsed, "
+                             f"ETA {eta:.0f} s", highlight=False)
+    return records
+
+
+def _replay_typing(result: dict, pair, models: ModelOptions, holes: list, terminal: Terminal) -> None:
+    """--typing: the typing replay over the first two files with holes, into the report;
+    the threads its engines ran with go beside the bench's, in its settings."""
+    typed_files = list(dict.fromkeys(h.path for h in holes))[:2]
+    with terminal.errors.status("replaying typing"):
+        result["typing"] = replay_files(pair, models, typed_files)
+    result["settings"]["threads"] |= result["typing"].pop("threads")
+    terminal.notes.print(report.typing_line(result["typing"], len(typed_files)), soft_wrap=True)
