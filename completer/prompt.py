@@ -66,6 +66,10 @@ def cursor_sections(text: str, cursor: int, prefix_lines: int = 256, suffix_line
 class Segment:
     text: str
     special: bool = False  # a control token, looked up by its text
+    # The prompt format's own text (a next-edit format's markers and instructions), not a
+    # document's: sent as written where a document's text has special tokens taken out
+    # (text_prompt), and tokenized with the text beside it, as one run.
+    markup: bool = False
 
 
 @dataclass(frozen=True)
@@ -172,16 +176,33 @@ def template_for(vocabulary: Vocabulary) -> FimTemplate | None:
 
 
 def tokenize_segments(vocabulary: Vocabulary, segments: list[Segment]) -> list[int]:
+    """Each control token, and each text segment tokenized on its own (so that typing at
+    the end of the prompt leaves the tokens before it as they were), except that markup
+    and the text on either side of it are tokenized together, as the one text they make."""
     tokens: list[int] = []
-    for segment in segments:
-        if segment.special:
-            token = control_token(vocabulary, segment.text)
+    for run in _text_runs(segments):
+        if run[0].special:
+            token = control_token(vocabulary, run[0].text)
             if token is None:
-                raise ValueError(f"the vocabulary has no control token {segment.text!r}")
+                raise ValueError(f"the vocabulary has no control token {run[0].text!r}")
             tokens.append(token)
         else:
-            tokens += vocabulary.tokenize(segment.text)
+            tokens += vocabulary.tokenize("".join(segment.text for segment in run))
     return tokens
+
+
+def _text_runs(segments: list[Segment]) -> list[list[Segment]]:
+    """The segments in runs tokenized as one: a control token alone; text segments joined
+    where markup lies between or beside them."""
+    runs: list[list[Segment]] = []
+    for segment in segments:
+        previous = runs[-1][-1] if runs else None
+        if (previous is not None and not segment.special and not previous.special
+                and (segment.markup or previous.markup)):
+            runs[-1].append(segment)
+        else:
+            runs.append([segment])
+    return runs
 
 
 # Every added token of each family's vocabulary (its tokenizer's added tokens; llama.cpp
@@ -223,10 +244,11 @@ SPELLINGS_END = re.compile(r"[>\]]")  # every spelling's last character
 
 
 def text_prompt(segments: list[Segment]) -> str:
-    """The prompt as text: control tokens spelt out, and each run of plain text without
-    special tokens (a run joined first: the seam of two pieces could spell one)."""
-    return "".join(text if special else without_special_tokens(text)
-                   for special, run in groupby(segments, key=lambda segment: segment.special)
+    """The prompt as text: control tokens spelt out, markup as written, and each run of
+    a document's text without special tokens (a run joined first: the seam of two pieces
+    could spell one)."""
+    return "".join(text if kept else without_special_tokens(text)
+                   for kept, run in groupby(segments, key=lambda segment: segment.special or segment.markup)
                    for text in ["".join(segment.text for segment in run)])
 
 

@@ -147,6 +147,8 @@ class CompleterStats:
     tokens_per_second: float = 0.0
     sessions: int = 0
     saved_kv_mb: float = 0.0
+    drafting_documents: int = 0
+    tuned_documents: int = 0
     warmed_tokens: int = 0
     index_files: int = 0
     index_tokens: int = 0

@@ -70,13 +70,15 @@ def inline_edit_params(params: Any) -> tuple[str, int | None, types.Position]:
 
 
 async def next_edit(completer: Completer, request: CompletionRequest, in_worker: InWorker) -> NextEdit:
-    """The next edit, computed in a worker; $/cancelRequest stops it at its next round."""
-    cancel = completer.new_request_flag(EDITS + request.document)
-    try:
-        return await in_worker(completer.next_edit, request, cancel)
-    except asyncio.CancelledError:
-        cancel.set()
-        raise
+    """The next edit, computed in a worker; $/cancelRequest stops it at its next round.
+    The request is running from here on (a newer one cancels it) and no longer once this
+    ends, also where it is cancelled before its worker starts."""
+    with completer.running.request(EDITS + request.document) as cancel:
+        try:
+            return await in_worker(completer.next_edit, request, cancel)
+        except asyncio.CancelledError:
+            cancel.set()
+            raise
 
 
 def edit_items(document: Document, version: int, request: CompletionRequest, edit: NextEdit, encoding: str,
@@ -91,7 +93,7 @@ def edit_items(document: Document, version: int, request: CompletionRequest, edi
     arguments = [suggestion_id, version]  # the edits of one suggestion are shown, taken or dismissed together
     for change in edit.edits:
         start, end = document.position_at(change.start, encoding), document.position_at(change.end, encoding)
-        items.append({"text": change.text, "textDocument": identity,
+        items.append({"text": document.leaving(change.text), "textDocument": identity,
                       "range": {"start": {"line": start.line, "character": start.character},
                                 "end": {"line": end.line, "character": end.character}},
                       "command": {"title": "Accept next edit", "command": protocol.ACCEPT_EDIT_COMMAND,
@@ -102,17 +104,19 @@ def edit_items(document: Document, version: int, request: CompletionRequest, edi
 async def complete(completer: Completer, request: CompletionRequest, debounce_ms: float,
                    in_worker: InWorker) -> Completion | None:
     """The completion, or None when a newer request for the document superseded it while
-    it waited out the debounce."""
-    cancel = completer.new_request_flag(request.document)
-    if debounce_ms > 0:
-        await asyncio.sleep(debounce_ms / 1000)
-        if cancel.is_set():
-            return None
-    try:
-        return await in_worker(completer.complete, request, cancel)
-    except asyncio.CancelledError:  # $/cancelRequest: stop the generation at its next round
-        cancel.set()
-        raise
+    it waited out the debounce. The request is running from here on (a newer one cancels
+    it, and no prefetch starts) and no longer once this ends, also where $/cancelRequest
+    ends it in the debounce."""
+    with completer.running.request(request.document) as cancel:
+        if debounce_ms > 0:
+            await asyncio.sleep(debounce_ms / 1000)
+            if cancel.is_set():
+                return None
+        try:
+            return await in_worker(completer.complete, request, cancel)
+        except asyncio.CancelledError:  # $/cancelRequest: stop the generation at its next round
+            cancel.set()
+            raise
 
 
 def answer_for(document: Document, version: int, request: CompletionRequest, position: types.Position,
@@ -150,8 +154,8 @@ def inline_items(answer: Answer, encoding: str, item_ids: list[int]) -> types.In
     rest = document.text[answer.cursor : line_end]
     end = document.position_at(line_end, encoding)
     return types.InlineCompletionList([
-        types.InlineCompletionItem(text + rest if rest.strip() else text, range=types.Range(answer.position, end),
-                                   command=_accept_command(answer, item_id))
+        types.InlineCompletionItem(document.leaving(text + rest if rest.strip() else text),
+                                   range=types.Range(answer.position, end), command=_accept_command(answer, item_id))
         for text, item_id in zip(answer.texts, item_ids)])
 
 
@@ -167,7 +171,7 @@ def completion_items(answer: Answer, item_ids: list[int]) -> types.CompletionLis
             kind=types.CompletionItemKind.Snippet,
             detail="AI completion (completer)",
             documentation=types.MarkupContent(types.MarkupKind.PlainText, text),
-            text_edit=types.TextEdit(types.Range(answer.position, answer.position), text),
+            text_edit=types.TextEdit(types.Range(answer.position, answer.position), answer.document.leaving(text)),
             insert_text_format=types.InsertTextFormat.PlainText,
             sort_text=str(rank),
             command=_accept_command(answer, item_id),

@@ -75,6 +75,8 @@ STATS_KEYS = (
     "retained_chars_120s",
     "sessions",  # documents with a completion session (open ones the server has completed in)
     "saved_kv_mb",  # KV caches saved for documents not being completed (cache.budget_mb bounds it)
+    "drafting_documents",  # other open documents n-gram lookup drafts from (the local engine)
+    "tuned_documents",  # documents the tuner keeps acceptance curves of (the local engine)
     "warmed_tokens",  # prompt tokens evaluated ahead of a request, after completer/warm
     "index_files",  # workspace files n-gram lookup drafts from; 0 until the index is built
     "index_tokens",

@@ -53,7 +53,7 @@ from completer.lsp.acceptance import RETENTION_CHECKS_S, Acceptances, Accepted
 from completer.lsp.completing import (Answer, after_acceptance, answer_for, complete, completion_items,
                                       document_position, edit_items, inline_edit_params, inline_items, next_edit,
                                       request_at)
-from completer.lsp.documents import Document, characters
+from completer.lsp.documents import Document, as_lf, characters
 from completer.lsp.loading import LoadProgress, load_models
 from completer.requests import CompleterStats
 
@@ -421,7 +421,7 @@ def did_change(ls: CompleterServer, params: types.DidChangeTextDocumentParams) -
     for change in params.content_changes:
         replaced = document.apply(change, ls.encoding)
         if replaced is not None:
-            ls.acceptances.changed(document.uri, *replaced, len(change.text))
+            ls.acceptances.changed(document.uri, *replaced, len(as_lf(change.text)))
     document.version = params.text_document.version
     if ls.completer is not None:
         ls.completer.document_changed(document.uri, document.text)
@@ -463,7 +463,8 @@ async def answer_at(ls: CompleterServer, uri: str, position: types.Position) -> 
         else:
             ls.tell(types.MessageType.Info, f"the server answers again (before: {ls.warning_shown})")
         ls.warning_shown = completion.warning
-    answer = answer_for(document, version, request, position, completion)
+    # Where the cursor is, a character past its line's end being its end (request_at).
+    answer = answer_for(document, version, request, document.position_at(request.cursor, ls.encoding), completion)
     if answer is not None:
         ls.suggestions.shown += 1
     return answer
@@ -507,7 +508,8 @@ async def inline_edit(ls: CompleterServer, params: Any) -> dict[str, list]:
         return {"edits": []}
     version = document.version
     await ls.completions_done(uri)
-    if document.version != version:  # typed meanwhile: the request is for text that is gone
+    # Typed meanwhile: the request is for text that is gone; or the models are reloading.
+    if document.version != version or ls.completer is None:
         return {"edits": []}
     edit = await next_edit(ls.completer, request, ls.in_worker)
     return edit_items(document, version, request, edit, ls.encoding, next(ls.item_ids))

@@ -34,6 +34,13 @@ async def start(cache: Path, options: dict[str, Any] | None = None, client: str 
     return lsp_client
 
 
+async def ready(cache: Path, options: dict[str, Any] | None = None, **kwargs) -> LanguageClient:
+    """start(), once the models are loaded."""
+    client = await start(cache, options, **kwargs)
+    await wait_ready(client)
+    return client
+
+
 async def stats(client: LanguageClient) -> dict[str, Any]:
     result = await client.protocol.send_request_async(protocol.STATS, None)
     return result._asdict()  # pygls hands an unknown method's result over as a named tuple

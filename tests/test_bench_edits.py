@@ -9,8 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from completer.bench.edit_holes import EditHole, edit_holes_from_json, hunks, pick_edit_holes
-from completer.bench.edit_run import suggestion
-from completer.editor.next_edit import FORMATS, InstructionFormat, apply_edits, editable_region
+from completer.editor.next_edit import FORMATS, InstructionFormat, apply_edits, editable_region, suggested_rewrite
 from completer.requests import TextEdit
 from conftest import run_completer
 
@@ -96,18 +95,21 @@ def test_a_history_without_near_changes_is_a_clear_usage_error(tmp_path):
         pick_edit_holes([tmp_path], 2, seed=1, lines=LINES)
 
 
-def test_a_suggestion_is_the_rewrite_up_to_the_stop_string_and_none_without_it():
+def test_a_suggestion_is_the_rewrite_up_to_where_it_ends_and_none_without_it():
     instruction: InstructionFormat = FORMATS["instruction"]
-    stop = (instruction.CLOSE, instruction.OPEN)
-    assert suggestion("a = 1\n</region>\nmore", False, stop, instruction, "a = 0\n") == "a = 1\n"
-    assert suggestion("a = 1\n<region>\nb", False, stop, instruction, "a = 0\n") == "a = 1\n"
-    assert suggestion("a = 1\nb = 2", False, stop, instruction, "a = 0\n") is None  # cut by the budget: not shown
-    assert suggestion("a = 1\nb = 2", True, stop, instruction, "a = 0\n") is None  # ended without its tag
-    assert suggestion("\n</region>", False, stop, instruction, "a = 0\n") is None  # the region emptied: no edit
-    assert suggestion("\n</region>", False, stop, instruction, "\n") == "\n"  # a blank region written again
+    ends = (instruction.CLOSE, instruction.OPEN)
+
+    def suggestion(output: str, ended: bool, region: str) -> str | None:
+        return suggested_rewrite(instruction, output, False, ended, ends, region)
+    assert suggestion("a = 1\n</region>\nmore", False, "a = 0\n") == "a = 1\n"
+    assert suggestion("a = 1\n<region>\nb", False, "a = 0\n") == "a = 1\n"
+    assert suggestion("a = 1\nb = 2", False, "a = 0\n") is None  # cut by the budget: not shown
+    assert suggestion("a = 1\nb = 2", True, "a = 0\n") is None  # ended without its tag
+    assert suggestion("\n</region>", False, "a = 0\n") is None  # the region emptied: no edit
+    assert suggestion("\n</region>", False, "\n") == "\n"  # a blank region written again
     sweep = FORMATS["sweep"]
-    assert suggestion("a = 1\n", True, sweep.prompt("a.py", "", editable_region("a = 0\n", 0, 0, 0), "", []).stop,
-                      sweep, "a = 0\n") == "a = 1\n"  # Sweep's model ends a rewrite with its end token
+    ends = sweep.prompt("a.py", "", editable_region("a = 0\n", 0, 0, 0), "", []).ends
+    assert suggested_rewrite(sweep, "a = 1\n", False, True, ends, "a = 0\n") == "a = 1\n"  # ends with its end token
 
 
 def test_the_edit_bench_refuses_options_it_cannot_take(history):

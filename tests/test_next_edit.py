@@ -9,7 +9,8 @@ from hypothesis import strategies as st
 from completer.config import Config, ModelOptions, NextEditOptions
 from completer.editor.completer import edit_format_name
 from completer.editor.next_edit import (FORMATS, EditEvent, InstinctFormat, InstructionFormat, SweepFormat, ZetaFormat,
-                                        apply_edits, editable_region, edits_between, fit_edit_prompt, with_ending_of)
+                                        apply_edits, editable_region, edits_between, fit_edit_prompt, suggested_rewrite,
+                                        with_ending_of)
 from completer.models.presets import PRESETS
 from completer.prompt import ContextFile
 from completer.requests import TextEdit
@@ -91,11 +92,12 @@ def test_zetas_prompt_is_zeds_and_its_answer_is_the_text_between_the_markers():
         "<|editable_region_start|>\ndef area(r):\n    retu<|user_cursor_is_here|>rn r * r\n<|editable_region_end|>"
         "\n\nprint(area(2))\n\n```\n\n### Response:\n")
     assert prompt.copy == "<|editable_region_start|>\ndef area(r):\n    return r * r\n<|editable_region_end|>"
-    assert prompt.stop == ("\n<|editable_region_end|>",)
+    assert prompt.ends == ("<|editable_region_end|>",)
     answer = "<|editable_region_start|>\ndef area(radius):\n    return radius<|user_cursor_is_here|> * radius"
-    assert ZetaFormat().rewrite(answer, stopped=True) == "def area(radius):\n    return radius * radius"
-    assert ZetaFormat().rewrite(answer, stopped=False) is None  # cut by the token limit
-    assert ZetaFormat().rewrite("def area(radius):", stopped=True) is None  # not in the format
+    assert ZetaFormat().rewrite(answer, stopped=True,
+                                region_text=region.text) == "def area(radius):\n    return radius * radius"
+    assert ZetaFormat().rewrite(answer, stopped=False, region_text=region.text) is None  # cut by the token limit
+    assert ZetaFormat().rewrite("def area(radius):", stopped=True, region_text=region.text) is None  # not in the format
 
 
 def test_sweeps_prompt_is_sweeps_plugins_and_its_control_token_is_one_segment():
@@ -115,13 +117,14 @@ def test_sweeps_prompt_is_sweeps_plugins_and_its_control_token_is_one_segment():
     assert "".join(segment.text for segment in segments) == prompt.text
     assert [s.text for s in segments if s.special] == ["<|file_sep|>"] * 4
     assert not any("<|file_sep|>" in s.text for s in segments if not s.special)
-    assert prompt.copy == region.text and SweepFormat.ends_with_end_token and prompt.stop == ("<|file_sep|>", "</s>")
+    assert prompt.copy == region.text and SweepFormat.ends_with_end_token and prompt.ends == ("<|file_sep|>", "</s>")
     # Other files' chunks first, in Qwen2.5-Coder's repository format.
     chunked = SweepFormat().prompt("shapes.py", text[:region.start], region, text[region.end:], [event],
                                    (ContextFile("units.py", "CM = 1\n"),))
     assert chunked.text == "<|file_sep|>units.py\nCM = 1\n" + prompt.text
-    assert SweepFormat().rewrite("def area(w, height):\n    return w * height\n", stopped=True) is not None
-    assert SweepFormat().rewrite("def area(w, height):\n", stopped=False) is None
+    assert SweepFormat().rewrite("def area(w, height):\n    return w * height\n", stopped=True,
+                                 region_text=region.text) is not None
+    assert SweepFormat().rewrite("def area(w, height):\n", stopped=False, region_text=region.text) is None
 
 
 def test_instincts_prompt_is_continues_chat_and_its_answer_is_the_region():
@@ -149,15 +152,16 @@ def test_instincts_prompt_is_continues_chat_and_its_answer_is_the_region():
         "<|im_end|>\n<|im_start|>assistant\n")
     assert [s.text for s in prompt.segments if s.special] == ["<|im_start|>", "<|im_end|>"] * 2 + ["<|im_start|>"]
     assert prompt.copy == "def area(r):\n    return r * r" and InstinctFormat.ends_with_end_token
-    assert prompt.stop == ("<|im_end|>", "<|editable_region_end|>")
+    assert prompt.ends == ("<|im_end|>", "<|editable_region_end|>")
     answer = "def area(radius):\n    return radius<|user_cursor_is_here|> * radius"
     rewritten = "def area(radius):\n    return radius * radius"
-    assert InstinctFormat().rewrite(answer, stopped=True) == rewritten
-    assert InstinctFormat().rewrite(answer, stopped=False) is None  # cut by the token limit
+    assert InstinctFormat().rewrite(answer, stopped=True, region_text=region.text) == rewritten
+    assert InstinctFormat().rewrite(answer, stopped=False, region_text=region.text) is None  # cut by the token limit
     # As Instinct's evaluation reads it: between the markers (cut at the end marker, a stop).
-    assert InstinctFormat().rewrite(f"<|editable_region_start|>\n{answer}\n", stopped=True) == rewritten
+    assert InstinctFormat().rewrite(f"<|editable_region_start|>\n{answer}\n", stopped=True,
+                                    region_text=region.text) == rewritten
     # As Continue's postprocessing reads it: a fence's lines are not the region's.
-    assert InstinctFormat().rewrite(f"```python\n{answer}\n```\n", stopped=True) == rewritten
+    assert InstinctFormat().rewrite(f"```python\n{answer}\n```\n", stopped=True, region_text=region.text) == rewritten
 
 
 def test_a_document_that_spells_a_control_token_stays_text():
@@ -239,3 +243,42 @@ def test_copy_drafting_draws_on_the_region_then_the_lines_the_newest_edits_made(
     tight = fit_edit_prompt(FILE, FILE.index("f20"), "main.py", (3, 3, 8), events, InstructionFormat(),
                             len(fitted.prompt.text) + fitted.answer_tokens - 1, characters)
     assert tight.copy_from == f"{tight.prompt.copy}\ndef f(new_width):"
+
+
+# Lines a region may hold that a parser could take for its format's own: every format's
+# markers and stop strings, alone on a line or inside one, and code fences.
+MARKER_LINES = st.sampled_from([
+    "</region>", "<region>", "x = '<cursor>'", "<cursor>", "<|editable_region_start|>", "<|editable_region_end|>",
+    "s = '<|user_cursor_is_here|>'", "<|start_of_file|>", "</s>", "<s>old</s>", "<|file_sep|>", "<|im_end|>",
+    "<|context_file|>: a.py", "```", "```python", "    pass"])
+
+
+def copied(edit_format, region) -> tuple[str, bool]:
+    """A model's answer that writes the region again unchanged, as the format's model
+    writes one (its cursor marker echoed where the format shows it), and whether it
+    ends with an end-of-generation token."""
+    body = region.text.removesuffix("\n")
+    at = min(region.cursor, len(body))
+    if isinstance(edit_format, InstructionFormat):
+        return region.text[:region.cursor] + "<cursor>" + region.text[region.cursor:] + "</region>\n\nmore", False
+    if isinstance(edit_format, ZetaFormat):
+        marked = body[:at] + "<|user_cursor_is_here|>" + body[at:]
+        return f"<|editable_region_start|>\n{marked}\n<|editable_region_end|>", False
+    return region.text, True
+
+
+@given(st.lists(MARKER_LINES | st.text(alphabet="ab =", max_size=6), min_size=1, max_size=8), st.data(),
+       st.sampled_from(sorted(FORMATS)))
+def test_a_copy_of_any_region_is_no_edit_whatever_markers_it_holds(lines, data, family):
+    """Stop strings end a rewrite only where the format writes them, and parsing removes
+    nothing the document holds: its markers, its stop strings, its fences."""
+    text = "".join(line + "\n" for line in lines)
+    region = editable_region(text, data.draw(st.integers(0, len(text))), 2, 2)
+    edit_format = FORMATS[family]
+    prompt = edit_format.prompt("a.md", text[:region.start], region, text[region.end:], [])
+    output, ended = copied(edit_format, region)
+    rewrite = suggested_rewrite(edit_format, output, False, ended, prompt.ends, region.text)
+    if rewrite is None:  # an empty region written again empty: no answer, as no edit
+        assert not region.text.strip()
+        return
+    assert edits_between(region, rewrite) == []

@@ -20,22 +20,14 @@ from completer.bench import report
 from completer.bench.edit_holes import EditHole
 from completer.bench.run import Bench
 from completer.editor.completer import edit_format_name
-from completer.editor.next_edit import FORMATS, apply_edits, edits_between, fit_edit_prompt, region_rewrite
+from completer.editor.next_edit import (FORMATS, apply_edits, edits_between, engine_stops, fit_edit_prompt,
+                                        suggested_rewrite)
 from completer.engine.tuning import CostModel
 
 # The modes an edit bench runs by default: ours that make a rewrite (auto:local is auto
 # here, with no workspace index), and llama-server plain and with its n-gram speculation.
 EDIT_MODES = ("target", "ngram", "draft", "hybrid", "auto")
 EDIT_PEERS = ("peer:llama-server", "peer:llama-server:ngram-mod", "peer:llama-server:ngram-simple")
-
-
-def suggestion(output: str, ended: bool, stop: tuple[str, ...], edit_format, region_text: str) -> str | None:
-    """The region's rewrite in a model's output (`ended`: by an end token), cut at the
-    first stop string as the editor's request cuts it; None when the output is not a
-    whole rewrite."""
-    cut = min((output.find(s) for s in stop if s in output), default=-1)
-    whole = cut >= 0 or (ended and edit_format.ends_with_end_token)
-    return region_rewrite(edit_format, output[:cut] if cut >= 0 else output, whole, region_text)
 
 
 class EditBench(Bench):
@@ -57,7 +49,8 @@ class EditBench(Bench):
                 len(truth) - (len(document) - fitted.region.end)], "prompt_tokens": len(prompt)}
         records, chosen = {}, {}
         records["target"], chosen["target"] = self.run_mode({**base, "mode": "target"}, prompt, fitted.answer_tokens,
-                                                            hole.file, fitted.prompt.stop)
+                                                            hole.file, tuple(engine_stops(fitted.prompt.ends,
+                                                                                          fitted.region.text)))
         made = len(records["target"]["tokens"])
         others = [mode for mode in self.settings.modes if mode != "target"]
         turn = index % len(others) if others else 0  # the order rotates per hole: drift hits every mode alike
@@ -66,8 +59,8 @@ class EditBench(Bench):
                                                         copy_from=copy)
         for mode, record in records.items():
             ended = len(chosen[mode]) > len(record["tokens"])  # the end token that stopped it came with its tokens
-            rewrite = suggestion(self.model.detokenize(record["tokens"]), ended, fitted.prompt.stop, edit_format,
-                                 fitted.region.text) if "failed" not in record else None
+            rewrite = suggested_rewrite(edit_format, self.model.detokenize(record["tokens"]), False, ended,
+                                        fitted.prompt.ends, fitted.region.text) if "failed" not in record else None
             edits = edits_between(fitted.region, rewrite) if rewrite is not None else None
             record["shown"] = rewrite
             record["no_edit"] = edits == []

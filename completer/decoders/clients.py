@@ -452,8 +452,8 @@ class OpenAIClient(HttpClient):
         evaluated = int(usage.get("prompt_tokens", 0)) - cached
         timings = next((event["timings"] for event in reversed(events) if event.get("timings")), None) or {
             "prompt_n": evaluated, "predicted_n": int(usage.get("completion_tokens", 0))}
-        return RemoteGeneration(text, [], StopReason.MAX_TOKENS if finish == "length" else StopReason.STOP, cached, evaluated,
-                                timings)
+        stop_reason = StopReason.MAX_TOKENS if finish == "length" else StopReason.STOP
+        return RemoteGeneration(text, [], stop_reason, cached, evaluated, timings)
 
 
 def _choice_text(event: dict) -> str:

@@ -63,8 +63,12 @@ class DocumentCaches:
         return sum(snapshot.size_bytes for snapshot in snapshots)
 
     def forget(self, document: str) -> None:
+        """The document closed: its saved caches go, and live ones are no longer its (the
+        next document activated starts from them without saving them)."""
         with self._lock:
             self.saved.pop(document, None)
+        if self.current == document:
+            self.current = None
 
     def clear(self) -> None:
         with self._lock:
@@ -250,11 +254,13 @@ class LocalDecoder:
         return warmed
 
     def close(self, document: str, path: str | None) -> None:
-        """Its saved caches go; n-gram lookup drafts from the file as last saved again."""
+        """Its saved caches and acceptance curves go; n-gram lookup drafts from the file as
+        last saved again."""
         with self._engine():
             self.caches.forget(caches_name(document, edits=False))
             self.caches.forget(caches_name(document, edits=True))
             self.engine.ngram.remove_other_document(document)
+            self.engine.tuner.acceptance.forget(document)
             if path is not None and not self.engine.ngram.has_saved_file(path):
                 self.index.show(path)
 
@@ -293,4 +299,6 @@ class LocalDecoder:
     def statistics(self) -> dict:
         stats = self.index.stats
         return {"draft_failure": self.engine.draft_failure, "saved_kv_mb": self.caches.saved_bytes / 2**20,
+                "drafting_documents": len(self.engine.ngram.others),
+                "tuned_documents": len(self.engine.tuner.acceptance.documents()),
                 "index_files": stats.files, "index_tokens": stats.tokens, "index_mb": stats.mb}

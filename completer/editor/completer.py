@@ -36,7 +36,8 @@ from completer.config import Config, PromptOptions
 from completer.decoders.protocol import Decode, DecodeCounts, Decoded, Decoder, DecoderModel
 from completer.editor.context import ChunkRing
 from completer.editor.forward_cache import ForwardCache, Shown, distinct
-from completer.editor.next_edit import FORMATS, EditHistory, edits_between, fit_edit_prompt, recent, region_rewrite
+from completer.editor.next_edit import (FORMATS, EditHistory, edits_between, engine_stops, fit_edit_prompt, recent,
+                                        rewrite_end, suggested_rewrite)
 from completer.editor.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
 from completer.editor.prefetch import Prefetch, PrefetchSlot
 from completer.editor.running import RunningRequests
@@ -214,6 +215,8 @@ class Completer:
         with self._state:
             self.history.forget(document)
             session = self.sessions.pop(document, None)
+            if self.current == document:
+                self.current = None
         self.decoder.close(document, session.path if session is not None else None)
 
     def forget_shown(self, document: str) -> None:
@@ -305,8 +308,8 @@ class Completer:
         with self._state:
             self.counters.prefetches += 1
         try:
-            ahead.completion = self._in_turn(
-                ahead.cancel, lambda model: self._complete_in_turn(request, model, ahead.cancel, ahead), empty_completion)
+            ahead.completion = self._in_turn(ahead.cancel, lambda model: self._complete_in_turn(
+                request, model, ahead.cancel, ahead), empty_completion)
         finally:
             ahead.done.set()
         return ahead.completion
@@ -368,15 +371,17 @@ class Completer:
         decoded = self.decoder.decode(Decode(
             request.document, request.language, prompt, length, fitted.answer_tokens, 0.0,
             Sampling(generation.temperature, generation.top_k, generation.top_p), generation.draft_mode, False,
-            list(fitted.prompt.stop), lambda _: False, cancel, copy_from=fitted.copy_from))
+            engine_stops(fitted.prompt.ends, fitted.region.text),
+            lambda text: rewrite_end(text, fitted.prompt.ends, fitted.region.text) is not None, cancel,
+            copy_from=fitted.copy_from))
         stop_reason = StopReason(decoded.stop_reason)
         if stop_reason == StopReason.CANCELLED:
             return no_edit(Source.SUPERSEDED, StopReason.CANCELLED)
         with self._state:
             if decoded.counts is not None:
                 self.counters.add(decoded.counts)
-        whole = stop_reason == StopReason.STOP or (edit_format.ends_with_end_token and stop_reason == StopReason.END)
-        rewrite = region_rewrite(edit_format, decoded.text, whole, fitted.region.text)
+        rewrite = suggested_rewrite(edit_format, decoded.text, stop_reason == StopReason.STOP,
+                                    stop_reason == StopReason.END, fitted.prompt.ends, fitted.region.text)
         edits = edits_between(fitted.region, rewrite) if rewrite is not None else []
         return NextEdit(edits, Source.MODEL, stop_reason, rewrite, prompt, decoded.result)
 
@@ -415,11 +420,11 @@ class Completer:
                 return empty(Source.SERVER_DOWN, StopReason.UNAVAILABLE, "")
 
     def _complete(self, request: CompletionRequest, cancel: CancelFlag) -> Completion:
-        text_before = request.text[: request.cursor]
         with self._state:
             self.counters.requests += 1
-            session = self.sessions.setdefault(request.document, CompletionSession(request.path))
-            rests = session.forward.lookup(text_before, self.cursor_context(request))
+            session = self.sessions.get(request.document)
+            rests = (session.forward.lookup(request.text, request.cursor, self.cursor_context(request))
+                     if session is not None else [])
             if rests:
                 self.counters.forward_cache_hits += 1
                 return Completion(rests[0], Source.FORWARD_CACHE, alternatives=rests[1:])
@@ -431,6 +436,9 @@ class Completer:
                     return superseded()
             if ahead.completion is not None and ahead.completion.source == Source.MODEL:
                 with self._state:
+                    if cancel.is_set():  # the document closed while the prefetch ran
+                        return superseded()
+                    session = self.sessions.setdefault(request.document, CompletionSession(request.path))
                     session.forward = ahead.forward
                     self._take_text(session, request)
                     self.counters.prefetch_hits += 1
@@ -440,7 +448,7 @@ class Completer:
         return self._in_turn(cancel, lambda model: self._complete_in_turn(request, model, cancel), empty_completion)
 
     def _complete_in_turn(self, request: CompletionRequest, model: DecoderModel, cancel: CancelFlag,
-                ahead: Prefetch | None = None) -> Completion:
+                          ahead: Prefetch | None = None) -> Completion:
         """Under the decoder's turn: the document entered, its prompt decoded. A prompt the
         decoder finds longer than its context (our count was an estimate, or a server's
         slots shrank) is tried once more at half the length. `ahead`: the prefetch this
@@ -464,7 +472,7 @@ class Completer:
                            [(text, reason == StopReason.TIME) for text, reason in decoded.alternatives])
         with self._state:
             forward = session.forward if ahead is None else ahead.forward
-            forward.remember(request.text[: request.cursor], candidates)
+            forward.remember(request.text, request.cursor, candidates)
             if ahead is None:
                 if decoded.counts is not None:
                     self.counters.add(decoded.counts)
@@ -476,7 +484,7 @@ class Completer:
                           alternatives=shown[1:])
 
     def _decode_at_cursor(self, request: CompletionRequest, prompt: list[int] | str, length: int, suffix: str,
-                 cancel: CancelFlag) -> tuple[Decoded, CursorContext]:
+                          cancel: CancelFlag) -> tuple[Decoded, CursorContext]:
         """The decoder's answer to `prompt`, and the cursor it is post-processed at."""
         options = self.config.generation
         cursor = self.cursor_context(request, suffix)
@@ -495,6 +503,10 @@ class Completer:
         history stay as they are. `edits`: a next-edit request, on the document's caches for
         next edits."""
         with self._state:
+            # A request cancelled (a newer one, or the document closed: close() cancels
+            # before it forgets) brings no session back.
+            if cancel is not None and cancel.is_set():
+                raise Cancelled
             session = self.sessions.setdefault(request.document, CompletionSession(request.path))
             left_document = self.current if self.current != request.document else None
             left = self.sessions.get(left_document) if left_document is not None else None

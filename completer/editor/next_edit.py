@@ -71,12 +71,65 @@ def edits_between(region: Region, rewrite: str) -> list[TextEdit]:
     return edits
 
 
+def rewrite_end(output: str, ends: tuple[str, ...], region_text: str) -> int | None:
+    """Where the rewrite in a model's `output` ends, or None while it goes on: at the first
+    of the format's `ends` that starts a line (the format writes it after the region's
+    last line; anywhere in the line for a region without a final line break), unless
+    that is a line of the region the model is still copying: one that starts with an end
+    too (an XML file's `</region>`, a `</s>` in HTML), where the rewrite so far, aligned
+    with the region line by line, has not come to it. So text the document holds is
+    never taken for the end of its rewrite."""
+    anywhere = not region_text.endswith(("\n", "\r"))
+    region_lines = _lines(region_text)
+    own = [i for i, line in enumerate(region_lines)
+           if (any(end in line for end in ends) if anywhere else line.startswith(ends))]
+    for found in re.finditer("|".join(map(re.escape, ends)), output):
+        at = found.start()
+        if not anywhere and at and output[at - 1] not in "\n\r":
+            continue
+        if own:
+            matcher = difflib.SequenceMatcher(None, region_lines, _lines(output[:at]), autojunk=False)
+            copied = max((block.a + block.size - 1 for block in matcher.get_matching_blocks() if block.size),
+                         default=-1)
+            if any(line > copied for line in own):
+                continue
+        return at
+    return None
+
+
+def engine_stops(ends: tuple[str, ...], region_text: str) -> list[str]:
+    """The ends a decoder may stop at wherever they appear (its stop strings): those the
+    region does not hold. The others end a rewrite only as rewrite_end finds."""
+    return [end for end in ends if end not in region_text]
+
+
+def suggested_rewrite(edit_format: "EditFormat", output: str, stopped: bool, ended: bool, ends: tuple[str, ...],
+                      region_text: str) -> str | None:
+    """The region's new text in a model's `output` (cut where rewrite_end finds its end;
+    `stopped`: decoding already cut it at a stop string; `ended`: by an end-of-generation
+    token); None when the output is not a whole rewrite."""
+    end = rewrite_end(output, ends, region_text)
+    whole = end is not None or stopped or (ended and edit_format.ends_with_end_token)
+    return region_rewrite(edit_format, output[:end] if end is not None else output, whole, region_text)
+
+
+def without_echoed(marker: str, output: str, region_text: str) -> str:
+    """`output` without the `marker`s the model echoed from the prompt (its cursor): those
+    beyond the ones the region holds, each told from the region's own by the text before
+    it, which the region has before its own."""
+    while output.count(marker) > region_text.count(marker):
+        starts = [found.start() for found in re.finditer(re.escape(marker), output)]
+        echoed = next((at for at in starts if output[max(0, at - 20):at] + marker not in region_text), starts[0])
+        output = output[:echoed] + output[echoed + len(marker):]
+    return output
+
+
 def region_rewrite(edit_format: "EditFormat", output: str, whole: bool, region_text: str) -> str | None:
     """The region's new text in a model's answer (`whole`: it ended as the format ends a
     rewrite), ending as the region does; None when the answer is not a whole rewrite, or
     empties a region that has text: a small model closing the region at once (smol did
     on 10 of 12 edits from a repository's history), not an edit a user makes next."""
-    rewrite = edit_format.rewrite(output, whole)
+    rewrite = edit_format.rewrite(output, whole, region_text)
     if rewrite is None or (not rewrite.strip() and region_text.strip()):
         return None
     return with_ending_of(rewrite, region_text)
@@ -144,20 +197,32 @@ class EditPrompt:
     """A rendered next-edit prompt: its segments (each control token a special segment of
     its own, so that a document's text that spells one, such as this file's, stays text),
     the text a rewrite of the region copies (what copy drafting proposes from), and the
-    strings that end the rewrite."""
+    strings that end the rewrite where the format writes them (rewrite_end)."""
 
     segments: tuple[Segment, ...]
     copy: str
-    stop: tuple[str, ...]
+    ends: tuple[str, ...]
 
     @cached_property
     def text(self) -> str:
         return "".join(segment.text for segment in self.segments)
 
 
-def as_text(text: str) -> tuple[Segment, ...]:
-    """A prompt of text alone, no control token."""
-    return (Segment(text),)
+class Theirs(str):
+    """A document's or the user's text in a next-edit prompt (file text, paths, diffs),
+    which a server given the prompt as text has special tokens taken out of."""
+
+
+def segments_of(*parts: str | Segment) -> tuple[Segment, ...]:
+    """A prompt's segments: each Theirs part as text, each other string as the format's
+    own (markup), each Segment as it is."""
+    return tuple(part if isinstance(part, Segment) else Segment(part, markup=not isinstance(part, Theirs))
+                 for part in parts if part)
+
+
+def joined(separator: str, blocks: list[list[str | Segment]]) -> list[str | Segment]:
+    """The blocks' parts, `separator` (the format's) between blocks."""
+    return [part for i, block in enumerate(blocks) for part in ([separator] if i else []) + block]
 
 
 class EditFormat:
@@ -177,9 +242,10 @@ class EditFormat:
         first, for the formats whose model reads them."""
         raise NotImplementedError
 
-    def rewrite(self, output: str, stopped: bool) -> str | None:
-        """The region's new text in the model's answer; None when the answer is not a
-        whole region (cut by the token limit, or not in the format)."""
+    def rewrite(self, output: str, stopped: bool, region_text: str) -> str | None:
+        """The region's new text in the model's answer (cut where the rewrite ends); None
+        when the answer is not a whole region (cut by the token limit, or not in the
+        format). What the region itself holds stays, markers and fences alike."""
         raise NotImplementedError
 
 
@@ -197,17 +263,18 @@ class InstructionFormat(EditFormat):
 
     def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent],
                chunks: tuple[ContextFile, ...] = ()) -> EditPrompt:
-        files = "".join(f"The file {chunk.path}:\n{chunk.text.rstrip(chr(10))}\n\n" for chunk in chunks)
-        history = "".join(f"User edited {event.path}:\n{event.diff}" for event in events)
-        marked = region.text[:region.cursor] + self.CURSOR + region.text[region.cursor:]
-        text = (f"{files}{history}\nThe file {path}:\n{before}{region.text}{after}\n"
-                f"Rewrite the region with the user's next edit near {self.CURSOR}.\n"
-                f"{self.OPEN}{marked}{self.CLOSE}\n\n{self.OPEN}")
+        files = [["The file ", Theirs(chunk.path), ":\n", Theirs(chunk.text.rstrip("\n")), "\n\n"] for chunk in chunks]
+        history = [["User edited ", Theirs(event.path), ":\n", Theirs(event.diff)] for event in events]
+        segments = segments_of(
+            *joined("", files + history), "\nThe file ", Theirs(path), ":\n", Theirs(before + region.text + after),
+            f"\nRewrite the region with the user's next edit near {self.CURSOR}.\n{self.OPEN}",
+            Theirs(region.text[:region.cursor]), self.CURSOR, Theirs(region.text[region.cursor:]),
+            f"{self.CLOSE}\n\n{self.OPEN}")
         # A second opening tag ends a rewrite too: a small model goes on to another region.
-        return EditPrompt(as_text(text), region.text + self.CLOSE, (self.CLOSE, self.OPEN))
+        return EditPrompt(segments, region.text + self.CLOSE, (self.CLOSE, self.OPEN))
 
-    def rewrite(self, output: str, stopped: bool) -> str | None:
-        return output.replace(self.CURSOR, "") if stopped else None
+    def rewrite(self, output: str, stopped: bool, region_text: str) -> str | None:
+        return without_echoed(self.CURSOR, output, region_text) if stopped else None
 
 
 class ZetaFormat(EditFormat):
@@ -232,17 +299,17 @@ class ZetaFormat(EditFormat):
         body, break_ = _without_last_break(region.text)
         cursor = min(region.cursor, len(body))
         start_of_file = f"{self.FILE_START}\n" if region.start - len(before) == 0 else ""
-        excerpt = (f"```{path}\n{start_of_file}{before}{self.START}\n{body[:cursor]}{self.CURSOR}{body[cursor:]}\n"
-                   f"{self.END}{break_}{after}\n```")
-        history = "\n\n".join(f"User edited {event.path}:\n```diff\n{event.diff}```" for event in events)
-        text = f"{self.INSTRUCTION}{history}\n\n### User Excerpt:\n\n{excerpt}\n\n### Response:\n"
-        return EditPrompt(as_text(text), f"{self.START}\n{body}\n{self.END}", (f"\n{self.END}",))
+        history = [["User edited ", Theirs(event.path), ":\n```diff\n", Theirs(event.diff), "```"] for event in events]
+        segments = segments_of(
+            self.INSTRUCTION, *joined("\n\n", history), "\n\n### User Excerpt:\n\n```", Theirs(path), "\n",
+            start_of_file, Theirs(before), f"{self.START}\n", Theirs(body[:cursor]), self.CURSOR, Theirs(body[cursor:]),
+            f"\n{self.END}", Theirs(break_ + after), "\n```\n\n### Response:\n")
+        return EditPrompt(segments, f"{self.START}\n{body}\n{self.END}", (self.END,))
 
-    def rewrite(self, output: str, stopped: bool) -> str | None:
-        output = output.replace(self.CURSOR, "")
+    def rewrite(self, output: str, stopped: bool, region_text: str) -> str | None:
         if not stopped or not output.startswith(f"{self.START}\n"):
             return None
-        return output[len(self.START) + 1:]
+        return without_echoed(self.CURSOR, output[len(self.START) + 1:], region_text)
 
 
 class SweepFormat(EditFormat):
@@ -269,15 +336,16 @@ class SweepFormat(EditFormat):
         current, _ = _without_last_break(region.text)
         latest = next((event for event in reversed(events) if event.path == path), None)
         original = (_lines_before_edit(latest, region) if latest is not None else None) or current
-        blocks = [f"{chunk.path}\n{_without_last_break(chunk.text)[0]}\n" for chunk in chunks]
-        blocks += [f"{event.path}.diff\noriginal:\n{old}\nupdated:\n{new}\n"
-                   for event in events for old, new in [_changed_lines(event.before, event.after)]]
-        blocks += [f"original/{path}\n{original}\n", f"current/{path}\n{current}\n", f"updated/{path}\n"]
         separator = Segment(self.SEPARATOR, special=True)
-        return EditPrompt(tuple(segment for block in blocks for segment in (separator, Segment(block))), region.text,
-                          (self.SEPARATOR, "</s>"))
+        blocks = [[separator, Theirs(f"{chunk.path}\n{_without_last_break(chunk.text)[0]}"), "\n"] for chunk in chunks]
+        blocks += [[separator, Theirs(event.path), ".diff\noriginal:\n", Theirs(old), "\nupdated:\n", Theirs(new), "\n"]
+                   for event in events for old, new in [_changed_lines(event.before, event.after)]]
+        blocks += [[separator, "original/", Theirs(path), "\n", Theirs(original), "\n"],
+                   [separator, "current/", Theirs(path), "\n", Theirs(current), "\n"],
+                   [separator, "updated/", Theirs(path), "\n"]]
+        return EditPrompt(segments_of(*joined("", blocks)), region.text, (self.SEPARATOR, "</s>"))
 
-    def rewrite(self, output: str, stopped: bool) -> str | None:
+    def rewrite(self, output: str, stopped: bool, region_text: str) -> str | None:
         return output if stopped else None
 
 
@@ -371,28 +439,32 @@ class InstinctFormat(EditFormat):
 
     def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent],
                chunks: tuple[ContextFile, ...] = ()) -> EditPrompt:
-        snippets = "\n\n".join(f"{self.CONTEXT_FILE}: {chunk.path}\n{self.SNIPPET}\n"
-                               f"{_without_last_break(chunk.text)[0]}" for chunk in chunks)
-        history = "\n".join(f'User edited file "{event.path}"\n\n```diff\n{_without_last_break(event.diff)[0]}\n```'
-                            for event in events)
+        snippets = [[f"{self.CONTEXT_FILE}: ", Theirs(chunk.path), f"\n{self.SNIPPET}\n",
+                     Theirs(_without_last_break(chunk.text)[0])] for chunk in chunks]
+        history = [['User edited file "', Theirs(event.path), '"\n\n```diff\n',
+                    Theirs(_without_last_break(event.diff)[0]), "\n```"] for event in events]
         body, _ = _without_last_break(region.text)
         cursor = min(region.cursor, len(body))
         following = f"\n{_without_last_break(after)[0]}" if after else ""
-        excerpt = f"{before}{self.START}\n{body[:cursor]}{self.CURSOR}{body[cursor:]}\n{self.END}{following}"
-        user = (f"{self.USER_PREFIX}\n\n### Context:\n{snippets}\n\n### User Edits:\n\n{history}\n\n"
-                f"### User Excerpt:\n{path}\n\n{excerpt}```\n### Response:")
         start, end = Segment(self.IM_START, special=True), Segment(self.IM_END, special=True)
-        chat = (start, Segment(f"system\n{self.SYSTEM}"), end, Segment("\n"), start, Segment(f"user\n{user}"), end,
-                Segment("\n"), start, Segment("assistant\n"))
+        chat = segments_of(
+            start, f"system\n{self.SYSTEM}", end, "\n", start,
+            f"user\n{self.USER_PREFIX}\n\n### Context:\n", *joined("\n\n", snippets), "\n\n### User Edits:\n\n",
+            *joined("\n", history), "\n\n### User Excerpt:\n", Theirs(path), "\n\n", Theirs(before),
+            f"{self.START}\n", Theirs(body[:cursor]), self.CURSOR, Theirs(body[cursor:]), f"\n{self.END}",
+            Theirs(following), "```\n### Response:", end, "\n", start, "assistant\n")
         return EditPrompt(chat, body, (self.IM_END, self.END))
 
-    def rewrite(self, output: str, stopped: bool) -> str | None:
+    def rewrite(self, output: str, stopped: bool, region_text: str) -> str | None:
         if not stopped:
             return None
-        lines = output.replace(self.CURSOR, "").removeprefix(f"{self.START}\n").rstrip("\n").split("\n")
-        if lines[0].startswith("```"):
+        output = without_echoed(self.CURSOR, output, region_text)
+        if not region_text.startswith(f"{self.START}\n"):
+            output = output.removeprefix(f"{self.START}\n")
+        lines, region_lines = output.rstrip("\n").split("\n"), region_text.rstrip("\n").split("\n")
+        if lines[0].startswith("```") and not region_lines[0].startswith("```"):  # a fence the answer opened
             lines = lines[1:]
-        if lines and re.fullmatch("`+", lines[-1].strip()):
+        if lines and re.fullmatch("`+", lines[-1].strip()) and not re.fullmatch("`+", region_lines[-1].strip()):
             lines = lines[:-1]
         return "\n".join(lines)
 

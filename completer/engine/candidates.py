@@ -158,7 +158,9 @@ def _settle(engine: Engine, branch: _Branch, prompt_length: int, max_tokens: int
     if stop_reason == StopReason.MAX_TOKENS:
         if len(branch.tokens) - prompt_length < branch.limit:
             return
-        stop_reason = StopReason.MAX_TOKENS if branch.limit == max_tokens else StopReason.TIME  # cut short: whole lines only
+        # Cut short: whole lines only.
+        stop_reason = StopReason.MAX_TOKENS if branch.limit == max_tokens else StopReason.TIME
     del branch.tokens[prompt_length + branch.limit:]
     branch.stop_reason = stop_reason
-    branch.text = text if stop_reason == StopReason.STOP else generated_text(engine, branch.tokens[prompt_length:], healing)
+    branch.text = (text if stop_reason == StopReason.STOP
+                   else generated_text(engine, branch.tokens[prompt_length:], healing))

@@ -163,6 +163,16 @@ class AcceptanceTable:
     def survival(self, provider: str, document: str, language: str, bucket: int, most: int) -> list[float]:
         return self.curve(provider, document, language, bucket).survival(most, PRIORS.get(provider, 0.5))
 
+    def forget(self, document: str) -> None:
+        """The document closed: its curves go (its language's keep what it taught them)."""
+        scope = f"doc:{document}"
+        for key in [key for key in self.by_key if key[1] == scope]:
+            del self.by_key[key]
+
+    def documents(self) -> set[str]:
+        """The documents with curves of their own."""
+        return {scope.removeprefix("doc:") for _, scope, _ in list(self.by_key) if scope.startswith("doc:")}
+
 
 @dataclass(frozen=True)
 class Plan:

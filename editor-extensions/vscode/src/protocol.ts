@@ -98,6 +98,8 @@ export interface Stats {
   retained_chars_120s: number;
   sessions: number;
   saved_kv_mb: number;
+  drafting_documents: number;
+  tuned_documents: number;
   warmed_tokens: number;
   index_files: number;
   index_tokens: number;

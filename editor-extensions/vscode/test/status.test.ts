@@ -21,6 +21,8 @@ const stats: Stats = {
   suggestion_acceptance_rate: 3 / 7,
   sessions: 2,
   saved_kv_mb: 12.5,
+  drafting_documents: 1,
+  tuned_documents: 2,
   warmed_tokens: 900,
   index_files: 1790,
   index_tokens: 8_400_000,

@@ -1,0 +1,125 @@
+"""Real editing through the real server and the smol pair: closing a document with
+requests in flight, a line pasted below a suggestion, a request cancelled before its
+work starts, positions past a line's end, and a lone surrogate. Nothing stale is shown,
+and nothing of a closed document stays behind."""
+
+import asyncio
+import time
+
+import pytest
+from lsprotocol import types
+from pygls.exceptions import JsonRpcException
+
+from completer.lsp import protocol
+from lsp_session import FAST, inline, insert, open_document, ready, stats
+from raw_lsp import RawServer
+
+STATS_PY = "def mean(values):\n    return sum(values) / len(values)\n\n\ndef variance(values):\n    "
+pytestmark = pytest.mark.slow  # a server and the smol pair per test, minutes in all
+NEXT_EDIT = {"edits": {"lines_above": 2, "lines_below": 2, "context_lines": 1}}
+
+
+@pytest.fixture
+async def client(smol, smol_cache):
+    lsp_client = await ready(smol_cache, NEXT_EDIT)
+    yield lsp_client
+    await lsp_client.shutdown_session()
+
+
+def inline_edit(client, uri: str, version: int, line: int, character: int) -> asyncio.Future:
+    return client.protocol.send_request_async(protocol.INLINE_EDIT, {
+        "textDocument": {"uri": uri, "version": version}, "position": {"line": line, "character": character}})
+
+
+def close(client, uri: str) -> None:
+    client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
+
+
+async def test_a_document_closed_with_requests_in_flight_leaves_nothing_behind(client):
+    """Its session, its KV caches (live or saved), its n-gram entry and its tuner curves
+    go with it, also where a completion and a next edit for it finish after the close."""
+    closed, other = "file:///project/closed.py", "file:///project/other.py"
+    open_document(client, closed, STATS_PY)
+    open_document(client, other, STATS_PY.replace("values", "items"))
+    await inline(client, closed, 5, 4)  # the tuner learns of the document, its caches fill
+    completing = asyncio.ensure_future(inline(client, closed, 5, 4))
+    editing = inline_edit(client, closed, 1, 5, 4)
+    close(client, closed)
+    for request in (completing, editing):
+        try:
+            await request
+        except JsonRpcException:  # cancelled by the close: an answer too
+            pass
+    await inline(client, other, 5, 4)  # entering another document saves nothing of the closed one's
+    current = await stats(client)
+    assert (current["sessions"], current["saved_kv_mb"], current["drafting_documents"]) == (1, 0, 0), current
+    assert current["tuned_documents"] <= 1, current  # the open document's curves alone
+    close(client, other)
+    assert (await stats(client))["sessions"] == 0
+
+
+async def test_a_line_pasted_below_the_cursor_is_not_suggested_again_from_the_forward_cache(client):
+    uri = "file:///project/pasted.py"
+    open_document(client, uri, STATS_PY + "\n")
+    first = (await inline(client, uri, 5, 4)).items[0].insert_text
+    assert (await inline(client, uri, 5, 4)).items[0].insert_text == first  # the same place: the shown one
+    hits = (await stats(client))["forward_cache_hits"]
+    assert hits == 1
+    line = first.split("\n")[0]
+    insert(client, uri, 2, 6, 0, f"    {line}\n")  # the suggestion's line, pasted below the cursor's
+    await inline(client, uri, 5, 4)
+    assert (await stats(client))["forward_cache_hits"] == hits  # decoded anew for the text below as it is now
+
+
+def test_a_request_cancelled_before_its_work_starts_leaves_prefetch_working(smol, smol_cache):
+    """$/cancelRequest while the request waits out its debounce: the work never runs, and
+    the request must not stay registered as running, which would hold off every prefetch."""
+    server = RawServer({"COMPLETER_CACHE_DIR": str(smol_cache)})
+    try:
+        server.request(1, "initialize", {"capabilities": {}, "initializationOptions": {
+            **FAST, "models": {"preset": "smol"}, "server": {"debounce_ms": 1000}}})
+        server.send({"method": "initialized", "params": {}})
+        deadline = time.monotonic() + 300
+        while not server.request(2, protocol.STATS)["result"]["ready"]:
+            assert time.monotonic() < deadline
+            time.sleep(0.2)
+        for uri in ("file:///project/first.py", "file:///project/second.py"):
+            server.send({"method": "textDocument/didOpen", "params": {"textDocument": {
+                "uri": uri, "languageId": "python", "version": 1, "text": STATS_PY}}})
+        at_end = {"position": {"line": 5, "character": 4}, "context": {"triggerKind": 2}}
+        server.send({"id": 3, "method": types.TEXT_DOCUMENT_INLINE_COMPLETION,
+                     "params": {"textDocument": {"uri": "file:///project/first.py"}, **at_end}})
+        time.sleep(0.3)  # the server has the request, and waits out the debounce
+        server.send({"method": "$/cancelRequest", "params": {"id": 3}})
+        assert server.response(3)["error"]["code"] == -32800
+        shown = server.request(4, types.TEXT_DOCUMENT_INLINE_COMPLETION, {
+            "textDocument": {"uri": "file:///project/second.py"}, **at_end}, timeout=60)
+        assert shown["result"]["items"][0]["insertText"]
+        deadline = time.monotonic() + 60
+        while server.request(5, protocol.STATS)["result"]["prefetches"] < 1:  # what follows it, computed ahead
+            assert time.monotonic() < deadline, "no prefetch started"
+            time.sleep(0.05)
+    finally:
+        server.close()
+
+
+async def test_a_position_past_the_end_of_its_line_is_the_lines_end(client):
+    """As the protocol says; Neovim puts a cursor after a stray ^M that LSP counts as part
+    of the line break, in a mixed file it opened as unix."""
+    uri = "file:///project/mixed.py"
+    open_document(client, uri, "import os\r\n" + STATS_PY)
+    past = await inline(client, uri, 6, 5)  # line 6 is "    ": 4 characters
+    at_end = await inline(client, uri, 6, 4)
+    assert past is not None and past.items[0].insert_text == at_end.items[0].insert_text
+    assert past.items[0].range.start == types.Position(6, 4)
+    with pytest.raises(JsonRpcException, match="outside the document"):  # a line past the end stays an error
+        await inline(client, uri, 99, 0)
+
+
+async def test_a_lone_surrogate_is_read_as_one_character_and_the_documents_stay_in_step(client):
+    uri = "file:///project/surrogate.py"
+    open_document(client, uri, "marker = '\ud800'\n" + STATS_PY)
+    insert(client, uri, 2, 0, len("marker = '\ud800'"), "  # x")  # after it, in UTF-16 units as the editor counts
+    result = await inline(client, uri, 6, 4)
+    assert result is not None and result.items[0].range.start == types.Position(6, 4)
+    assert (await stats(client))["ready"]
