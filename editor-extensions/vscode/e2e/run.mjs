@@ -36,14 +36,22 @@ const MISSING_MODEL = "/nonexistent/model.gguf";
 // Typed for the suggest widget: the start of a word FILE holds (standard_deviation).
 const WIDGET_TYPED = "standard_d";
 
-async function fileChange(path, from, timeout = 30_000) {
-  let text = from;
-  for (const start = Date.now(); text === from && Date.now() - start < timeout;) {
+// The file's text once a save of it for which `done` holds is on disk (after `timeout`, the
+// text as it is). VS Code saves in place: its disk provider opens the file "w", truncating
+// it, then writes it, so a read in between finds it empty (or cut short): a text counts when
+// it is not empty (no file here is saved empty) and two reads in a row find it.
+async function saved(path, done, timeout = 30_000) {
+  let last;
+  for (const start = Date.now(); ;) {
+    const text = readFileSync(path, "utf8");
+    if (text && text === last && done(text)) return text;
+    if (Date.now() - start > timeout) return text;
+    last = text;
     await new Promise((resolve) => setTimeout(resolve, 200));
-    text = readFileSync(path, "utf8");
   }
-  return text;
 }
+
+const fileChange = (path, from, timeout) => saved(path, (text) => text !== from, timeout);
 
 // The extension's log (its output channel, which VS Code writes to a file): the next edits
 // it showed, accepted and dismissed, with the edits as the server sent them.
@@ -126,8 +134,11 @@ async function nextEdit(page, profile) {
   for (let i = 0; i < editCharacter; i++) await page.keyboard.press("ArrowRight");
   const shownBefore = logged(profile, "shown").length;
   const original = readFileSync(path, "utf8");
+  const lines = original.split("\n");
+  lines[editLine] = lines[editLine].slice(0, editCharacter) + editTyped + lines[editLine].slice(editCharacter);
   await page.keyboard.type(editTyped, { delay: 30 });
-  const typedText = await fileChange(path, original); // saved once typing stops (files.autoSaveDelay)
+  // Saved once typing stops (files.autoSaveDelay), or in parts where a key comes late.
+  const typedText = await saved(path, (text) => text === lines.join("\n"));
   await waitForLogged(profile, "shown", shownBefore + 1, minutes(2));
   const onScreen = await waitForDecorations(page, true);
   const suggestion = JSON.parse(logged(profile, "shown").at(-1));
@@ -246,7 +257,6 @@ async function suggestWidget(page) {
   await page.click(`.tab[data-resource-name="${file}"]`); // open since the start
   await page.waitForSelector(`.tab.active[data-resource-name="${file}"]`, { timeout: 30_000 });
   await toEditorEnd(page);
-  const before = readFileSync(path, "utf8");
   await page.keyboard.press("Enter");
   await page.keyboard.type(WIDGET_TYPED, { delay: 30 });
   await page.waitForTimeout(1000); // an inline suggestion's time, so that the widget opens over it
@@ -256,7 +266,8 @@ async function suggestWidget(page) {
   const labels = (row) => row.locator(".label-name").allTextContents();
   const items = await rows.evaluateAll((nodes) => nodes.map((node) => node.getAttribute("aria-label")));
   const [focused] = await labels(page.locator(".suggest-widget.visible .monaco-list-row.focused"));
-  const typed = await fileChange(path, before); // saved while the widget opened (files.autoSaveDelay)
+  // Saved while the widget opened (files.autoSaveDelay), or in parts where a key came late.
+  const typed = await saved(path, (text) => text.endsWith(WIDGET_TYPED));
   await page.screenshot({ path: join(artifacts, "vscode-suggest-widget.png") });
   await page.keyboard.press("Tab");
   const line = (await fileChange(path, typed)).split("\n").at(-1);
@@ -312,11 +323,7 @@ async function drive(url, profile) {
 
     const before = readFileSync(join(workspace, file), "utf8");
     await page.keyboard.press("Tab");
-    let after = before;
-    for (const start = Date.now(); after === before && Date.now() - start < 30_000;) {
-      await page.waitForTimeout(200);
-      after = readFileSync(join(workspace, file), "utf8");
-    }
+    const after = await fileChange(join(workspace, file), before);
     // The status bar polls completer/stats: it shows figures once a completion ran.
     const figures = page.locator(".statusbar-item:has(.codicon-sparkle)").filter({ hasText: /tok\/s/ });
     await figures.first().waitFor({ timeout: 30_000 });
