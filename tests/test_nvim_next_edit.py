@@ -8,10 +8,13 @@ what applying the edits makes of the text.
 """
 
 import json
+import re
 
 import pytest
 
 from test_nvim_plugin import checks, on_screen, run_nvim, user_screen
+
+pytestmark = pytest.mark.slow  # a real Neovim
 
 DELETE, INSERT = "CompleterNextEditDelete", "CompleterNextEditInsert"
 
@@ -151,3 +154,23 @@ def test_a_change_typed_ahead_of_insert_modes_events_asks_for_a_next_edit(sessio
     found = checks(session, "typed_ahead")["typed_ahead"]
     assert found["line"] == "def area(h, height):"
     assert found["sent"] and found["asked"] == 1 and found["version"] == found["buffer_version"]
+
+
+def test_keys_typed_ahead_at_a_next_edit_drop_it_rather_than_apply_it_shifted(session):
+    """feedkeys("ix<Tab>") at the next edit: the "x" changes the buffer and <Tab> comes
+    before any TextChangedI. The edits are for the text without the "x": the plugin no
+    longer reports them shown, and <Tab> does what it does with nothing shown (it types
+    blanks: the python ftplugin's expandtab) instead of applying them at shifted
+    positions."""
+    found = checks(session, "typed_ahead_accept")["typed_ahead_accept"]
+    edits = edits_of(found["answer"])
+    assert canonical(found["marks"]) == expected_marks(edits)
+    row, col = found["cursor"][0] - 1, found["cursor"][1]
+    assert row == edits[0]["range"]["start"]["line"]  # at the edit: <Tab> would apply it
+    before, after = found["before"], found["after"]
+    assert after[:row] + after[row + 1:] == before[:row] + before[row + 1:]
+    assert re.fullmatch(re.escape(before[row][:col] + "x") + r"[ \t]+" + re.escape(before[row][col:]), after[row]), \
+        (before[row], after[row])
+    assert found["visible_at_tab"] is False
+    assert found["marks_after"] == []
+    assert found["stats"]["accepted"] == found["stats_before"]["accepted"]

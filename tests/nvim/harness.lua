@@ -75,6 +75,17 @@ function H.type(keys)
   H.sleep(30)
 end
 
+--- Type `keys` and wait until they change the lines of `buf` (an error naming `keys` after
+--- 5 s); returns the new lines.
+function H.type_changing(buf, keys)
+  local before = H.lines(buf)
+  H.type(keys)
+  return H.wait(function()
+    local lines = H.lines(buf)
+    return not vim.deep_equal(lines, before) and lines
+  end, 5000, keys)
+end
+
 --- Escape text for nvim_input, which reads "<" as the start of a key name.
 function H.literal(text)
   return (text:gsub("<", "<lt>"))

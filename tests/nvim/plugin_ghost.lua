@@ -199,13 +199,9 @@ H.run(function()
     local count = acceptance_stats()
     local steps = {}
     for _, key in ipairs({ "<S-Tab>", "<S-Tab>", "<C-B>" }) do
-      local lines = H.lines(buf)
-      H.type(key)
-      H.wait(function()
-        return not vim.deep_equal(H.lines(buf), lines)
-      end, 5000, key)
+      local lines = H.type_changing(buf, key)
       local ghost = H.ghost(buf)
-      steps[#steps + 1] = { key = key, lines = H.lines(buf), ghost = ghost and ghost.text or vim.NIL,
+      steps[#steps + 1] = { key = key, lines = lines, ghost = ghost and ghost.text or vim.NIL,
                             cursor = vim.api.nvim_win_get_cursor(0) }
       if not ghost then
         break

@@ -1,12 +1,14 @@
 -- Run by tests/test_nvim_next_edit.py: the plugin's next edits on Neovim 0.11 against the
 -- real server with the smol models, in one Neovim so that the models load once. The user
 -- renames a parameter; the sections take, dismiss and outdate the next edits the server
--- suggests, and rename again with keys typed ahead, and record what they saw with H.check. The edits the server sent are captured
--- on their way to the plugin (client.request wrapped), so that the Python side computes
--- the expected text from them, not from what the plugin drew.
+-- suggests, rename again with keys typed ahead and type ahead at a next edit, and record
+-- what they saw with H.check. The edits the server sent are captured on their way to the
+-- plugin (client.request wrapped), so that the Python side computes the expected text
+-- from them, not from what the plugin drew.
 local here = vim.fs.dirname(debug.getinfo(1, "S").source:sub(2))
 local H = dofile(vim.fs.joinpath(here, "harness.lua"))
 local scenario = dofile(vim.fs.joinpath(here, "next_edit_scenario.lua"))
+local next_edit -- the plugin's module, once setup() loaded it
 
 local INLINE_EDIT = "textDocument/copilotInlineEdit"
 
@@ -107,6 +109,7 @@ H.run(function()
   end)
   buf = scenario.open()
   scenario.setup()
+  next_edit = require("completer.next_edit")
   client = H.wait_ready()
   scenario.wait_warmed(H, client)
   capture(client)
@@ -204,5 +207,33 @@ H.run(function()
     end, 5000)
     H.check("typed_ahead", { sent = sent, asked = #asked - before, version = asked[before + 1] or vim.NIL,
                              buffer_version = vim.lsp.util.buf_versions[buf], line = H.lines(buf)[4] })
+  end)
+
+  H.section("typed_ahead_accept", function()
+    -- At the next edit, keys typed ahead in one go (feedkeys, as a mapping or a macro
+    -- types them): "i" and "x" change the buffer, then <Tab> comes before any TextChangedI
+    -- could clear the suggestion. It is for the text before the "x": dropped, neither
+    -- still reported shown nor applied at positions the "x" shifted.
+    vim.api.nvim_win_set_cursor(0, { 4, 9 })
+    vim.cmd("CompleterNextEdit")
+    local shown = wait_marks("a next edit after renaming w to h")
+    local answer = answers[#answers]
+    if not next_edit.at_cursor(buf) then
+      H.type("<Tab>") -- to the first edit
+    end
+    local before, at, counted = H.lines(buf), cursor(), stats()
+    vim.g.next_edit_visible = vim.NIL
+    local record = "<Cmd>let g:next_edit_visible = v:lua.require'completer.next_edit'.visible(bufnr())<CR>"
+    vim.fn.feedkeys(vim.keycode("ix" .. record .. "\t")) -- <Tab> as a byte, as a macro has it
+    H.wait(function()
+      return vim.g.next_edit_visible ~= nil and H.lines(buf)[at[1]] ~= before[at[1]]
+    end, 5000, "the keys typed ahead")
+    H.sleep(200)
+    local after, left = H.lines(buf), marks()
+    H.type("<Esc>")
+    H.check("typed_ahead_accept", {
+      answer = answer, marks = shown, before = before, cursor = at, visible_at_tab = vim.g.next_edit_visible,
+      after = after, marks_after = left, stats_before = counted, stats = stats(),
+    })
   end)
 end)

@@ -118,9 +118,17 @@ function M.expand_tabs(buf, text)
   return (text:gsub("\t", string.rep(" ", vim.bo[buf].tabstop)))
 end
 
+--- `text` (the server's) as buffer lines: split at each of LSP's line breaks, "\r\n",
+--- "\n" and "\r". The server writes a CRLF document's "\r\n"; a buffer's lines hold no
+--- break ('fileformat' writes them), and a "\r" left in one shows as ^M and is written
+--- as "\r\r\n".
+function M.lines(text)
+  return vim.split((text:gsub("\r\n?", "\n")), "\n", { plain = true })
+end
+
 local function render(buf, cur)
   local state = buffers:get(buf)
-  local lines = vim.split(cur.shown, "\n", { plain = true })
+  local lines = M.lines(cur.shown)
   local virt_lines = {}
   for i = 2, #lines do
     virt_lines[#virt_lines + 1] = { { M.expand_tabs(buf, lines[i]), M.hl } }
@@ -300,12 +308,13 @@ function M.visible(buf)
   return current(buf) ~= nil
 end
 
---- What accept-line and accept-word take from `text`. At a line break, a line takes the
---- next line with it, so that pressing it again walks down the suggestion; a word is
---- the blanks before it and a run of word characters or of other non-blank characters.
+--- What accept-line and accept-word take from `text`. At a line break (any of LSP's:
+--- "\r\n" whole), a line takes the next line with it, so that pressing it again walks
+--- down the suggestion; a word is the blanks before it and a run of word characters or
+--- of other non-blank characters.
 function M.piece(text, kind)
   if kind == "line" then
-    return text:match("^\n[^\n]*") or text:match("^[^\n]*")
+    return text:match("^\r\n[^\r\n]*") or text:match("^[\r\n][^\r\n]*") or text:match("^[^\r\n]*")
   elseif kind == "word" then
     return text:match("^%s*[%w_]+") or text:match("^%s*[^%w_%s]+") or text
   end
@@ -315,7 +324,7 @@ end
 --- Insert `text` at (row, col) of `buf`, shown in the current window, and put the
 --- cursor after it. Returns the cursor's new (0-based) row and byte column.
 function M.insert(buf, row, col, text)
-  local lines = vim.split(text, "\n", { plain = true })
+  local lines = M.lines(text)
   vim.api.nvim_buf_set_text(buf, row, col, row, col, lines)
   row = row + #lines - 1
   col = #lines == 1 and col + #lines[1] or #lines[#lines]
@@ -359,8 +368,8 @@ function M.accept(buf, kind)
     -- Replace the rest of the line, as the item's range says; the cursor goes to the end
     -- of the completion, before the text that was after it.
     local line = vim.api.nvim_get_current_line()
-    vim.api.nvim_buf_set_text(buf, cur.row, cur.col, cur.row, #line, vim.split(piece, "\n", { plain = true }))
-    local shown = vim.split(cur.shown, "\n", { plain = true })
+    vim.api.nvim_buf_set_text(buf, cur.row, cur.col, cur.row, #line, M.lines(piece))
+    local shown = M.lines(cur.shown)
     local last = #shown == 1 and cur.col + #shown[1] or #shown[#shown]
     M.clear(buf)
     state.ask_now = true

@@ -4,10 +4,11 @@
 --
 -- After a change in Insert mode and a pause (next_edit_debounce_ms), or on request
 -- (:CompleterNextEdit), ask for the edits at the cursor, for the buffer's version; show
--- an answer only while the buffer is still at that version. Each edit is drawn with
--- extmarks: the text it removes highlighted, its new text as virtual text (inline after
--- the removed text for a change within a line, virtual lines for one that spans lines).
--- Any change to the buffer clears the suggestion. init.lua's keys jump to it, apply it
+-- an answer, and apply it, only while the buffer is still at that version. Each edit is
+-- drawn with extmarks: the text it removes highlighted, its new text as virtual text
+-- (inline after the removed text for a change within a line, virtual lines for one that
+-- spans lines). Any change to the buffer clears the suggestion (or, typed ahead of the
+-- autocommands, drops it when it is next looked at). init.lua's keys jump to it, apply it
 -- (all its edits, one undo step) or dismiss it; the server hears of each through the
 -- edit's commands.
 
@@ -39,8 +40,9 @@ end
 
 --- Per attached buffer (buffers.lua keeps them): { timer, seq, tick (the changedtick
 --- last seen changed), pending = {client, id}?, suggestion? }
---- A suggestion: { edits (the server's, in document order), client_id, encoding (the
---- client's offset encoding, the unit of the edits' ranges) }.
+--- A suggestion: { edits (the server's, in document order), version (the buffer's LSP
+--- version they are for), client_id, encoding (the client's offset encoding, the unit of
+--- the edits' ranges) }.
 local buffers = require("completer.buffers").new("completer.next_edit", hide)
 
 -- The server's client for `buf` when it answers next edits, initialized.
@@ -77,7 +79,7 @@ end
 --- The new text of `edit` as virtual lines, and whether they go above its first line
 --- (whole lines inserted before it) rather than below its last.
 local function virtual_lines(buf, edit, start_col, empty_range)
-  local lines = vim.split(edit.text, "\n", { plain = true })
+  local lines = ghost.lines(edit.text) -- a CRLF document's "\r\n" too: no ^M drawn
   local whole_lines = lines[#lines] == ""
   if whole_lines then
     table.remove(lines) -- the text's own last line break: no empty line to show for it
@@ -99,7 +101,7 @@ local function draw(buf, edit, encoding)
     vim.api.nvim_buf_set_extmark(buf, M.ns, start_row, start_col, {
       end_row = end_row, end_col = end_col, hl_group = M.hl_delete, strict = false })
   end
-  if start_row == end_row and not edit.text:find("\n") then
+  if start_row == end_row and not edit.text:find("[\r\n]") then
     if edit.text ~= "" then
       vim.api.nvim_buf_set_extmark(buf, M.ns, end_row, end_col, {
         virt_text = { { ghost.expand_tabs(buf, edit.text), M.hl_insert } }, virt_text_pos = "inline" })
@@ -144,7 +146,8 @@ local function on_answer(buf, seq, client, err, result)
   if #edits == 0 or not M.options.enabled(buf) or not for_buffer_now(buf, edits) then
     return
   end
-  state.suggestion = { edits = edits, client_id = client.id, encoding = client.offset_encoding }
+  state.suggestion = { edits = edits, version = vim.lsp.util.buf_versions[buf], client_id = client.id,
+                       encoding = client.offset_encoding }
   for _, edit in ipairs(edits) do
     draw(buf, edit, client.offset_encoding)
   end
@@ -192,9 +195,20 @@ function M.on_change(buf, typing)
   end
 end
 
+-- The suggestion of `buf`, the current buffer, while the buffer is at the version its
+-- edits are for. Keys typed ahead (a mapping, a macro, feedkeys) change the buffer with no
+-- TextChangedI until the last of them is read, so a change may not have cleared it yet:
+-- a stale one is dropped here, neither reported shown nor applied at shifted positions.
 local function shown(buf)
   local state = buffers:get(buf)
-  return vim.api.nvim_get_current_buf() == buf and state and state.suggestion or nil
+  local s = state and state.suggestion
+  if not s or vim.api.nvim_get_current_buf() ~= buf then
+    return nil
+  elseif s.version ~= vim.lsp.util.buf_versions[buf] then
+    hide(buf, state)
+    return nil
+  end
+  return s
 end
 
 function M.visible(buf)
@@ -227,6 +241,7 @@ local function apply(buf, s)
   -- Setting 'undolevels' closes the undo block (:help undo-break), before and after: the
   -- edits are one undo step of their own, even in the middle of an insert.
   vim.go.undolevels = vim.go.undolevels
+  -- It splits the new text at "\r\n" and "\r" too (a CRLF document's): no stray ^M.
   vim.lsp.util.apply_text_edits(text_edits, buf, s.encoding)
   vim.go.undolevels = vim.go.undolevels
   local position = vim.api.nvim_buf_get_extmark_by_id(buf, M.ns, after, {})
