@@ -599,4 +599,4 @@ def document(ls: CompleterServer, params: Any) -> dict[str, Any] | None:
     if not isinstance(uri, str):
         raise JsonRpcInvalidParams(f"{protocol.DOCUMENT} takes {{\"uri\": string}}")
     found = ls.documents.get(uri)
-    return {"text": found.text, "version": found.version} if found else None
+    return {"text": found.editor_text, "version": found.version} if found else None

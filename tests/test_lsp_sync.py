@@ -98,13 +98,14 @@ def server(request, smol, smol_cache):
 
 
 def valid_inline_answer(response: dict, reference: Reference, cursor: tuple[int, int]) -> None:
-    """An error exactly when the cursor is outside the document; else nothing or items
-    replacing the rest of the cursor's line."""
+    """An error exactly when the cursor's line is past the document's end; else nothing or
+    items replacing the rest of the cursor's line from the cursor, a character past the
+    line's end being its end (as the protocol says)."""
     lines = reference.lines()
-    outside = cursor[0] >= len(lines) or cursor[1] > sum(map(reference.unit, lines[cursor[0]][1]))
-    if outside:
+    if cursor[0] >= len(lines):
         assert response.get("error", {}).get("code") == -32602, response
         return
+    cursor = (cursor[0], min(cursor[1], sum(map(reference.unit, lines[cursor[0]][1]))))
     result = response["result"]
     if result is None:
         return
