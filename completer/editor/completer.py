@@ -367,13 +367,12 @@ class Completer:
         except ValueError as error:  # a format's control token that the model's vocabulary lacks
             return no_edit(Source.NO_ROOM, StopReason.PROMPT_TOO_LONG,
                            f"no next edit: {error}; edits.format {edit_format.family} is for another model's prompt")
-        generation = self.config.generation
+        generation, ends, region = self.config.generation, fitted.prompt.ends, fitted.region.text
         decoded = self.decoder.decode(Decode(
             request.document, request.language, prompt, length, fitted.answer_tokens, 0.0,
             Sampling(generation.temperature, generation.top_k, generation.top_p), generation.draft_mode, False,
-            engine_stops(fitted.prompt.ends, fitted.region.text),
-            lambda text: rewrite_end(text, fitted.prompt.ends, fitted.region.text) is not None, cancel,
-            copy_from=fitted.copy_from))
+            engine_stops(ends, region), lambda text: rewrite_end(text, ends, region, edit_format.cursor_marker) is not None,
+            cancel, copy_from=fitted.copy_from))
         stop_reason = StopReason(decoded.stop_reason)
         if stop_reason == StopReason.CANCELLED:
             return no_edit(Source.SUPERSEDED, StopReason.CANCELLED)

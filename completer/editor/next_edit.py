@@ -71,24 +71,28 @@ def edits_between(region: Region, rewrite: str) -> list[TextEdit]:
     return edits
 
 
-def rewrite_end(output: str, ends: tuple[str, ...], region_text: str) -> int | None:
+def rewrite_end(output: str, ends: tuple[str, ...], region_text: str, cursor_marker: str = "") -> int | None:
     """Where the rewrite in a model's `output` ends, or None while it goes on: at the first
     of the format's `ends` that starts a line (the format writes it after the region's
     last line; anywhere in the line for a region without a final line break), unless
     that is a line of the region the model is still copying: one that starts with an end
     too (an XML file's `</region>`, a `</s>` in HTML), where the rewrite so far, aligned
     with the region line by line, has not come to it. So text the document holds is
-    never taken for the end of its rewrite."""
+    never taken for the end of its rewrite. The rewrite and the region are aligned
+    without the format's `cursor_marker`, which the model may echo."""
     anywhere = not region_text.endswith(("\n", "\r"))
     region_lines = _lines(region_text)
+    compared = [line.replace(cursor_marker, "") for line in region_lines] if cursor_marker else region_lines
     own = [i for i, line in enumerate(region_lines)
            if (any(end in line for end in ends) if anywhere else line.startswith(ends))]
     for found in re.finditer("|".join(map(re.escape, ends)), output):
         at = found.start()
-        if not anywhere and at and output[at - 1] not in "\n\r":
+        before = output[:at].removesuffix(cursor_marker) if cursor_marker else output[:at]
+        if not anywhere and before and before[-1] not in "\n\r":  # an echoed cursor may come just before
             continue
         if own:
-            matcher = difflib.SequenceMatcher(None, region_lines, _lines(output[:at]), autojunk=False)
+            written = _lines(output[:at].replace(cursor_marker, "") if cursor_marker else output[:at])
+            matcher = difflib.SequenceMatcher(None, compared, written, autojunk=False)
             copied = max((block.a + block.size - 1 for block in matcher.get_matching_blocks() if block.size),
                          default=-1)
             if any(line > copied for line in own):
@@ -108,20 +112,24 @@ def suggested_rewrite(edit_format: "EditFormat", output: str, stopped: bool, end
     """The region's new text in a model's `output` (cut where rewrite_end finds its end;
     `stopped`: decoding already cut it at a stop string; `ended`: by an end-of-generation
     token); None when the output is not a whole rewrite."""
-    end = rewrite_end(output, ends, region_text)
+    end = rewrite_end(output, ends, region_text, edit_format.cursor_marker)
     whole = end is not None or stopped or (ended and edit_format.ends_with_end_token)
     return region_rewrite(edit_format, output[:end] if end is not None else output, whole, region_text)
 
 
 def without_echoed(marker: str, output: str, region_text: str) -> str:
-    """`output` without the `marker`s the model echoed from the prompt (its cursor): those
-    beyond the ones the region holds, each told from the region's own by the text before
-    it, which the region has before its own."""
-    while output.count(marker) > region_text.count(marker):
-        starts = [found.start() for found in re.finditer(re.escape(marker), output)]
-        echoed = next((at for at in starts if output[max(0, at - 20):at] + marker not in region_text), starts[0])
-        output = output[:echoed] + output[echoed + len(marker):]
-    return output
+    """`output` without the `marker`s the model echoed from the prompt (its cursor, which
+    may even fall inside a marker's spelling the region holds): one at a time, while
+    taking one out leaves the output more like the region (taking out one the region
+    holds leaves it less so)."""
+    def likeness(text: str) -> float:
+        return difflib.SequenceMatcher(None, text, region_text, autojunk=False).ratio()
+    while True:
+        cuts = [output[:found.start()] + output[found.end():] for found in re.finditer(re.escape(marker), output)]
+        best = max(cuts, key=likeness, default=output)
+        if likeness(best) <= likeness(output):
+            return output
+        output = best
 
 
 def region_rewrite(edit_format: "EditFormat", output: str, whole: bool, region_text: str) -> str | None:
@@ -234,6 +242,8 @@ class EditFormat:
     ends_with_end_token: bool = False
     # The prompt shows other files' chunks (the model was trained with them).
     reads_chunks: bool = False
+    # The text that marks the cursor in the region the prompt shows ("" for none).
+    cursor_marker: str = ""
 
     def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent],
                chunks: tuple[ContextFile, ...] = ()) -> EditPrompt:
@@ -260,6 +270,7 @@ class InstructionFormat(EditFormat):
     family = "instruction"
     reads_chunks = True
     OPEN, CLOSE, CURSOR = "<region>\n", "</region>", "<cursor>"
+    cursor_marker = CURSOR
 
     def prompt(self, path: str, before: str, region: Region, after: str, events: list[EditEvent],
                chunks: tuple[ContextFile, ...] = ()) -> EditPrompt:
@@ -290,6 +301,7 @@ class ZetaFormat(EditFormat):
     family = "zeta"
     START, END, CURSOR, FILE_START = ("<|editable_region_start|>", "<|editable_region_end|>",
                                       "<|user_cursor_is_here|>", "<|start_of_file|>")
+    cursor_marker = CURSOR
     INSTRUCTION = ("### Instruction:\nYou are a code completion assistant and your task is to analyze user edits and "
                    "then rewrite an excerpt that the user provides, suggesting the appropriate edits within the "
                    "excerpt, taking into account the cursor location.\n\n### User Edits:\n\n")
@@ -431,6 +443,7 @@ class InstinctFormat(EditFormat):
     ends_with_end_token = True
     IM_START, IM_END = "<|im_start|>", "<|im_end|>"
     START, END, CURSOR = "<|editable_region_start|>", "<|editable_region_end|>", "<|user_cursor_is_here|>"
+    cursor_marker = CURSOR
     CONTEXT_FILE, SNIPPET = "<|context_file|>", "<|snippet|>"
     SYSTEM = INSTINCT_SYSTEM_PROMPT
     USER_PREFIX = ("Reference the user excerpt, user edits, and the snippets to understand the developer's intent. "
