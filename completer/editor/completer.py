@@ -371,8 +371,9 @@ class Completer:
         decoded = self.decoder.decode(Decode(
             request.document, request.language, prompt, length, fitted.answer_tokens, 0.0,
             Sampling(generation.temperature, generation.top_k, generation.top_p), generation.draft_mode, False,
-            engine_stops(ends, region), lambda text: rewrite_end(text, ends, region, edit_format.cursor_marker) is not None,
-            cancel, copy_from=fitted.copy_from))
+            engine_stops(ends, region),
+            lambda text: rewrite_end(text, ends, region, edit_format.cursor_marker) is not None, cancel,
+            copy_from=fitted.copy_from))
         stop_reason = StopReason(decoded.stop_reason)
         if stop_reason == StopReason.CANCELLED:
             return no_edit(Source.SUPERSEDED, StopReason.CANCELLED)
