@@ -1,5 +1,6 @@
 """Downloads from the Hugging Face Hub (or the mirror in $HF_ENDPOINT) into our cache."""
 
+import hashlib
 import os
 import warnings
 from pathlib import Path
@@ -28,21 +29,54 @@ class _RichProgress(RichTqdm):
 
 def cached_hub_file(file: HubFile) -> Path | None:
     """The file's path in the cache, without touching the network; None when absent."""
-    found = try_to_load_from_cache(file.repo, file.filename, cache_dir=hub_cache_dir())
+    found = try_to_load_from_cache(file.repo, file.filename, cache_dir=hub_cache_dir(), revision=file.revision)
     return Path(found) if isinstance(found, str) else None
+
+
+def _sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as file:
+        while block := file.read(1 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def _mismatch(file: HubFile, path: Path) -> str | None:
+    """How the downloaded file differs from what its preset records; None when it agrees
+    (or records nothing)."""
+    size = path.stat().st_size
+    if file.size is not None and size != file.size:
+        return f"is {size} bytes, not the {file.size} recorded for it"
+    # Only after the size, which costs a stat where the hash reads gigabytes.
+    if file.sha256 is not None and (digest := _sha256(path)) != file.sha256:
+        return f"has sha256 {digest}, not the {file.sha256} recorded for it"
+    return None
+
+
+def _remove_from_cache(pointer: Path) -> None:
+    """Remove a downloaded file: its snapshot entry and, where that is a symlink, the blob
+    in this repository's folder it points to (unlinked, never followed further: a blob
+    may itself link into huggingface-hub's shared store, which is not ours to delete).
+    Without either, the next download fetches the file again instead of finding it."""
+    blob = pointer.parent / os.readlink(pointer) if pointer.is_symlink() else None
+    pointer.unlink(missing_ok=True)
+    if blob is not None:
+        blob.unlink(missing_ok=True)
 
 
 def download_hub_file(file: HubFile, progress: bool = True) -> Path:
     """Download (or resume) one file into the cache and return its path.
 
     huggingface-hub writes to an .incomplete file and renames it when the download
-    is whole, so an interrupted download never leaves a broken model in the cache.
+    is whole, so an interrupted download never leaves a broken model in the cache; a
+    whole file that is not the one the preset records is removed again and refused.
     """
     try:
-        return Path(
+        path = Path(
             hf_hub_download(
                 file.repo,
                 file.filename,
+                revision=file.revision,
                 cache_dir=hub_cache_dir(),
                 # Read now, not at import as huggingface-hub does, so a mirror set later counts.
                 endpoint=os.environ.get("HF_ENDPOINT") or None,
@@ -51,7 +85,16 @@ def download_hub_file(file: HubFile, progress: bool = True) -> Path:
         )
     except (HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled, OSError) as error:
         raise ModelError(
-            f"could not download {file.describe()} from the Hugging Face Hub: {error}. "
+            f"could not download {file.describe()} (revision {file.revision}) from the Hugging Face Hub: {error}. "
             "Check the network (or set HF_ENDPOINT to a mirror) and run `completer models pull PRESET`, "
             "or pass the file's local path."
         ) from None
+    mismatch = _mismatch(file, path)
+    if mismatch is not None:
+        _remove_from_cache(path)
+        raise ModelError(
+            f"{file.describe()} downloaded at revision {file.revision} {mismatch}: refused, and removed from "
+            "the cache. The Hub (or the mirror in HF_ENDPOINT) served another file than the preset names; "
+            "pass the right file's local path instead."
+        )
+    return path

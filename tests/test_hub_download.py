@@ -2,13 +2,18 @@
 that stands in for the Hub via HF_ENDPOINT."""
 
 import hashlib
+from dataclasses import replace
 
+import pytest
+
+from completer.models.errors import ModelError
 from completer.models.presets import Preset
-from completer.models.resolve import resolve
+from completer.models.resolve import cached_path, fetch, resolve
 from conftest import run_completer
 from hub_server import FakeHub
 
 PRESET = Preset.from_name("qwen2.5-coder-1.5b")
+PINNED = "f00dfeedf00dfeedf00dfeedf00dfeedf00dfeed"  # a commit sha; the server's branches resolve to another
 
 
 def sha(path):
@@ -31,6 +36,10 @@ def test_pull_downloads_into_the_cache_then_resolves_without_the_server(smol, tm
         pulled = run_completer("models", "pull", PRESET.name, env=env)
         assert pulled.returncode == 0, pulled.stderr
         assert any(method == "GET" for method, _ in hub.requests)
+        # Each file at the revision its preset names.
+        asked = {path for _, path in hub.requests}
+        assert asked == {f"/{file.repo}/resolve/{file.revision}/{file.filename}"
+                         for file in (PRESET.target, PRESET.draft)}
 
     # The server is gone: the cache answers alone.
     monkeypatch.setenv("COMPLETER_CACHE_DIR", str(cache))
@@ -63,3 +72,51 @@ def test_an_unreachable_hub_gives_the_clear_error(tmp_path):
     assert pulled.returncode == 1
     assert "could not download" in pulled.stderr
     assert "Traceback" not in pulled.stderr
+
+
+def hub_files(cache):
+    """What the Hub cache holds as files: downloaded blobs and the snapshot entries naming them."""
+    return [p for p in (cache / "hub").rglob("*") if {"blobs", "snapshots"} & set(p.parts) and not p.is_dir()]
+
+
+def test_a_pinned_file_is_asked_for_at_its_commit_and_cached_under_it(smol, tmp_path, monkeypatch):
+    served = smol.draft
+    pinned = replace(PRESET.target, revision=PINNED, size=served.stat().st_size, sha256=sha(served))
+    monkeypatch.setenv("COMPLETER_CACHE_DIR", str(tmp_path / "cache"))
+    with FakeHub({(pinned.repo, pinned.filename): served}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        path = fetch(pinned)
+        assert {path for _, path in hub.requests} == {f"/{pinned.repo}/resolve/{PINNED}/{pinned.filename}"}
+        assert sha(path) == sha(served)  # the whole file, the size and sha256 recorded for it
+        hub.requests.clear()
+        assert fetch(pinned) == path and hub.requests == []  # the cache answers for the commit
+    # Found under its commit only: the same file at another revision is another download.
+    assert cached_path(pinned) == path
+    assert cached_path(replace(pinned, revision="main")) is None
+
+
+@pytest.mark.parametrize("record, refusal", [
+    ({"size": 1}, "is {size} bytes, not the 1 recorded for it"),
+    ({"sha256": "0" * 64}, "has sha256 {sha256}, not the " + "0" * 64 + " recorded for it"),
+], ids=["size", "sha256"])
+def test_a_file_other_than_the_one_recorded_is_refused_and_not_kept(smol, tmp_path, monkeypatch, record, refusal):
+    served = smol.draft
+    wrong = replace(PRESET.target, revision=PINNED, **record)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("COMPLETER_CACHE_DIR", str(cache))
+    with FakeHub({(wrong.repo, wrong.filename): served}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        with pytest.raises(ModelError) as refused:
+            fetch(wrong)
+        message = str(refused.value)
+        assert refusal.format(size=served.stat().st_size, sha256=sha(served)) in message
+        assert f"{wrong.describe()} downloaded at revision {PINNED}" in message
+        assert "refused, and removed from the cache" in message
+        assert hub_files(cache) == [] and cached_path(wrong) is None  # nothing kept, whole or half
+
+        # Asked again, it is downloaded again and refused again: nothing of the first stayed to be trusted.
+        hub.requests.clear()
+        with pytest.raises(ModelError, match="refused"):
+            fetch(wrong)
+        assert any(method == "GET" for method, _ in hub.requests)
+        assert hub_files(cache) == []
