@@ -4,8 +4,9 @@ and stale completions.
     python -m benchmarks.soak [--keystrokes 10000] [--documents 5] [--interval-ms 30] [--preset smol]
 
 Algorithm:
-    start `completer serve --stdio`; open `documents` standard library files (their
-        first 6,000 characters); wait until the models are ready
+    start `completer serve --stdio` on a workspace folder holding `documents` standard
+        library files (their first 6,000 characters); open them; wait until the models
+        are ready
     for each keystroke, `interval-ms` apart (a fast typist):
         type the next character of difflib.py (real code, never repeated, so that every
             completion is generated, not found in the text above) at the cursor of the
@@ -16,14 +17,16 @@ Algorithm:
         after each line typed: delete a line 20 lines above the cursor (an edit above),
             so that the documents keep their size: memory then measures leaks, not text
         every 40th keystroke: wait for the open request, as a pause in typing does
-        every 250th: switch to the next document
+        every 250th: save the current document (didSave: its n-gram index is built
+            again) and switch to the next one
     time each answered request from its didChange to its response
     a stale completion: an answer whose version (the accept command's second argument)
         is not the version of the document the request was made against
     at the end: close every document; completer/stats must show no session left and no
         saved KV cache
 Report resident memory after a first visit to every document and at the end (with the
-KV caches saved for the documents not being completed, which cache.budget_mb bounds),
+KV caches saved for the documents not being completed, which cache.budget_mb bounds, and
+the n-gram indexes of the workspace and of the saved files, which drafting.index_mb does),
 p50/p95 of the first and the last thousand keystrokes, crashes (the process gone) and
 stale completions.
 """
@@ -34,6 +37,7 @@ import itertools
 import json
 import statistics
 import sysconfig
+import tempfile
 import time
 from pathlib import Path
 
@@ -114,23 +118,27 @@ class Document:
                 "params": {"textDocument": {"uri": self.uri, "version": self.version}, "contentChanges": [change]}}
 
 
-async def run(args: argparse.Namespace) -> dict:
+async def run(args: argparse.Namespace, workspace: Path) -> dict:
+    """The session, on a workspace folder of the documents' copies made in `workspace`
+    (saved files are indexed only inside one)."""
     server = [str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "completer"), "serve", "--stdio"]
     process = await asyncio.create_subprocess_exec(*server, stdin=asyncio.subprocess.PIPE,
                                                    stdout=asyncio.subprocess.PIPE,
                                                    stderr=asyncio.subprocess.DEVNULL, limit=2**24)
     client = Client(process)
-    await client.call("initialize", {"processId": None, "rootUri": None, "capabilities": {},
+    stdlib = Path(sysconfig.get_paths()["stdlib"])
+    for name in FILES[: args.documents]:
+        (workspace / name).write_text((stdlib / name).read_text()[:6000])
+    await client.call("initialize", {"processId": None, "rootUri": workspace.as_uri(), "capabilities": {},
                                      "initializationOptions": {"models": {"preset": args.preset},
                                                                "generation": {"max_tokens": 16}}})
     client.send({"method": "initialized", "params": {}})
     while not (await client.call("completer/stats"))["result"]["ready"]:
         await asyncio.sleep(0.2)
-    stdlib = Path(sysconfig.get_paths()["stdlib"])
     typed = (stdlib / TYPED_FROM).read_text()
     documents = []
     for name in FILES[: args.documents]:
-        document = Document((stdlib / name).as_uri(), (stdlib / name).read_text()[:6000])
+        document = Document((workspace / name).as_uri(), (workspace / name).read_text())
         client.send({"method": "textDocument/didOpen", "params": {"textDocument": {
             "uri": document.uri, "languageId": "python", "version": 1, "text": document.text}}})
         documents.append(document)
@@ -138,7 +146,7 @@ async def run(args: argparse.Namespace) -> dict:
     latencies: list[tuple[int, float]] = []  # (keystroke, ms)
     stale = answered = cancelled = 0
     open_request: tuple[int, asyncio.Future, int, float, int] | None = None  # id, future, version, sent, keystroke
-    memory_after_warm_up = saved_kv_after_warm_up = 0.0
+    memory_after_warm_up = saved_kv_after_warm_up = index_after_warm_up = 0.0
 
     async def settle(request, wait: bool) -> None:
         nonlocal stale, answered
@@ -162,6 +170,8 @@ async def run(args: argparse.Namespace) -> dict:
         if process.returncode is not None:
             break
         if keystroke and keystroke % 250 == 0:
+            client.send({"method": "textDocument/didSave", "params": {"textDocument": {
+                "uri": documents[current].uri}}})
             current = (current + 1) % len(documents)
         document = documents[current]
         if document.text[document.cursor - 1] == "\n":  # a line typed: delete one 20 lines above
@@ -194,7 +204,8 @@ async def run(args: argparse.Namespace) -> dict:
         await asyncio.sleep(args.interval_ms / 1000)
         if keystroke == WARM_UP - 1:
             memory_after_warm_up = resident_mb(process.pid)
-            saved_kv_after_warm_up = (await client.call("completer/stats"))["result"]["saved_kv_mb"]
+            warmed_up = (await client.call("completer/stats"))["result"]
+            saved_kv_after_warm_up, index_after_warm_up = warmed_up["saved_kv_mb"], warmed_up["index_mb"]
         if keystroke % 1000 == 999:
             print(f"{keystroke + 1} keystrokes, {time.monotonic() - started:.0f} s, "
                   f"{resident_mb(process.pid):.0f} MB", flush=True)
@@ -205,7 +216,7 @@ async def run(args: argparse.Namespace) -> dict:
                     "answered": answered, "cancelled": cancelled, "stale_completions": stale}
     if not crashed:
         memory_end = resident_mb(process.pid)
-        saved_kv_end = (await client.call("completer/stats"))["result"]["saved_kv_mb"]
+        at_end = (await client.call("completer/stats"))["result"]
         for document in documents:
             client.send({"method": "textDocument/didClose", "params": {"textDocument": {"uri": document.uri}}})
         stats = (await client.call("completer/stats"))["result"]
@@ -214,7 +225,9 @@ async def run(args: argparse.Namespace) -> dict:
         report.update({
             "memory_after_warm_up_mb": memory_after_warm_up, "memory_end_mb": memory_end,
             "memory_growth_mb": memory_end - memory_after_warm_up,
-            "saved_kv_mb_after_warm_up": saved_kv_after_warm_up, "saved_kv_mb_end": saved_kv_end,
+            "saved_kv_mb_after_warm_up": saved_kv_after_warm_up, "saved_kv_mb_end": at_end["saved_kv_mb"],
+            # The workspace's and the saved files' n-gram indexes (drafting.index_mb).
+            "index_mb_after_warm_up": index_after_warm_up, "index_mb_end": at_end["index_mb"],
             "sessions_after_closing": stats["sessions"], "saved_kv_mb_after_closing": stats["saved_kv_mb"],
             "first_1000_p50_ms": percentile(first, 50), "first_1000_p95_ms": percentile(first, 95),
             "last_1000_p50_ms": percentile(last, 50), "last_1000_p95_ms": percentile(last, 95),
@@ -233,7 +246,8 @@ def main() -> None:
     parser.add_argument("--documents", type=int, default=5, choices=range(1, len(FILES) + 1))
     parser.add_argument("--interval-ms", type=float, default=30.0)
     parser.add_argument("--preset", default="smol")
-    report = asyncio.run(run(parser.parse_args()))
+    with tempfile.TemporaryDirectory(prefix="completer-soak-") as workspace:
+        report = asyncio.run(run(parser.parse_args(), Path(workspace)))
     print(json.dumps(report, indent=1))
 
 

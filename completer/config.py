@@ -196,9 +196,10 @@ class DraftingOptions:
         "tokens tends to go on), and a default completion is 64 tokens"
     )
     index_mb: float = option(
-        256.0, "memory for the workspace index n-gram lookup drafts from (8 bytes a token; the build needs "
-        "about 6 times that for a moment): 256 MB holds 33 million tokens, about 110 MB of source (the standard "
-        "library's 31 MB made 8.8 million); past it the most recently modified files are kept. 0 = no index: "
+        256.0, "memory for the n-gram indexes lookup drafts from: seven eighths for the workspace index (8 bytes a "
+        "token; the build needs about 6 times that for a moment): 224 MB holds 29 million tokens, about 100 MB of "
+        "source (the standard library's 31 MB made 8.8 million), past it the most recently modified files kept; "
+        "an eighth for files saved since it was built, the least recently used dropped first. 0 = no index: "
         "drafts come from open documents only", "--index-mb"
     )
     tree_branches: int = option(

@@ -6,20 +6,31 @@ mass (`NgramDrafter.lookup`). `tokens` is always the whole sequence so far; its 
 token has not been evaluated by anyone yet.
 """
 
+import threading
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from dataclasses import dataclass
 
 import numpy as np
 
 from completer.config import DraftingOptions
-from completer.engine.kv import KVSequence
+from completer.engine.kv import KVSequence, common_prefix_length
 from completer.engine.speculative import Sampling, probabilities, sample
-from completer.engine.workspace_index import BRANCH_MOST, NO_MATCH, Match, WorkspaceIndex
+from completer.engine.workspace_index import BRANCH_MOST, NO_MATCH, SAVED_FILES_SHARE, Match, WorkspaceIndex
 
 # Candidate positions examined per lookup, most recent first: bounds the cost of a
 # lookup on repetitive text.
 MAX_CANDIDATES = 32
+# The draft catches up on text it has not seen this many tokens at a time, its request's
+# cancel flag checked between pieces: after a paste, the keystroke that follows waits for
+# one piece, not the draft's whole prefill. The target's PROMPT_PIECE
+# (completer.engine.generation, which imports this module).
+CATCH_UP_PIECE = 64
+# An NgramIndex's memory, as tracemalloc measured it (CPython 3.11, 5,000-token texts:
+# 210-240 bytes a token): a token, its place in a list of ends, and their int objects;
+# per distinct n-gram its tuple, its list and the dict's entry.
+NGRAM_BYTES_PER_TOKEN = 90
+NGRAM_BYTES_PER_GRAM = 150
 
 
 @dataclass(frozen=True)
@@ -35,15 +46,20 @@ NO_PROPOSAL = Proposal([], None, 0.0)
 
 
 class ModelDrafter:
-    """The draft model: k single-token steps on its own KV cache."""
+    """The draft model: k single-token steps on its own KV cache. `cancel`: the flag of the
+    request being served (its decoder sets it), which stops a catch-up between pieces."""
 
     def __init__(self, sequence: KVSequence, target_vocab: int):
         self.sequence = sequence
         self.target_vocab = target_vocab
+        self.cancel: threading.Event | None = None
 
     def propose(self, tokens: list[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
+        """k tokens after `tokens`; none when `cancel` was set while catching up (what went
+        in stays: the next request goes on from it)."""
         started = time.perf_counter()
-        self.sequence.sync(tokens[:-1])
+        if not self._catch_up(tokens[:-1]):
+            return Proposal([], None, 0.0, catch_up_ms=(time.perf_counter() - started) * 1000)
         caught_up = time.perf_counter()
         drafted: list[int] = []
         rows: list[np.ndarray] = []
@@ -65,6 +81,16 @@ class ModelDrafter:
                         catch_up_ms=(caught_up - started) * 1000)
 
 
+    def _catch_up(self, text: list[int]) -> bool:
+        """sequence.sync(text), CATCH_UP_PIECE tokens at a time; False once `cancel` is set."""
+        self.sequence.sync(text[: common_prefix_length(self.sequence.tokens, text)])
+        while len(self.sequence.tokens) < len(text):
+            if self.cancel is not None and self.cancel.is_set():
+                return False
+            self.sequence.extend(text[len(self.sequence.tokens) : len(self.sequence.tokens) + CATCH_UP_PIECE])
+        return True
+
+
 def _pad_to(q: np.ndarray, size: int) -> np.ndarray:
     """q [k, V_draft] as [k, size]: a draft with fewer entries never proposes the rest."""
     return np.pad(q, ((0, 0), (0, size - q.shape[1])))
@@ -80,6 +106,11 @@ class NgramIndex:
         self.tokens: list[int] = []
         self.ends: dict[tuple[int, ...], list[int]] = defaultdict(list)  # n-gram -> positions just after it
         self.extend(tokens or [])
+
+    @property
+    def nbytes(self) -> int:
+        """Its memory, estimated (NGRAM_BYTES_PER_*)."""
+        return NGRAM_BYTES_PER_TOKEN * len(self.tokens) + NGRAM_BYTES_PER_GRAM * len(self.ends)
 
     def extend(self, tokens: list[int]) -> None:
         start = len(self.tokens)
@@ -114,25 +145,44 @@ class NgramIndex:
 
 class NgramDrafter:
     """Prompt lookup: find the longest earlier occurrence of the text's last tokens, in
-    this document, in other open ones (lookup) or in the workspace's files
-    (lookup_workspace), and propose what followed it."""
+    this document, in other open ones, in files saved since the workspace index was built
+    (lookup) or in the workspace index (lookup_workspace), and propose what followed it.
+
+    The saved files' indexes take up to SAVED_FILES_SHARE of drafting.index_mb (the
+    workspace index the rest), the least recently saved or drafted from dropped first:
+    an editor saves every file it edits, and each index costs about 230 bytes a token."""
 
     def __init__(self, options: DraftingOptions = DraftingOptions(), workspace: WorkspaceIndex | None = None):
         self.options = options
         self.document = self._index([])
         self.others: dict[str, NgramIndex] = {}  # open documents, by the editor's name
-        self.saved_files: dict[str, NgramIndex] = {}  # workspace files saved since the index was built, by path
+        # Workspace files saved since the index was built, by path, least recently used first.
+        self.saved_files: OrderedDict[str, NgramIndex] = OrderedDict()
+        self.saved_bytes = 0  # their nbytes together; read from any thread (statistics)
         self.workspace = workspace
+        self._stale = False  # some index was built with other match lengths than the options'
 
     def _index(self, tokens: list[int]) -> NgramIndex:
         return NgramIndex(tokens, self.options.ngram_min_match, self.options.ngram_max_match)
 
+    def _current(self, index: NgramIndex) -> NgramIndex:
+        """`index`, built again if the match lengths changed since it was built."""
+        if (index.min_match, index.max_match) == (self.options.ngram_min_match, self.options.ngram_max_match):
+            return index
+        return self._index(index.tokens)
+
+    @property
+    def saved_budget_bytes(self) -> int:
+        return int(self.options.index_mb * 2**20 * SAVED_FILES_SHARE)
+
     def configure(self, options: DraftingOptions) -> None:
-        """New match lengths: every index is built again with them."""
+        """New options. An index is built again with new match lengths when next looked up,
+        not here: this may run on the language server's event loop, and rebuilding every
+        saved file's index took it for as long as tokens there were."""
+        lengths = (options.ngram_min_match, options.ngram_max_match)
+        self._stale = self._stale or lengths != (self.options.ngram_min_match, self.options.ngram_max_match)
         self.options = options
-        self.document = self._index(self.document.tokens)
-        self.others = {key: self._index(index.tokens) for key, index in self.others.items()}
-        self.saved_files = {key: self._index(index.tokens) for key, index in self.saved_files.items()}
+        self._within_budget()
 
     def lookup_workspace(self, tokens: list[int], k: int, n_vocab: int, longer_than: int = 0) -> Match:
         """The workspace index's proposal, for a match longer than `longer_than` tokens
@@ -157,8 +207,26 @@ class NgramDrafter:
     def remove_other_document(self, key: str) -> None:
         self.others.pop(key, None)
 
-    def set_saved_file(self, path: str, tokens: list[int]) -> None:
-        self.saved_files[path] = self._index(tokens)
+    def saved_file_index(self, tokens: list[int]) -> NgramIndex:
+        """The index set_saved_file takes: built apart, so that the engine need not wait for it."""
+        return self._index(tokens)
+
+    def set_saved_file(self, path: str, index: NgramIndex) -> None:
+        """Draft from this index of the file, the most recently used of the saved files."""
+        self._drop_saved_file(path)
+        self.saved_files[path] = index = self._current(index)  # the options may have changed since it was built
+        self.saved_bytes += index.nbytes
+        self._within_budget()
+
+    def _drop_saved_file(self, path: str) -> None:
+        index = self.saved_files.pop(path, None)
+        if index is not None:
+            self.saved_bytes -= index.nbytes
+
+    def _within_budget(self) -> None:
+        """The least recently used saved files out, until the rest fit their budget."""
+        while self.saved_files and self.saved_bytes > self.saved_budget_bytes:
+            self._drop_saved_file(next(iter(self.saved_files)))
 
     def has_saved_file(self, path: str) -> bool:
         return path in self.saved_files
@@ -170,21 +238,38 @@ class NgramDrafter:
         """Look up in this workspace index from now on (None: in no index)."""
         self.workspace = workspace
 
+    def _rebuild_stale(self) -> None:
+        """The indexes built before the match lengths changed, built again (configure)."""
+        self.document = self._current(self.document)
+        self.others = {key: self._current(index) for key, index in self.others.items()}
+        for path, index in list(self.saved_files.items()):
+            if (current := self._current(index)) is not index:
+                self.saved_files[path] = current  # its place in the order stays
+                self.saved_bytes += current.nbytes - index.nbytes
+        self._within_budget()
+        self._stale = False
+
     def lookup(self, tokens: list[int], k: int) -> Match:
         """The proposal for the text `tokens`: what followed its longest match in this
         document, another open one, or a file saved since the index was built."""
         if len(tokens) < self.options.ngram_min_match or k <= 0:
             return NO_MATCH
+        if self._stale:
+            self._rebuild_stale()
         self.set_document(tokens)
-        best_length, best_index, best_end = 0, self.document, -1
+        best_length, best_index, best_end, best_saved = 0, self.document, -1, None
         # Only occurrences with a token after them can propose anything.
-        for index in [self.document, *self.others.values(), *self.saved_files.values()]:
+        candidates = [(self.document, None), *((index, None) for index in self.others.values()),
+                      *((index, path) for path, index in self.saved_files.items())]
+        for index, saved_path in candidates:
             before = len(tokens) if index is self.document else len(index.tokens)
             length, end = index.longest_match(tokens, before)
             if length > best_length:
-                best_length, best_index, best_end = length, index, end
+                best_length, best_index, best_end, best_saved = length, index, end, saved_path
         if best_end < 0:
             return NO_MATCH
+        if best_saved is not None:
+            self.saved_files.move_to_end(best_saved)  # drafted from: the last to be dropped
         proposal = best_index.tokens[best_end : best_end + k]
         if best_index is self.document:
             # A match whose continuation runs into the text's end: the text repeats, so the

@@ -7,7 +7,8 @@ the same idioms), so the text after a cursor has often been written elsewhere.
                    read without running git, less dependency and build folders and
                    generated, binary, tiny and huge files; never through a symlink, never
                    outside a folder; the first MOST_FILES listed), most recently modified
-                   first, until the token budget (drafting.index_mb) is spent
+                   first, until the token budget (drafting.index_mb less the saved files'
+                   share, SAVED_FILES_SHARE) is spent
         tokens   = all of them, one array, a separator between files
         order    = every position, sorted by the tokens before it read backwards (the
                    first 8 of them): a suffix array of the reversed text, cut at that depth
@@ -78,6 +79,10 @@ MOST_FILES = 100_000
 # bytes a token and a token 8 bytes of index, so ordinary code spends the token budget
 # first; this bounds text that makes few tokens of many bytes (long runs of one character).
 SOURCE_BYTES_PER_INDEX_BYTE = 1
+# Share of drafting.index_mb kept for the indexes of the files saved since the build
+# (completer.engine.drafts), so that both together stay within it: a file being edited is
+# the likeliest to be copied from, and its saved text is newer than the table's copy.
+SAVED_FILES_SHARE = 1 / 8
 SAVED_FORMAT = 1  # of the saved index (its layout: PADDING, SORT_WORDS): another one is not read
 
 
@@ -380,11 +385,12 @@ class WorkspaceIndex:
 
     def build(self, workspace: Workspace, tokenize: Callable[[str], list[int]],
               cancel: threading.Event | None = None, saved: Path | None = None) -> IndexStats:
-        """Index the workspace's files within drafting.index_mb; `cancel` stops it at the
-        next file (the table stays as it was). `saved`: a file holding the tokens of an
-        earlier build (the same tokenizer's): files unchanged since (size and modification
-        time) are not tokenized again, and the build is written back there. Waits for any
-        other build to end first. A build that fails is logged and changes nothing."""
+        """Index the workspace's files within drafting.index_mb, less SAVED_FILES_SHARE;
+        `cancel` stops it at the next file (the table stays as it was). `saved`: a file
+        holding the tokens of an earlier build (the same tokenizer's): files unchanged
+        since (size and modification time) are not tokenized again, and the build is
+        written back there. Waits for any other build to end first. A build that fails is
+        logged and changes nothing."""
         cancel = cancel or threading.Event()
         with ONE_BUILD:
             if cancel.is_set():
@@ -398,8 +404,9 @@ class WorkspaceIndex:
     def _build(self, workspace: Workspace, tokenize: Callable[[str], list[int]], cancel: threading.Event,
                saved: Path | None) -> IndexStats:
         started = time.perf_counter()
-        budget = int(self.options.index_mb * 2**20 / BYTES_PER_TOKEN)  # tokens
-        bytes_left = int(self.options.index_mb * 2**20 * SOURCE_BYTES_PER_INDEX_BYTE)  # of source
+        table_bytes = self.options.index_mb * (1 - SAVED_FILES_SHARE) * 2**20
+        budget = int(table_bytes / BYTES_PER_TOKEN)  # tokens
+        bytes_left = int(table_bytes * SOURCE_BYTES_PER_INDEX_BYTE)  # of source
         earlier = _load(saved) if saved is not None else SavedIndex()
         files: list[tuple[str, np.ndarray]] = []
         stamps: list[tuple[int, int]] = []
