@@ -202,36 +202,22 @@ class LocalDecoder:
         healed_prompt, healing = heal(prompt, self.engine.model, self.prefixes) if decode.heal else (prompt, None)
         started = time.perf_counter()
         several = decode.candidates > 1
-        with self._draft_cancelled_by(decode.cancel):
-            result = generate(self.engine, healed_prompt, decode.max_tokens, stop=tuple(decode.stop),
-                              time_budget_ms=decode.time_budget_ms or None, sampling=decode.sampling,
-                              mode=decode.draft_mode, cancel=decode.cancel, document=decode.document,
-                              language=decode.language, done=decode.done, healing=healing,
-                              copy_from=self.engine.model.tokenize(decode.copy_from) if decode.copy_from else None,
-                              keep_logits=several)
-            stats = result.stats
-            counts = DecodeCounts(len(prompt), evaluated, stats.tokens, stats.total_ms, stats.drafted, stats.accepted)
-            alternatives = ()
-            if several and result.stop_reason != StopReason.CANCELLED:
-                # The time budget counts from the request's decoding: the others stop with the answer's.
-                deadline = started + decode.time_budget_ms / 1000 if decode.time_budget_ms else None
-                alternatives = tuple((c.text, c.stop_reason) for c in candidates(
-                    self.engine, healed_prompt, result, decode.candidates - 1, decode.max_tokens,
-                    tuple(decode.stop), decode.done, healing, decode.cancel, deadline))
+        result = generate(self.engine, healed_prompt, decode.max_tokens, stop=tuple(decode.stop),
+                          time_budget_ms=decode.time_budget_ms or None, sampling=decode.sampling,
+                          mode=decode.draft_mode, cancel=decode.cancel, document=decode.document,
+                          language=decode.language, done=decode.done, healing=healing,
+                          copy_from=self.engine.model.tokenize(decode.copy_from) if decode.copy_from else None,
+                          keep_logits=several)
+        stats = result.stats
+        counts = DecodeCounts(len(prompt), evaluated, stats.tokens, stats.total_ms, stats.drafted, stats.accepted)
+        alternatives = ()
+        if several and result.stop_reason != StopReason.CANCELLED:
+            # The time budget counts from the request's decoding: the others stop with the answer's.
+            deadline = started + decode.time_budget_ms / 1000 if decode.time_budget_ms else None
+            alternatives = tuple((c.text, c.stop_reason) for c in candidates(
+                self.engine, healed_prompt, result, decode.candidates - 1, decode.max_tokens,
+                tuple(decode.stop), decode.done, healing, decode.cancel, deadline))
         return Decoded(result.text, result.stop_reason, counts, result, alternatives)
-
-    @contextmanager
-    def _draft_cancelled_by(self, cancel: CancelFlag | None):
-        """The draft model's catch-up stops at its next piece once the request's `cancel` is
-        set, as the target's prefill does: after a paste it is thousands of tokens."""
-        drafter = self.engine.drafter  # the engine may drop it meanwhile (a llama.cpp error)
-        if drafter is not None:
-            drafter.cancel = cancel
-        try:
-            yield
-        finally:
-            if drafter is not None:
-                drafter.cancel = None
 
     def prompt_text(self, prompt: list[int]) -> str:
         return self.engine.model.detokenize(prompt, special=True)

@@ -46,19 +46,18 @@ NO_PROPOSAL = Proposal([], None, 0.0)
 
 
 class ModelDrafter:
-    """The draft model: k single-token steps on its own KV cache. `cancel`: the flag of the
-    request being served (its decoder sets it), which stops a catch-up between pieces."""
+    """The draft model: k single-token steps on its own KV cache."""
 
     def __init__(self, sequence: KVSequence, target_vocab: int):
         self.sequence = sequence
         self.target_vocab = target_vocab
-        self.cancel: threading.Event | None = None
 
-    def propose(self, tokens: list[int], k: int, sampling: Sampling, rng: np.random.Generator) -> Proposal:
-        """k tokens after `tokens`; none when `cancel` was set while catching up (what went
-        in stays: the next request goes on from it)."""
+    def propose(self, tokens: list[int], k: int, sampling: Sampling, rng: np.random.Generator,
+                cancel: threading.Event | None = None) -> Proposal:
+        """k tokens after `tokens`; none when the request's `cancel` was set while catching
+        up (what went in stays: the next request goes on from it)."""
         started = time.perf_counter()
-        if not self._catch_up(tokens[:-1]):
+        if not self._catch_up(tokens[:-1], cancel):
             return Proposal([], None, 0.0, catch_up_ms=(time.perf_counter() - started) * 1000)
         caught_up = time.perf_counter()
         drafted: list[int] = []
@@ -81,11 +80,11 @@ class ModelDrafter:
                         catch_up_ms=(caught_up - started) * 1000)
 
 
-    def _catch_up(self, text: list[int]) -> bool:
+    def _catch_up(self, text: list[int], cancel: threading.Event | None) -> bool:
         """sequence.sync(text), CATCH_UP_PIECE tokens at a time; False once `cancel` is set."""
         self.sequence.sync(text[: common_prefix_length(self.sequence.tokens, text)])
         while len(self.sequence.tokens) < len(text):
-            if self.cancel is not None and self.cancel.is_set():
+            if cancel is not None and cancel.is_set():
                 return False
             self.sequence.extend(text[len(self.sequence.tokens) : len(self.sequence.tokens) + CATCH_UP_PIECE])
         return True

@@ -246,6 +246,7 @@ class RoundSettings:
     language: str
     draft_length: int | None  # fixes k, bypassing the tuner
     copy: CopyDrafter | None = None  # a rewrite's original, to copy drafts from
+    cancel: threading.Event | None = None  # the request's: stops the draft model's catch-up too
 
 
 def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, rng: np.random.Generator,
@@ -290,7 +291,7 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
         proposal = Proposal(match.tokens[: plan.k], None, lookup_ms, match.length)
         return _Round(plan, plan.provider, proposal, offered=offered, beyond=tuple(match.tokens[plan.k:]))
     try:
-        return _Round(plan, "draft", engine.drafter.propose(tokens, plan.k, asked.sampling, rng))
+        return _Round(plan, "draft", engine.drafter.propose(tokens, plan.k, asked.sampling, rng, asked.cancel))
     except (RuntimeError, ValueError) as error:  # llama_decode failed, or the draft's context is full
         _drop_draft(engine, error)
         return PLAIN_ROUND
@@ -390,8 +391,8 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     n_ctx = engine.context_tokens
     tokens = list(prompt[-(n_ctx - 1):])  # a prompt longer than the context keeps its end
     prompt_length = len(tokens)
-    asked = _start_rounds(engine, RoundSettings(mode, sampling, document, language, draft_length), copy_from,
-                          prompt_length)
+    asked = _start_rounds(engine, RoundSettings(mode, sampling, document, language, draft_length, cancel=cancel),
+                          copy_from, prompt_length)
     evaluate_prompt(engine.target, tokens[:-1], cancel)  # cancelled: the loop stops before a round
     predict_started = time.perf_counter()  # the time budget is for predicting, as llama.vim's t_max_predict_ms
     # rows: with keep_logits, [produced, V] per round
