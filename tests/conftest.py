@@ -17,9 +17,14 @@ REPO = Path(__file__).resolve().parent.parent
 CLOSED_ENDPOINT = "http://127.0.0.1:9"  # the discard port: nothing listens
 
 
+@pytest.hookimpl(tryfirst=True)  # before `-m` selects by marker
 def pytest_collection_modifyitems(items):
-    """The `device` tests last: an RPC server added as a device stays one for the rest of
+    """Every test on llama-server (the `llama_server` fixture) is `slow`, wherever it is.
+    The `device` tests last: an RPC server added as a device stays one for the rest of
     the process, and every later model loaded with `auto` layers would go to it."""
+    for item in items:
+        if "llama_server" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.slow)
     items.sort(key=lambda item: item.get_closest_marker("device") is not None)
 
 
@@ -53,6 +58,14 @@ def target(smol):
     from completer.models.backend import LlamaModel
 
     return LlamaModel(smol.target, n_gpu_layers=0)
+
+
+@pytest.fixture(scope="session")
+def draft(smol):
+    """The smol draft on the CPU, loaded once per run and shared as `target` is."""
+    from completer.models.backend import LlamaModel
+
+    return LlamaModel(smol.draft, n_gpu_layers=0)
 
 
 @pytest.fixture(scope="session")

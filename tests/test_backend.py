@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from completer.engine.speculative import NEAR_TIE_LOGITS
-from completer.models.backend import LlamaContext, LlamaModel, fewer_gpu_layers
+from completer.models.backend import LlamaContext, fewer_gpu_layers
 
 # How far a kept branch's logits may lie from a fresh evaluation's: measured up to 0.55
 # on an AVX-512 CPU and 1.11 on an AVX2 one (the same rows), where a cache holding a stale
@@ -34,11 +34,6 @@ def factorial(n):
 # tolerance leaves room for last-bit differences of other CPUs' kernels only; a stale
 # or shifted cache moves logits by more than 1.0 (test_a_stale_cache...).
 BATCH_TOLERANCE = 1e-3
-
-
-@pytest.fixture(scope="module")
-def draft(smol):
-    return LlamaModel(smol.draft, n_gpu_layers=0)
 
 
 def test_the_smol_pair_loads_with_the_draft_a_cut_of_the_target(target, draft):

@@ -16,7 +16,7 @@ from completer.bench.run import Bench, Settings
 from completer.config import Config, GenerationOptions, ModelOptions
 from completer.engine.tuning import CostModel
 from completer.loading import Pair
-from completer.models.backend import LlamaModel, default_threads
+from completer.models.backend import default_threads
 from conftest import run_completer
 
 # A thread count llama.cpp would not take without being told: it takes every core otherwise.
@@ -116,9 +116,9 @@ def test_the_bench_settings_repeat_no_option_of_the_config_tree():
     assert Settings().config == Config()
 
 
-def test_threads_reach_llama_cpp_in_every_engine_the_bench_builds(smol, target):
+def test_threads_reach_llama_cpp_in_every_engine_the_bench_builds(smol, target, draft):
     """models.threads (`--threads`) is what each context llama.cpp made runs with, read back from llama.cpp."""
-    pair = Pair(smol, target, LlamaModel(smol.draft, n_gpu_layers=0))
+    pair = Pair(smol, target, draft)
     config = Config(models=ModelOptions(preset="smol", threads=THREADS), generation=GenerationOptions(max_tokens=4))
     runner = Bench(pair, Settings(config, ("target", "auto", LOCAL)))
     runner.close()

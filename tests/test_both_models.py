@@ -27,7 +27,7 @@ TEXTWRAP = (STDLIB / "textwrap.py").read_text()
 BATCH_TOLERANCE = 1e-3
 
 
-@pytest.fixture(scope="module", params=["smol", "gemma"])
+@pytest.fixture(scope="module", params=["smol", pytest.param("gemma", marks=pytest.mark.slow)])  # a 262k vocabulary
 def model(request):
     return request.getfixturevalue({"smol": "target", "gemma": "gemma_target"}[request.param])
 

@@ -11,7 +11,6 @@ from hypothesis import strategies as st
 from completer.engine.candidates import MAX_GAP, branch_points, candidates
 from completer.engine.generation import Engine, generate
 from completer.engine.speculative import NEAR_TIE_LOGITS, parting_gap
-from completer.models.backend import LlamaModel
 from tests.test_speculative_engine import stdlib_holes
 
 
@@ -40,9 +39,9 @@ def test_a_branch_point_is_another_token_than_the_chosen_one(rows, count):
 
 
 @pytest.fixture(scope="module")
-def exact(smol, target):
+def exact(target, draft):
     """Single-token verification: a candidate's tokens come from plain steps' numerics."""
-    return Engine(target, LlamaModel(smol.draft, n_gpu_layers=0), n_ctx=2048, calibrate_s=0, exact=True)
+    return Engine(target, draft, n_ctx=2048, calibrate_s=0, exact=True)
 
 
 @pytest.mark.parametrize("mode", ["target", "auto"])

@@ -75,6 +75,7 @@ print(json.dumps({"module": llama_cpp.__file__, "backends": backends(), "gpu_lay
 """
 
 
+@pytest.mark.slow  # a CUDA build of llama.cpp, loaded in a subprocess
 def test_the_cuda_build_loads_without_a_gpu_and_completes_on_the_cpu_as_the_cpu_build_does(smol, tmp_path):
     wheels = sorted(BUILT_WHEELS.glob("llama-cpp-python-*-cuda*/llama_cpp_python-*.whl"))
     if not wheels:

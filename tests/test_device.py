@@ -27,7 +27,7 @@ from completer.models.backend import LlamaContext, LlamaModel
 from completer.models.devices import RpcServerError, add_rpc_servers, backends, devices, greet_rpc_server, is_loopback
 from conftest import REPO, run_completer
 
-pytestmark = pytest.mark.device
+pytestmark = [pytest.mark.device, pytest.mark.slow]
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # A cache filled round by round gives logits up to 0.48 away from one filled in one batch
@@ -252,7 +252,8 @@ def test_a_kv_cache_the_device_cannot_hold_loads_with_fewer_layers_there_and_sti
     target is loaded again with half its layers there, the user is told, and it completes."""
     process, address = start_rpc_server(rpc_binary, tmp_path / "server.log", memory_bytes=SMALL_DEVICE_BYTES)
     try:
-        result = run_completer("complete", str(REPO / "completer" / "engine" / "speculative.py"), "--line", "40", "--col", "1",
+        source = REPO / "completer" / "engine" / "speculative.py"
+        result = run_completer("complete", str(source), "--line", "40", "--col", "1",
                                "--rpc", address, "--context", str(LARGE_CONTEXT), "--mode", "target",
                                "--max-tokens", "8", "--preset", "smol", env={"COMPLETER_CACHE_DIR": str(smol_cache)},
                                timeout=600)

@@ -27,6 +27,8 @@ from completer.models.gguf_file import check_same_vocabulary, read_gguf
 from completer.models.paths import distilled_draft_path
 from conftest import QUICK, REPO, run_completer
 
+pytestmark = pytest.mark.slow  # torch: real distillations
+
 
 def test_windows_cover_the_tokens_and_drop_only_a_short_tail():
     tokens = list(range(300))

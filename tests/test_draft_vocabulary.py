@@ -20,10 +20,9 @@ def plain(target):
 
 
 @pytest.fixture(scope="module")
-def padded(smol, target, plain, tmp_path_factory):
+def padded(smol, target, draft, plain, tmp_path_factory):
     """The draft with a preferred padding twin of every token it picks along the plain text."""
     prompt, continuation = plain
-    draft = LlamaModel(smol.draft, n_gpu_layers=0)
     text = prompt + continuation
     logits = LlamaContext(draft, n_ctx=1024).eval(text, 0, logits_at=range(len(prompt) - 1, len(text)))
     twins = sorted(set(logits.argmax(axis=1).tolist()))
@@ -42,9 +41,9 @@ def test_the_padded_draft_is_admitted_and_prefers_its_padding(smol, target, plai
 
 
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, seed=5)])
-def test_a_padded_draft_proposes_what_the_unpadded_one_does(smol, target, plain, padded, sampling):
+def test_a_padded_draft_proposes_what_the_unpadded_one_does(target, draft, plain, padded, sampling):
     prompt, _ = plain
-    unpadded = Engine(target, LlamaModel(smol.draft, n_gpu_layers=0), n_ctx=1024, calibrate_s=0)
+    unpadded = Engine(target, draft, n_ctx=1024, calibrate_s=0)
     expected = generate(unpadded, prompt, 24, mode="draft", draft_length=4, sampling=sampling)
     engine = Engine(target, padded, n_ctx=1024, calibrate_s=0)
     got = generate(engine, prompt, 24, mode="draft", draft_length=4, sampling=sampling)

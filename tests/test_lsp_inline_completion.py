@@ -3,6 +3,7 @@
 import asyncio
 
 import pytest
+import pytest_asyncio
 from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
@@ -23,12 +24,29 @@ async def started(cache, **options):
 
 @pytest.fixture
 async def client(smol, smol_cache):
+    """A fresh server, for the tests that count what it did since it started."""
     lsp_client = await started(smol_cache)
     yield lsp_client
     await lsp_client.shutdown_session()
 
 
-async def test_typing_then_an_inline_completion_gives_real_text(client):
+@pytest_asyncio.fixture(scope="module", loop_scope="module")
+async def shared_client(smol, smol_cache):
+    """One server for the tests marked `shares_the_server`: each has its documents to itself
+    (closed before another opens the same) and counts what changed while it ran, so the
+    ones before it leave nothing it reads."""
+    lsp_client = await started(smol_cache)
+    yield lsp_client
+    await lsp_client.shutdown_session()
+
+
+shares_the_server = pytest.mark.asyncio(loop_scope="module")  # shared_client's event loop
+
+
+@shares_the_server
+async def test_typing_then_an_inline_completion_gives_real_text(shared_client):
+    client = shared_client
+    before = await stats(client)
     uri = "file:///project/stats.py"
     open_document(client, uri, STATS_PY)
     typed = "center = mean("
@@ -41,10 +59,13 @@ async def test_typing_then_an_inline_completion_gives_real_text(client):
     assert item.range.start == item.range.end == types.Position(5, 4 + len(typed))
     assert item.command.command == "completer.accept"
     current = await stats(client)
-    assert current["requests"] == 1 and current["suggestions_shown"] == 1 and current["tokens_per_second"] > 0
+    assert current["requests"] - before["requests"] == 1 and current["tokens_per_second"] > 0
+    assert current["suggestions_shown"] - before["suggestions_shown"] == 1
 
 
-async def test_mid_line_the_item_replaces_the_rest_of_the_line(client):
+@shares_the_server
+async def test_mid_line_the_item_replaces_the_rest_of_the_line(shared_client):
+    client = shared_client
     uri = "file:///project/mid.py"
     open_document(client, uri, STATS_PY + "center = mean()\n")
     result = await inline(client, uri, 5, len("    center = mean("))
@@ -53,23 +74,27 @@ async def test_mid_line_the_item_replaces_the_rest_of_the_line(client):
     assert item.range.end == types.Position(5, len("    center = mean()"))
 
 
+@shares_the_server
 @pytest.mark.parametrize("text", [
     "import os\n\nBASE = os.path.dirname(os.path.abspath(__file__))\nDATA = os.path.join",  # one line shown
     STATS_PY + "center = mean",  # several lines shown; after the bracket the cursor is mid-line
 ])
-async def test_typing_an_auto_closed_bracket_into_a_shown_item_does_not_repeat_it(client, text):
+async def test_typing_an_auto_closed_bracket_into_a_shown_item_does_not_repeat_it(shared_client, text):
     """The user types the item's `(` and the editor auto-closes it: the forward cache's
     answer is the rest of the first line, with the `)` the editor already wrote."""
-    uri = "file:///project/auto_pair.py"
+    client = shared_client
+    before = await stats(client)
+    uri = "file:///project/auto_pair.py"  # its path is in the prompt: the same for both texts, closed after each
     open_document(client, uri, text)
     line, character = text.count("\n"), len(text.split("\n")[-1])
     first = (await inline(client, uri, line, character)).items[0].insert_text.split("\n")[0]
     assert first.startswith("(") and first.endswith(")"), first  # the case to test
     insert(client, uri, 2, line, character, "()")
     item = (await inline(client, uri, line, character + 1)).items[0]
-    assert (await stats(client))["forward_cache_hits"] == 1
+    assert (await stats(client))["forward_cache_hits"] - before["forward_cache_hits"] == 1
     assert item.insert_text == first[1:]  # not first[1:] + ")"
     assert item.range.end == types.Position(line, character + 2)
+    client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
 
 
 async def test_accepting_an_item_counts_in_the_statistics(client):
@@ -185,7 +210,9 @@ async def test_cancel_request_stops_the_generation_and_the_server_goes_on(smol, 
     await client.shutdown_session()
 
 
-async def test_a_position_outside_the_document_is_an_invalid_params_error(client):
+@shares_the_server
+async def test_a_position_outside_the_document_is_an_invalid_params_error(shared_client):
+    client = shared_client
     uri = "file:///project/short.py"
     open_document(client, uri, "x = 1\n")
     with pytest.raises(JsonRpcException, match="outside the document"):

@@ -10,6 +10,8 @@ from completer.decoders.clients import LlamaServerClient
 from llama_server_process import LlamaServer, free_port
 from lsp_session import inline, insert, open_document, start, stats, wait_ready
 
+pytestmark = pytest.mark.slow  # llama-server
+
 STATS_PY = "def mean(values):\n    return sum(values) / len(values)\n\n\ndef variance(values):\n    "
 # A list the model goes on filling: a generation that runs until stopped.
 LONG = "def numbers():\n    return [\n        1,\n        2,\n        3,\n        "
@@ -19,8 +21,8 @@ LONG_RUN = {"max_tokens": 400, "time_budget_ms": 3000}
 # Healing is the local engine's alone (it needs the vocabulary's bytes and a constrained
 # first token): off on both sides, the two backends' prompts and answers are the same.
 # No prefetch: these tests count the server's tasks and what its slots evaluated, to which
-# a prefetch after each answer would add its own (test_completer runs the prefetch on both
-# backends).
+# a prefetch after each answer would add its own (test_completer_on_both_decoders runs the
+# prefetch on both backends).
 SAME_AS_LOCAL = {"prompt": {"heal": False}, "generation": {"max_tokens": 16, "time_budget_ms": 0,
                                                            "draft_mode": "target"},
                  "server": {"prefetch": False}}

@@ -7,6 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.slow  # a real Neovim
+
 SCRIPT = Path(__file__).parent / "nvim" / "inline_completion.lua"
 
 

@@ -32,6 +32,10 @@ README = PLUGIN / "README.md"
 INFO, WARN, ERROR = 2, 3, 4  # vim.log.levels
 
 
+# The tests that start Neovim; the others read the plugin's files.
+runs_neovim = pytest.mark.slow
+
+
 def run_nvim(script: str, tmp: Path, cache: Path, timeout_s: int, *, lua: bool = False, **extra: str) -> dict:
     """Run tests/nvim/<script> in a clean headless Neovim with the plugin on its
     runtimepath and every XDG folder in `tmp`; returns the JSON it wrote."""
@@ -105,6 +109,7 @@ def checks(session: dict, section: str) -> dict:
     return session["checks"]
 
 
+@runs_neovim
 def test_accept_inserts_the_suggestion_shown_and_the_server_counts_it(session):
     accept = checks(session, "accept_all")["accept_all"]
     shown = accept["ghost"]
@@ -121,6 +126,7 @@ def test_accept_inserts_the_suggestion_shown_and_the_server_counts_it(session):
     assert session["checks"]["accept_all_prefetched"] == {"prefetching": True, "served": True}
 
 
+@runs_neovim
 def test_typing_the_suggestion_keeps_it_and_anything_else_clears_it(session):
     found = checks(session, "typing")
     typing = found["typing"]
@@ -139,6 +145,7 @@ def test_typing_the_suggestion_keeps_it_and_anything_else_clears_it(session):
     assert found["dismissed"] == {"ghost": None, "line": "    center = mean("}
 
 
+@runs_neovim
 def test_keys_fall_through_to_what_they_did_before_when_nothing_is_shown(session):
     found = checks(session, "fallback")
     # A global Lua callback on <Tab>, made before setup(): it ran, and inserted nothing.
@@ -150,6 +157,7 @@ def test_keys_fall_through_to_what_they_did_before_when_nothing_is_shown(session
     assert checks(session, "fallback_raw")["fallback_raw"] == {"line": "x = 1\ty", "user_tab": 0}
 
 
+@runs_neovim
 def test_accept_line_and_accept_word_take_only_their_piece(session):
     partial = checks(session, "partial")["partial"]
     remaining = partial["ghost"]["text"]
@@ -173,6 +181,7 @@ def test_accept_line_and_accept_word_take_only_their_piece(session):
     assert after["chars"] - before["chars"] == len(text) - len("\n".join(partial["before"]))  # the parts' characters
 
 
+@runs_neovim
 def test_statusline_toggle_and_stats_command(session):
     found = checks(session, "toggle")
     assert found["statusline_loading"] == "completer: loading"
@@ -189,6 +198,7 @@ def test_statusline_toggle_and_stats_command(session):
         ("completer: suggestions off for python", INFO), ("completer: suggestions on for python", INFO)]
 
 
+@runs_neovim
 def test_candidates_cycle_and_the_one_shown_is_taken(session):
     found = checks(session, "candidates")["candidates"]
     assert found["first"] != found["second"]
@@ -196,6 +206,7 @@ def test_candidates_cycle_and_the_one_shown_is_taken(session):
     assert found["after"] == (before + found["second"]).split("\n")
 
 
+@runs_neovim
 def test_the_screen_shows_the_next_candidate_where_the_first_was(smol, smol_cache, tmp_path):
     """A Neovim with a screen (in a terminal of another one, read as text), candidates on:
     after <M-]> the screen shows the second candidate as ghost text at the cursor. The
@@ -207,17 +218,20 @@ def test_the_screen_shows_the_next_candidate_where_the_first_was(smol, smol_cach
     assert screen[:len(expected)] == expected, "\n".join(screen)
 
 
+@runs_neovim
 def test_an_open_menu_hides_the_suggestion_and_takes_tab(session):
     found = checks(session, "menu")["menu"]
     assert found["with_menu"] == {"ghost": None, "pum": 1, "requests": 0}
     assert found["user_tab"] == 1 and found["shown"] not in found["line"]  # the user's <Tab>, not an acceptance
 
 
+@runs_neovim
 def test_the_session_raised_no_error(session):
     assert session["errmsg"] == ""
     assert not re.search(r"E\d+:|Error|stack traceback", session["messages"]), session["messages"]
 
 
+@runs_neovim
 @pytest.mark.parametrize("failure", ["no_server", "bad_model"])
 def test_a_server_that_cannot_help_is_reported_once(failure, tmp_path):
     """A cmd that does not exist, or a model file that does not: one notification, no
@@ -281,6 +295,7 @@ NEXT_EDIT_OPTIONS = {"next_edit", "next_edit_debounce_ms", "keymaps.next_edit_ac
                      "keymaps.next_edit_request"}
 
 
+@runs_neovim
 def test_options_in_the_module_header_the_defaults_and_the_help_agree(options):
     defaults = options["defaults"]
     assert NEXT_EDIT_OPTIONS <= set(defaults)
@@ -342,6 +357,7 @@ def test_every_command_and_highlight_group_is_documented():
         assert f"`{name}`" in readme, name
 
 
+@runs_neovim
 def test_setup_names_bad_options_in_one_warning_and_keeps_their_defaults(options):
     warning, missing = options["notifications"]
     assert warning["level"] == WARN and "not executable" not in warning["message"]
@@ -374,6 +390,7 @@ def test_the_machine_level_options_of_the_help_and_the_plugin_are_the_servers():
     assert machine_table(HELP.read_text().replace("models.draft         --draft\n", "")) != machine_options()
 
 
+@runs_neovim
 def test_setup_leaves_machine_level_init_options_out_and_says_where_they_go(tmp_path):
     """A project-local config that names a team server, a key's variable and model files
     in init_options: none of them reach the server, and one warning names each flag."""

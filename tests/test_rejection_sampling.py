@@ -57,6 +57,7 @@ def test_the_output_distribution_is_p_for_any_p_and_q(p_weights, q_weights, poin
     np.testing.assert_allclose(mixed, p, atol=1e-9)
 
 
+@pytest.mark.slow  # statistical: sampled, then a chi-square test
 @pytest.mark.parametrize("case", CASES)
 def test_monte_carlo_of_the_real_verifier_matches_p(case):
     """verify_sampled itself, drafting d ~ q, over 20,000 draws: chi-square against p."""
@@ -100,6 +101,7 @@ def speculative_text(length: int, k: int, point_mass: bool, rng: np.random.Gener
     return tuple(text[:length])
 
 
+@pytest.mark.slow  # statistical: sampled, then a chi-square test
 @pytest.mark.parametrize("point_mass", [False, True], ids=["model draft", "point mass"])
 def test_chains_of_drafted_tokens_have_the_targets_joint_distribution(point_mass):
     """k = 3, three tokens: all 27 sequences against the target's exact joint

@@ -40,8 +40,8 @@ def stdlib_holes(count: int, prompt_chars: int = 1500) -> list[str]:
 
 
 @pytest.fixture(scope="module")
-def engine(smol, target):
-    return Engine(target, LlamaModel(smol.draft, n_gpu_layers=0), n_ctx=2048, calibrate_s=0.3)
+def engine(target, draft):
+    return Engine(target, draft, n_ctx=2048, calibrate_s=0.3)
 
 
 # The configurations a greedy run is checked in: (mode, k), k None lets the tuner choose.
@@ -285,9 +285,9 @@ def test_a_drafted_token_is_accepted_with_probability_one_less_the_total_variati
     assert binomtest(accepted, n, np.minimum(p, q).sum()).pvalue > 0.001, (accepted / n, np.minimum(p, q).sum())
 
 
-def test_a_draft_that_does_not_pay_is_abandoned(smol, target):
+def test_a_draft_that_does_not_pay_is_abandoned(target, draft):
     """The derived draft is untrained: the tuner must stop drafting soon."""
-    engine = Engine(target, LlamaModel(smol.draft, n_gpu_layers=0), n_ctx=2048, calibrate_s=0.3)
+    engine = Engine(target, draft, n_ctx=2048, calibrate_s=0.3)
     speculative = passes = 0
     for hole in stdlib_holes(4):
         stats = generate(engine, target.tokenize(hole), 48, mode="draft", document="a.py", language="python").stats

@@ -18,6 +18,8 @@ from completer.models.gguf_file import read_gguf
 from completer.models.torch_model import Transformer, load_transformer
 from synthetic_gguf import write_qwen2_gguf
 
+pytestmark = pytest.mark.slow  # torch
+
 SOURCE = Path(completer.models.derive.__file__).read_text()  # real code to run both models on
 N_TOKENS = 200
 

@@ -16,6 +16,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from completer.config import RENAMED, machine_options, setting_name, settings_schema
 from completer.lsp import protocol
 from listener import Listener
@@ -111,6 +113,7 @@ def hostile_workspace(workspace: Path, elsewhere: Listener) -> None:
     (workspace / ".vscode" / "settings.json").write_text(json.dumps(settings, indent=2))
 
 
+@pytest.mark.slow  # a real VS Code in headless Chromium
 def test_a_real_vscode_shows_the_servers_suggestion_and_tab_accepts_it(smol, smol_cache, tmp_path):
     toolchain_file = EXTENSION / ".toolchain.json"
     assert toolchain_file.exists(), "build the extension first: editor-extensions/vscode/scripts/build.sh"

@@ -40,7 +40,7 @@ def shared_llama_server(llama_server, smol, tmp_path_factory):
     process.stop()
 
 
-@pytest.fixture(params=["local", "llama-server"])
+@pytest.fixture(params=["local", pytest.param("llama-server", marks=pytest.mark.slow)])
 def new_completer(request, target):
     """Completer(config, workspace) over a fresh decoder of the parameter's kind."""
     if request.param == "local":

@@ -32,9 +32,9 @@ STDLIB = Path(sysconfig.get_paths()["stdlib"])
 
 
 @pytest.fixture(scope="module")
-def models(target, smol):
-    """The session's target, and the draft (this module's own)."""
-    return target, LlamaModel(smol.draft, n_gpu_layers=0)
+def models(target, draft):
+    """The session's target and draft."""
+    return target, draft
 
 
 @pytest.fixture
@@ -174,25 +174,29 @@ def test_typing_then_an_auto_closed_bracket_never_repeats_what_follows_the_curso
     forward = ForwardCache()
     generated = line + closer + more
     shown = postprocess(generated, CursorContext(LINE, "\n"))
-    forward.remember(LINE, (Shown(generated, shown),))
+    forward.remember(LINE + "\n", len(LINE), (Shown(generated, shown),))
     typed = min(typed, len(line) - 1)  # a start of the line, not all of it
-    answer = forward.lookup(LINE + line[:typed], CursorContext(LINE + line[:typed], closer + "\n"))
+    text = LINE + line[:typed] + closer + "\n"
+    answer = forward.lookup(text, len(LINE) + typed, CursorContext(LINE + line[:typed], closer + "\n"))
     assert answer == ([line[typed:].rstrip()] if line[typed:].rstrip() else [])
 
 
 def test_the_forward_cache_answers_only_for_the_text_it_was_shown_after():
     forward = ForwardCache()
     generated = "return [self.fill(text) for text in texts]\n\ndef wrap_all(texts):"
-    forward.remember("x = 1\n    ", (Shown(generated, postprocess(generated, CursorContext("    ", "\n"))),))
+    forward.remember("x = 1\n    \n", len("x = 1\n    "),
+                     (Shown(generated, postprocess(generated, CursorContext("    ", "\n"))),))
 
     def lookup(text_before: str) -> str | None:
-        rests = forward.lookup(text_before, CursorContext(text_before.split("\n")[-1], "\n"))
+        rests = forward.lookup(text_before + "\n", len(text_before), CursorContext(text_before.split("\n")[-1], "\n"))
         return rests[0] if rests else None
 
     assert lookup("x = 1\n    return [self") == ".fill(text) for text in texts]"
     assert lookup("x = 1\n    zz") is None  # typed something else: ask the model
     assert lookup("x = 1\n    return [self.fill(text) for text in texts]") is None  # fully typed
     assert lookup("x = 1\n   ") is None  # deleted a character
+    assert forward.lookup("x = 1\n    \nreturn [self\n", len("x = 1\n    "),
+                          CursorContext("    ", "\n")) == []  # a line pasted below: it was shown for other text
 
 
 def test_typing_into_the_shown_completion_needs_no_model_call(engine):

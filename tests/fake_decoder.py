@@ -1,0 +1,85 @@
+"""A Decoder without a model, for testing the Completer's own rules in milliseconds.
+
+Its prompts are text (the segments joined, control tokens spelt out), a character is a
+token, and it answers from a table: the text of the longest key the prompt ends with
+("" when none does), cut at the request's first stop string as a real decoder stops.
+`hold()` makes the next decode wait until released or cancelled, for newest-request-wins
+and prefetch tests; `decodes` records every call, and `calls` counts the other methods."""
+
+import threading
+from collections import Counter
+from contextlib import nullcontext
+
+from completer.decoders.protocol import Decode, DecodeCounts, Decoded, DecoderModel
+from completer.prompt import Segment
+from completer.requests import StopReason
+
+
+class FakeDecoder:
+    warning = ""
+
+    def __init__(self, answers: dict[str, str] | None = None, context_tokens: int = 4096):
+        self.answers = dict(answers or {})
+        self.model = DecoderModel(None, context_tokens, "the fake's context")
+        self.decodes: list[Decode] = []  # every decode asked for, cancelled ones too
+        self.calls: Counter[str] = Counter()  # the other methods' calls, by name
+        self.started = threading.Event()  # set when a decode starts (cleared by hold)
+        self._hold: threading.Event | None = None
+
+    def hold(self) -> threading.Event:
+        """The next decode waits until the returned event is set, or its request is
+        cancelled; `started` is set when it starts."""
+        self.started.clear()
+        self._hold = threading.Event()
+        return self._hold
+
+    def answer(self, prompt: str) -> str:
+        keys = [key for key in self.answers if prompt.endswith(key)]
+        return self.answers[max(keys, key=len)] if keys else ""
+
+    def decode(self, decode: Decode) -> Decoded:
+        self.decodes.append(decode)
+        hold, self._hold = self._hold, None
+        self.started.set()
+        while hold is not None and not hold.wait(0.001):
+            if decode.cancel.is_set():
+                break
+        if decode.cancel.is_set():
+            return Decoded("", StopReason.CANCELLED, None, None)
+        text, reason = self.answer(decode.prompt), StopReason.END
+        cuts = [text.index(stop) for stop in decode.stop if stop and stop in text]
+        if cuts:
+            text, reason = text[:min(cuts)], StopReason.STOP
+        counts = DecodeCounts(decode.prompt_length, decode.prompt_length, len(text), 1.0, 0, 0)
+        return Decoded(text, reason, counts, None)
+
+    def encode(self, segments: list[Segment], cancel=None) -> tuple[str, int]:
+        text = "".join(segment.text for segment in segments)
+        return text, len(text)
+
+    def count(self, text: str, cancel=None) -> int:
+        return len(text)
+
+    def connect(self) -> DecoderModel:
+        return self.model
+
+    def turn(self):
+        return nullcontext()  # several requests at once, as a server serves them
+
+    def prompt_text(self, prompt: str) -> str:
+        return prompt
+
+    def warm(self, document: str, prompt_for) -> int:
+        return len(prompt_for())
+
+    def statistics(self) -> dict:
+        return {}
+
+    def index_workspace(self, workspace) -> None:
+        return None
+
+    def __getattr__(self, name: str):
+        """configure, enter, close, file_saved, reset, stop_indexing: counted, nothing done."""
+        if name not in ("configure", "enter", "close", "file_saved", "reset", "stop_indexing"):
+            raise AttributeError(name)
+        return lambda *args, **kwargs: self.calls.update([name])
