@@ -10,11 +10,11 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcInvalidParams
 from pygls.uris import to_fs_path
 
-from completer.editor.completer import EDITS, Completer
+from completer.editor.completer import Completer
 from completer.errors import PositionError
 from completer.lsp import protocol
 from completer.lsp.documents import Document
-from completer.requests import Completion, CompletionRequest, NextEdit
+from completer.requests import EDITS, Completion, CompletionRequest, NextEdit
 
 # Runs a blocking call off the event loop (the server's worker threads).
 InWorker = Callable[..., Awaitable]

@@ -14,12 +14,12 @@ from completer.config import Config, GenerationOptions, NextEditOptions, PromptO
 from completer.decoders.clients import LlamaServerClient
 from completer.decoders.local import LocalDecoder
 from completer.decoders.server import LlamaServerBackend, ServerDecoder
-from completer.editor.completer import EDITS, Completer
+from completer.editor.completer import Completer
 from completer.editor.next_edit import apply_edits, editable_region
 from completer.engine.generation import Engine
 from completer.errors import PositionError
 from completer.prompt import control_token
-from completer.requests import CompletionRequest, Source, StopReason
+from completer.requests import EDITS, CompletionRequest, Source, StopReason
 from completer.workspace import Workspace
 from llama_server_process import LlamaServer
 

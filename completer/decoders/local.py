@@ -21,7 +21,7 @@ from completer.engine.generation import PROMPT_PIECE, Engine, generate
 from completer.engine.healing import TokenPrefixes, heal
 from completer.engine.workspace_index import WorkspaceIndex, saved_index_path
 from completer.prompt import Segment, template_for, tokenize_segments
-from completer.requests import CancelFlag, StopReason
+from completer.requests import EDITS, CancelFlag, StopReason
 from completer.workspace import Workspace
 
 
@@ -41,7 +41,7 @@ def caches_name(document: str, edits: bool) -> str:
     (an instruction, the region to rewrite) shares next to nothing with its completions'
     (the text before the cursor), so in one cache each request evaluated its whole prompt
     again after the other kind, and the editors ask for a next edit whenever typing pauses."""
-    return f"edits:{document}" if edits else document
+    return EDITS + document if edits else document
 
 
 class DocumentCaches:

@@ -45,7 +45,8 @@ from completer.engine.speculative import Sampling
 from completer.errors import Cancelled, PromptTooLong, Refused, Unavailable
 from completer.models.presets import PRESETS
 from completer.prompt import FimTemplate, Segment, cursor_sections, render
-from completer.requests import CancelFlag, CompleterStats, Completion, CompletionRequest, NextEdit, Source, StopReason
+from completer.requests import (EDITS, CancelFlag, CompleterStats, Completion, CompletionRequest, NextEdit, Source,
+                                StopReason)
 from completer.workspace import Workspace
 
 log = logging.getLogger(__name__)
@@ -171,10 +172,6 @@ def edit_format_name(config: Config) -> str:
 
 # How often a request served by a prefetch still being computed looks at its own cancel flag.
 PREFETCH_POLL_S = 0.005
-
-# The key of a document's next-edit requests among the running ones: newest wins among
-# them, apart from its inline completions.
-EDITS = "edits:"
 
 
 class Completer:
