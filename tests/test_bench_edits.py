@@ -13,6 +13,8 @@ from completer.editor.next_edit import FORMATS, InstructionFormat, apply_edits, 
 from completer.requests import TextEdit
 from conftest import run_completer
 
+pytestmark = pytest.mark.slow  # minutes of real model passes: the full suite's, not the fast tier's
+
 LINES = (8, 12)  # the editable region's lines above and below the cursor: edits.* defaults
 
 BEFORE = "".join(f"def f{i}(width, height):\n    return width * height + {i}\n\n\n" for i in range(12))

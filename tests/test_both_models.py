@@ -19,6 +19,8 @@ from completer.engine.speculative import parting_gap
 from completer.models.backend import LlamaContext
 from completer.requests import CompletionRequest
 
+pytestmark = pytest.mark.slow  # minutes of real model passes: the full suite's, not the fast tier's
+
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 TEXTWRAP = (STDLIB / "textwrap.py").read_text()
 # Evaluating a text in one batch or in pieces after a cut gives the same logits when

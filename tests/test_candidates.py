@@ -13,6 +13,8 @@ from completer.engine.generation import Engine, generate
 from completer.engine.speculative import NEAR_TIE_LOGITS, parting_gap
 from tests.test_speculative_engine import stdlib_holes
 
+pytestmark = pytest.mark.slow  # minutes of real model passes: the full suite's, not the fast tier's
+
 
 def test_branches_part_where_the_runner_up_came_closest():
     logits = np.zeros((5, 6), np.float32)

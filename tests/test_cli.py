@@ -14,6 +14,8 @@ from completer.config import CHOICES, Config
 from completer.tables import plain_rows
 from conftest import REPO, run_completer
 
+pytestmark = pytest.mark.slow  # minutes of real model passes: the full suite's, not the fast tier's
+
 SUBCOMMANDS = {
     "complete": "Print a completion of FILE at the cursor",
     "doctor": "llama.cpp build, GPU offload, threads, cache directory",

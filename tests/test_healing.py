@@ -12,6 +12,8 @@ from completer.engine.healing import TokenPrefixes, heal
 from completer.engine.speculative import Sampling
 from completer.prompt import path_header
 
+pytestmark = pytest.mark.slow  # minutes of real model passes: the full suite's, not the fast tier's
+
 TEXTWRAP = (Path(sysconfig.get_paths()["stdlib"]) / "textwrap.py").read_text()
 
 

@@ -11,6 +11,8 @@ from completer.lsp import protocol
 from completer.lsp.documents import units
 from lsp_session import inline, insert, open_document, start, stats, wait_ready, warm
 
+pytestmark = pytest.mark.slow  # minutes of real model passes: the full suite's, not the fast tier's
+
 STATS_PY = "def mean(values):\n    return sum(values) / len(values)\n\n\ndef variance(values):\n    "
 # A list the model goes on filling: a generation that runs until stopped.
 LONG = "def numbers():\n    return [\n        1,\n        2,\n        3,\n        "

@@ -19,6 +19,8 @@ from completer.engine.tuning import CostModel
 from completer.engine.workspace_index import TokenTable, WorkspaceIndex
 from completer.models.backend import LlamaContext, LlamaModel
 
+pytestmark = pytest.mark.slow  # minutes of real model passes: the full suite's, not the fast tier's
+
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # A KV cache filled by single-token steps gives logits some way off those of one filled
 # in one batch (llama.cpp's one-token kernel sums in another order than its batched
