@@ -189,6 +189,7 @@ def test_quality_compares_first_lines_for_line_holes_and_whole_blocks():
     assert edit_similarity("abcd", "abxy") == pytest.approx(0.5)
 
 
+@pytest.mark.slow  # a real bench, its figure and a replay
 def test_a_tiny_real_bench_writes_json_a_figure_and_replays_its_holes(repository, smol_cache, tmp_path):
     """Also the table's two forms for scripts (plain rows when piped, and --json), --exact, and
     --threads reaching every engine's contexts, the typing replay's too, as llama.cpp reads them back."""

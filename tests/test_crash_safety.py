@@ -4,6 +4,8 @@ cache directory valid, and the next start is clean."""
 import time
 from pathlib import Path
 
+import pytest
+
 from completer.models.gguf_file import check_gguf
 from raw_lsp import RawServer
 
@@ -35,6 +37,7 @@ def assert_cache_valid(cache: Path) -> None:
         check_gguf(path)
 
 
+@pytest.mark.slow  # processes started and killed mid-way
 def test_a_kill_while_the_models_are_converted_leaves_a_cache_the_next_start_cleans(tmp_path):
     cache = tmp_path / "cache"
     server = start(cache)  # an empty cache: the packaged target is converted, the draft cut
@@ -53,6 +56,7 @@ def test_a_kill_while_the_models_are_converted_leaves_a_cache_the_next_start_cle
     assert_cache_valid(cache)
 
 
+@pytest.mark.slow  # processes started and killed mid-way
 def test_a_kill_mid_generation_leaves_the_cache_valid_and_the_next_start_completes(smol, smol_cache, tmp_path):
     server = start(smol_cache)
     assert wait_ready(server)["ready"]

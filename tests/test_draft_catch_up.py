@@ -7,6 +7,7 @@ import threading
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from completer.decoders.local import LocalDecoder
 from completer.decoders.protocol import Decode
@@ -57,6 +58,7 @@ def test_a_cancel_set_while_the_draft_catches_up_stops_it_within_one_piece(targe
     assert max(batches) == CATCH_UP_PIECE and drafter.sequence.tokens[: len(prompt) - 1] == prompt[:-1]
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_a_request_cancelled_while_the_draft_catches_up_after_a_paste_ends_there(target, draft, monkeypatch):
     """The target already holds the pasted text (its prefill is cancellable, and was
     done); the draft model's catch-up is what a keystroke would wait for."""
@@ -78,6 +80,7 @@ def test_a_request_cancelled_while_the_draft_catches_up_after_a_paste_ends_there
     assert sum(batches) <= CATCH_UP_PIECE, f"the draft evaluated {sum(batches)} tokens: the cancel did not stop it"
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_greedy_drafting_after_a_catch_up_in_pieces_and_after_a_cancelled_one_is_plain_decoding(
         target, draft, monkeypatch):
     engine = Engine(target, draft, n_ctx=1024, calibrate_s=0, exact=True)

@@ -40,6 +40,7 @@ def test_the_padded_draft_is_admitted_and_prefers_its_padding(smol, target, plai
     assert logits.argmax() >= target.n_vocab
 
 
+@pytest.mark.slow  # seconds of real model passes
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, seed=5)])
 def test_a_padded_draft_proposes_what_the_unpadded_one_does(target, draft, plain, padded, sampling):
     prompt, _ = plain

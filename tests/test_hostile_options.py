@@ -137,6 +137,7 @@ def settled_config(options: Any) -> tuple[Config, list[str]]:
     return config, problems
 
 
+@pytest.mark.slow  # a request for every option at each extreme
 @settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 @given(options=HOSTILE)
 def test_every_option_at_its_extremes_gets_an_answer_or_a_message_naming_it(server, options):

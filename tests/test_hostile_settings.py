@@ -41,6 +41,7 @@ def refusals(client) -> set[str]:
             for name in machine_options() if message.message.startswith(f"completer: {name} from the editor")}
 
 
+@pytest.mark.slow  # a server of its own and the models loaded: the fast tier keeps a few of these
 async def test_machine_level_options_over_lsp_are_refused_and_nothing_reaches_their_host(smol_cache):
     with Listener() as listener:
         client = await start(smol_cache, {"models": {"preset": "smol", **elsewhere(listener)}})

@@ -67,6 +67,7 @@ def test_a_file_the_hub_does_not_have_gives_the_clear_error(smol, tmp_path):
     assert "Traceback" not in pulled.stderr
 
 
+@pytest.mark.slow  # waits out the Hub client's retries
 def test_an_unreachable_hub_gives_the_clear_error(tmp_path):
     pulled = run_completer("models", "pull", PRESET.name, env={"COMPLETER_CACHE_DIR": str(tmp_path / "c")})
     assert pulled.returncode == 1

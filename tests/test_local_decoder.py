@@ -58,6 +58,7 @@ def prepare(engine: Engine, text: str, path: str = "a.py") -> int:
     return evaluated(engine) - before
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_typing_at_the_cursor_evaluates_only_the_new_tokens(engine):
     text = file_text("textwrap.py")
     prepare(engine, text)
@@ -117,6 +118,7 @@ def assert_caches_hold(engine: Engine, expected: list[list[int]]) -> None:
         assert np.abs(got - expected_logits).max() <= LOGITS_TOLERANCE
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_switching_documents_keeps_both_caches(engine):
     caches = DocumentCaches(engine, budget_mb=512)
     a, b = file_text("textwrap.py"), file_text("shlex.py")
@@ -135,6 +137,7 @@ def test_switching_documents_keeps_both_caches(engine):
     assert prepare(engine, b, "b.py") == 0
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_the_memory_budget_evicts_the_least_recently_used_document(engine):
     a, b, c = file_text("textwrap.py"), file_text("shlex.py"), file_text("string.py")
     caches = DocumentCaches(engine, budget_mb=1024)
@@ -214,6 +217,7 @@ def test_typing_into_the_shown_completion_needs_no_model_call(engine):
     assert completer.counters.forward_cache_hits == completer.counters.requests - 1 == len(shown) - 1
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_candidates_are_distinct_and_typing_one_keeps_it(engine):
     """generation.candidates 3: the others are post-processed as the completion is, none
     empty or repeated; typing the start of another candidate answers with its rest from
@@ -253,6 +257,7 @@ def draft_state(engine: Engine, text: str) -> bytes:
     return draft.save()[1]
 
 
+@pytest.mark.slow  # seconds of real model passes
 @pytest.mark.parametrize("damage", ["truncated", "another model's"])
 def test_a_restore_that_fails_empties_the_caches_and_the_next_completion_is_fresh(engine, models, caplog, damage):
     completer = Completer(LocalDecoder(engine), Config(generation=GenerationOptions(max_tokens=16, draft_mode="target",
@@ -276,6 +281,7 @@ def test_a_restore_that_fails_empties_the_caches_and_the_next_completion_is_fres
     assert_caches_hold(engine, held_b)
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_a_failed_restore_is_never_saved_as_a_good_snapshot(engine):
     caches = DocumentCaches(engine, budget_mb=512)
     caches.activate("a.py")
@@ -343,6 +349,7 @@ def test_each_keystroke_evaluates_only_the_new_tokens(engine):
     assert costs and max(costs) <= 4 and sum(costs) / len(costs) <= 3
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_accepting_a_whole_completion_and_going_on_reuses_the_cache(engine):
     completer = Completer(LocalDecoder(engine), completer_config())
     text = file_text("textwrap.py") + "\n    def fill_all(self, texts):\n        return "
@@ -352,6 +359,7 @@ def test_accepting_a_whole_completion_and_going_on_reuses_the_cache(engine):
     assert accepted.evaluated_tokens <= len(engine.model.tokenize(shown.text)) + 3
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_a_newer_request_cancels_the_running_one_and_the_cache_stays_consistent(engine, models):
     completer = Completer(LocalDecoder(engine), completer_config(max_tokens=400))
     text = file_text("textwrap.py")
@@ -379,6 +387,7 @@ def test_a_newer_request_cancels_the_running_one_and_the_cache_stays_consistent(
     assert engine.target.context.length() == len(engine.target.tokens)
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_n_gram_lookup_drafts_from_workspace_documents_switched_away_from(engine, tmp_path):
     """What followed a line in another open document is proposed when this one ends
     with that line; a document outside the workspace is never looked in, and a closed
@@ -421,6 +430,7 @@ def test_drafting_options_change_what_is_drafted_without_a_reload(engine):
     assert completer.complete(request_at_end("b.py", text)).result.stats.drafted == 0
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_top_k_and_top_p_reach_the_sampler(engine, models):
     """At temperature 1, keeping one token (top_k 1, or top_p 0) is greedy decoding."""
     request = request_at_end("a.py", file_text("textwrap.py") + "\n    def fill_all(self, texts):\n        return ")
@@ -471,6 +481,7 @@ def two_thousand_lines() -> str:
     return "\n".join(lines[:2000])
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_warming_evaluates_the_prompt_ahead_so_the_first_completion_evaluates_one_token(engine):
     completer = Completer(LocalDecoder(engine), completer_config(max_tokens=8))
     text = two_thousand_lines()
@@ -484,6 +495,7 @@ def test_warming_evaluates_the_prompt_ahead_so_the_first_completion_evaluates_on
     assert cold.complete(request).evaluated_tokens == len(prompt)
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_a_request_during_warming_goes_first_and_one_for_another_document_ends_it(engine):
     completer = Completer(LocalDecoder(engine), completer_config(max_tokens=8))
     text = two_thousand_lines()
@@ -551,6 +563,7 @@ def test_fitting_a_prompt_ends_for_any_room_and_any_text(request, room, prefix_l
         assert length <= room
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_completions_settings_and_statistics_from_many_threads_at_once_all_answer(engine, tmp_path):
     """The language server completes in worker threads while its event loop applies new
     settings and reads the statistics. New match lengths rebuild every n-gram index (of
@@ -610,6 +623,7 @@ def test_completions_settings_and_statistics_from_many_threads_at_once_all_answe
     assert completer.stats().requests == sum(len(answers[f"complete {i}"]) for i in range(len(texts)))
 
 
+@pytest.mark.slow  # seconds of real model passes
 def test_the_saved_caches_size_is_read_safely_while_documents_switch(engine):
     """completer/stats sums the saved caches from the event loop while a worker switches
     documents, which saves one, restores another and evicts over the budget."""

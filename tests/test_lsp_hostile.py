@@ -9,6 +9,8 @@ import pytest
 
 from raw_lsp import RawServer
 
+pytestmark = pytest.mark.slow  # a 20 MB file, a 1 MB line and more, each through the real server
+
 
 def resident_mb(pid: int) -> float:
     with open(f"/proc/{pid}/status") as status:

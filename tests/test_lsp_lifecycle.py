@@ -7,6 +7,7 @@ import subprocess
 import time
 from pathlib import Path
 
+import pytest
 from lsprotocol import types
 
 from lsp_session import SERVER, inline, open_document, start, stats, wait_ready
@@ -72,6 +73,7 @@ async def test_a_configuration_change_applies_to_the_next_completion(smol, smol_
     await client.shutdown_session()
 
 
+@pytest.mark.slow  # a server of its own and the models loaded: the fast tier keeps a few of these
 async def test_switching_from_plain_decoding_to_a_drafting_mode_loads_the_draft(smol, smol_cache):
     """A server started with `target` loads no draft; `hybrid` needs one, so the switch
     reloads, and completions then draft (n-gram lookup here: the text repeats)."""
@@ -89,6 +91,7 @@ async def test_switching_from_plain_decoding_to_a_drafting_mode_loads_the_draft(
     await client.shutdown_session()
 
 
+@pytest.mark.slow  # a server of its own and the models loaded: the fast tier keeps a few of these
 async def test_the_completion_fallback_offers_one_item_marked_as_ai(smol, smol_cache):
     client = await start(smol_cache, client="neovim")
     await wait_ready(client)
@@ -141,6 +144,7 @@ def test_tcp_listens_on_loopback_only(smol_cache):
         server.wait(10)
 
 
+@pytest.mark.slow  # a server of its own and the models loaded: the fast tier keeps a few of these
 async def test_a_target_of_ones_own_serves_without_a_draft_and_logs_what_it_lacks(gemma, smol_cache):
     """`serve --target` with no draft: nothing to download, completions from the target
     with model-free drafting; its lack of FIM tokens is one line in the log, no pop-up."""

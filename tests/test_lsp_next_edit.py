@@ -58,6 +58,7 @@ async def test_the_next_edit_answers_for_the_documents_version_in_copilots_shape
     assert (current["edits_shown"], current["edits_rejected"], current["edits_accepted"]) == (1, 1, 0)
 
 
+@pytest.mark.slow  # a long prompt held on purpose
 async def test_an_edit_for_a_version_that_is_gone_is_not_given(client):
     uri = "file:///project/stale.py"
     open_document(client, uri, RENAMED)
@@ -92,6 +93,7 @@ async def test_bad_params_are_an_invalid_params_error_and_the_server_keeps_answe
     assert "edits" in await inline_edit(client, uri, None, 3, 9)
 
 
+@pytest.mark.slow  # a server of its own and the models loaded: the fast tier keeps a few of these
 async def test_a_next_edit_asked_while_a_completion_is_on_its_way_waits_for_it_and_its_prefetch(client):
     """The editors ask for a next edit once typing pauses, while the completion for the
     last key is still being computed: the completion after its acceptance is computed

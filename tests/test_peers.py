@@ -118,6 +118,7 @@ def test_every_llama_server_configuration_runs_beside_ours_with_the_same_greedy_
     assert "llama_decode" in result.stderr and summary["auto"]["decode_ms_per_pass"] > 0
 
 
+@pytest.mark.slow  # a real bench
 def test_a_peer_that_cannot_start_is_reported_with_its_reason_and_the_run_goes_on(smol_cache, tmp_path):
     broken = tmp_path / "llama-server"
     broken.write_text("#!/bin/sh\necho 'error: this llama-server cannot load the model' >&2\nexit 3\n")

@@ -8,6 +8,7 @@ import random
 import time
 import tracemalloc
 
+import pytest
 from lsprotocol import types
 
 from completer.config import DraftingOptions
@@ -87,6 +88,7 @@ def test_the_memory_estimate_is_near_what_the_index_takes():
     assert 0.8 < index.nbytes / taken < 1.25
 
 
+@pytest.mark.slow  # seconds of real model passes
 async def test_saving_many_files_keeps_index_mb_within_its_budget_and_counts_them(smol, smol_cache, tmp_path):
     """Every file an editor saves got an index of its own, never dropped and never counted:
     about 250 MB after 200 files of 5,000 tokens."""

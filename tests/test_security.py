@@ -75,6 +75,7 @@ def test_downloads_go_only_to_the_configured_endpoint(smol, tmp_path):
     assert used.requests and not other.requests
 
 
+@pytest.mark.slow  # a pull and a completion per mode
 def test_cached_models_need_no_network_and_offline_mode_is_honoured(smol, tmp_path):
     served = {(PRESET.target.repo, PRESET.target.filename): smol.draft,
               (PRESET.draft.repo, PRESET.draft.filename): smol.draft}

@@ -389,6 +389,7 @@ def test_an_index_of_ids_the_target_lacks_drafts_nothing_and_decoding_goes_on(sm
     assert drafted.tokens == plain.tokens
 
 
+@pytest.mark.slow  # seconds of real model passes
 async def test_a_reload_cancels_the_index_build_under_way(smol, smol_cache, tmp_path, capfd):
     """A settings change that reloads the models while the index of a 6 MB workspace is
     being built: the old build stops (it held the old model), and only the new one
