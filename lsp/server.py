@@ -552,7 +552,7 @@ async def warm_at(ls: CompleterServer, uri: str, position: types.Position) -> No
     except JsonRpcInvalidParams as error:  # a notification has no answer to carry it
         log.warning("%s: %s", protocol.WARM, error.message)
         return
-    await ls.in_worker(ls.completer.warm, request)
+    await ls.in_worker(ls.completer.warm, request, ls.completer.new_warm_flag(request.document))
 
 
 @server.command(protocol.ACCEPT_COMMAND)

@@ -8,6 +8,7 @@ chosen positions only (or their argmax), score a tree's branches in the same bat
 and keep one, and cut the KV cache back to n tokens.
 """
 
+import codecs
 import ctypes
 import itertools
 import logging
@@ -242,9 +243,12 @@ class LlamaModel:
             return buffer.raw[:n]
         return self._piece_buffer.raw[:n]
 
-    def detokenize(self, tokens: list[int], special: bool = False) -> str:
-        """Text of the tokens; with `special`, control tokens appear as their text (to show a prompt)."""
-        return b"".join(self.token_bytes(t, special) for t in tokens).decode("utf-8", errors="replace")
+    def detokenize(self, tokens: list[int], special: bool = False, whole_characters: bool = False) -> str:
+        """Text of the tokens; with `special`, control tokens appear as their text (to show
+        a prompt). With `whole_characters`, a character the tokens end partway through
+        (generation stopped inside an emoji's bytes) is left out, not shown as U+FFFD."""
+        data = b"".join(self.token_bytes(t, special) for t in tokens)
+        return codecs.getincrementaldecoder("utf-8")("replace").decode(data, final=not whole_characters)
 
     def token_text(self, token: int) -> str:
         """The vocabulary's stored text of a token (control tokens included), for comparing vocabularies."""

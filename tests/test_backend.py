@@ -71,6 +71,31 @@ def test_tokenize_round_trip(target, text):
     assert target.detokenize(target.tokenize(text)) == text
 
 
+# A completion cut at max_tokens inside an emoji: smol spells each of these in 3 tokens.
+WAVES = ' lang + "👋👏👎👏"'
+
+
+def test_tokens_that_end_inside_an_emoji_give_the_whole_characters_before_it(target):
+    tokens = target.tokenize(WAVES)
+    cut_inside = [n for n in range(len(tokens) + 1) if target.detokenize(tokens[:n]).endswith("\ufffd")]
+    assert len(cut_inside) == 8, "this test needs emoji split across tokens"  # 2 cuts inside each of 4 emoji
+    for n in cut_inside:
+        whole = target.detokenize(tokens[:n], whole_characters=True)
+        assert whole == target.detokenize(tokens[:n]).removesuffix("\ufffd") and WAVES.startswith(whole)
+
+
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(st.text(alphabet=REPRESENTABLE, max_size=60))
+def test_tokens_cut_anywhere_give_the_whole_characters_before_the_cut(target, text):
+    """A generation stops after any token: the text shown is the characters all of whose
+    bytes came, each as written (a cut one is left out, never replaced with U+FFFD)."""
+    tokens = target.tokenize(text)
+    for n in range(len(tokens) + 1):
+        data = b"".join(target.token_bytes(token) for token in tokens[:n])
+        whole = target.detokenize(tokens[:n], whole_characters=True)
+        assert text.startswith(whole) and 0 <= len(data) - len(whole.encode()) < 4  # at most one character's bytes
+
+
 def test_eval_returns_the_logits_of_the_chosen_positions(target):
     context = LlamaContext(target, n_ctx=512)
     tokens = target.tokenize(CODE)

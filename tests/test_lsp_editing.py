@@ -1,7 +1,8 @@
 """Real editing through the real server and the smol pair: closing a document with
-requests in flight, a line pasted below a suggestion, a request cancelled before its
-work starts, positions past a line's end, and a lone surrogate. Nothing stale is shown,
-and nothing of a closed document stays behind."""
+requests in flight or while its warm waits for the engine, a line pasted below a
+suggestion, a request cancelled before its work starts, positions past a line's end, a
+lone surrogate, and a completion cut inside an emoji. Nothing stale or half a character
+is shown, and nothing of a closed document stays behind."""
 
 import asyncio
 import time
@@ -11,7 +12,7 @@ from lsprotocol import types
 from pygls.exceptions import JsonRpcException
 
 from completer.lsp import protocol
-from lsp_session import FAST, inline, insert, open_document, ready, stats
+from lsp_session import FAST, inline, insert, open_document, ready, stats, warm
 from raw_lsp import RawServer
 
 STATS_PY = "def mean(values):\n    return sum(values) / len(values)\n\n\ndef variance(values):\n    "
@@ -24,6 +25,11 @@ async def client(smol, smol_cache):
     lsp_client = await ready(smol_cache, NEXT_EDIT)
     yield lsp_client
     await lsp_client.shutdown_session()
+
+
+# About 1,250 tokens of prompt: seconds of prefill for smol on 2 cores (a minute and more
+# while other work takes them), during which the completion asked at its end holds the engine.
+LONG = "".join(f"value_{n} = compute({n}, 'x' * {n})\n" for n in range(128))
 
 
 def inline_edit(client, uri: str, version: int, line: int, character: int) -> asyncio.Future:
@@ -56,6 +62,51 @@ async def test_a_document_closed_with_requests_in_flight_leaves_nothing_behind(c
     assert current["tuned_documents"] <= 1, current  # the open document's curves alone
     close(client, other)
     assert (await stats(client))["sessions"] == 0
+
+
+async def wait_for(client, condition, timeout: float = 60) -> dict:
+    """The stats once `condition(stats)` holds."""
+    deadline = time.monotonic() + timeout
+    while not condition(current := await stats(client)):
+        assert time.monotonic() < deadline, current
+        await asyncio.sleep(0.02)
+    return current
+
+
+async def test_a_document_closed_while_its_warm_waits_for_the_engine_gets_no_session_back(smol, smol_cache):
+    """completer/warm for a document while a completion in another holds the engine, the
+    document closed before the engine is free: the warm then enters nothing. Entering
+    it would make the document a session again after close() dropped its one, and no
+    close would come for it."""
+    client = await ready(smol_cache, {"server": {"prefetch": False}})  # no prefetch to take the engine after
+    try:
+        busy, closed = "file:///project/busy.py", "file:///project/closed.py"
+        open_document(client, busy, LONG)
+        open_document(client, closed, STATS_PY)
+        holding = asyncio.ensure_future(inline(client, busy, 128, 0))
+        # The completion has entered its document (its session is there): it holds the
+        # engine until it answers.
+        await wait_for(client, lambda current: current["sessions"] == 1)
+        warm(client, closed, 5, 4)
+        # Nothing tells a waiting warm apart: time for the server to start it, which
+        # takes a worker thread at once (four of them, the completion on one).
+        await asyncio.sleep(0.3)
+        close(client, closed)
+        await asyncio.sleep(0.3)  # the close, on a worker too, cancels the warm and drops its document
+        assert not holding.done(), "the completion must hold the engine until the warm waited and the close came"
+        assert (await holding).items
+        # The warm takes the engine as soon as the completion leaves it; with its document
+        # closed it does nothing, and so nothing shows the moment it is done: watched a while.
+        deadline = time.monotonic() + 3
+        while time.monotonic() < deadline:
+            current = await stats(client)
+            # The busy document's session alone, and nothing warmed for the closed one.
+            assert (current["sessions"], current["warmed_tokens"]) == (1, 0)
+            await asyncio.sleep(0.02)
+        close(client, busy)
+        await wait_for(client, lambda current: current["sessions"] == 0)
+    finally:
+        await client.shutdown_session()
 
 
 async def test_a_line_pasted_below_the_cursor_is_not_suggested_again_from_the_forward_cache(client):
@@ -123,3 +174,29 @@ async def test_a_lone_surrogate_is_read_as_one_character_and_the_documents_stay_
     result = await inline(client, uri, 6, 4)
     assert result is not None and result.items[0].range.start == types.Position(6, 4)
     assert (await stats(client))["ready"]
+
+
+# GREETINGS of tests/nvim/plugin_editing.lua, the cursor after `" + ` on the last line:
+# smol goes on with `lang + "` and emoji, three tokens each, so that a completion cut at
+# 16 or 17 tokens ends inside the fifth.
+GREETINGS = ('GREETINGS = {\n    "en": "hello 👋",\n    "ja": "こんにちは 🌸",\n    "zh": "你好 🐼",\n}\n\n\n'
+             'def greet(lang):\n    banner = "🐼 你好, " + \n')
+AFTER_PLUS = len('    banner = "🐼 你好, " + '.encode("utf-16-le")) // 2  # the line's end, in the client's UTF-16 units
+
+
+async def test_a_completion_cut_inside_an_emoji_ends_with_the_last_whole_character(smol, smol_cache):
+    # The target decoding alone: speculation's verify batches flip smol's near ties here.
+    client = await ready(smol_cache, {"generation": {"max_tokens": 15, "time_budget_ms": 0, "draft_mode": "target"}})
+    try:
+        uri, shown = "file:///project/greet.py", {}
+        for max_tokens in (15, 16, 17):  # the fifth emoji not begun, its first token, its second
+            client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+                {"generation": {"max_tokens": max_tokens}}))
+            open_document(client, uri, GREETINGS)
+            shown[max_tokens] = (await inline(client, uri, 8, AFTER_PLUS)).items[0].insert_text
+            close(client, uri)  # its forward cache goes: the next request decodes
+    finally:
+        await client.shutdown_session()
+    assert not any("\ufffd" in text for text in shown.values()), shown
+    assert shown[15].startswith('lang + "') and shown[15][-1] in "👋👏👎", shown  # the case this test is for
+    assert shown[16] == shown[17] == shown[15], shown

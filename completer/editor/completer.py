@@ -187,6 +187,7 @@ class Completer:
         self.current: str | None = None  # the document last entered: the one the user is in
         self._state = threading.Lock()  # sessions, the current document, counters
         self.running = RunningRequests()  # by document (EDITS + document: its next edits)
+        self.warming = RunningRequests()  # by document: warm() under way, which close() stops
         self.prefetches = PrefetchSlot()
         self.history = EditHistory()  # the user's recent edits, for next-edit prompts
         self.configure(config or Config())
@@ -204,10 +205,15 @@ class Completer:
         cancelled (the newest request wins)."""
         return self.running.start(document)
 
+    def new_warm_flag(self, document: str) -> CancelFlag:
+        """The cancel flag of a new warm() of `document`, which close() sets."""
+        return self.warming.start(document)
+
     def close(self, document: str) -> None:
         """The editor closed the document: its session and the decoder's caches of it go."""
         self.running.cancel(document)
         self.running.cancel(EDITS + document)
+        self.warming.cancel(document)
         self.prefetches.drop(lambda ahead: ahead.request.document == document)
         with self._state:
             self.history.forget(document)
@@ -266,25 +272,28 @@ class Completer:
         return fit_prompt(request, self.config.prompt, model.template, room, self.workspace, self.ring,
                           lambda segments: self.decoder.encode(segments, cancel))
 
-    def warm(self, request: CompletionRequest) -> int:
+    def warm(self, request: CompletionRequest, cancel: CancelFlag | None = None) -> int:
         """Evaluate the prompt a request at this cursor would have, before it is asked (a
         document opened or made active, the user reading before typing), as llama.vim
-        pre-sends its prompt with n_predict 0; the prompt tokens evaluated."""
+        pre-sends its prompt with n_predict 0; the prompt tokens evaluated. `cancel`:
+        new_warm_flag()'s, taken where the editor's messages are read in order, so that
+        a close read after it stops it."""
         request.check_cursor()
         model = self.decoder.connect()
         if model is None:
             return 0
-
-        def prompt_for() -> list[int] | str:
-            self._enter(request, None)
-            return self.prompt(request, model)[0]
-        try:
-            warmed = self.decoder.warm(request.document, prompt_for)
-        except (PromptTooLong, Unavailable):
-            return 0  # a request will say so
-        except Refused as error:
-            log.warning("%s (this request only: the server is up)", error)
-            return 0
+        with self.warming.request(request.document, cancel) as cancel:
+            def prompt_for() -> list[int] | str:
+                # A warm that waited for the engine while the document closed brings no session back.
+                self._enter(request, cancel)
+                return self.prompt(request, model)[0]
+            try:
+                warmed = self.decoder.warm(request.document, prompt_for)
+            except (Cancelled, PromptTooLong, Unavailable):
+                return 0  # closed; or a request will say so
+            except Refused as error:
+                log.warning("%s (this request only: the server is up)", error)
+                return 0
         with self._state:
             self.counters.warmed_tokens += warmed
         return warmed

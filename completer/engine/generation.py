@@ -473,8 +473,9 @@ def stop_after_round(engine: Engine, tokens: list[int], prompt_length: int, stop
 
 
 def generated_text(engine: Engine, generated: list[int], healing: Healing | None) -> str:
-    """The generated text, less the bytes healing backed up over (the user typed them)."""
-    text = engine.model.detokenize(generated)
+    """The generated text, less the bytes healing backed up over (the user typed them),
+    and less a character whose last bytes were not generated."""
+    text = engine.model.detokenize(generated, whole_characters=True)
     return text[len(healing.text):] if healing is not None else text
 
 
