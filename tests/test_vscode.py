@@ -189,9 +189,16 @@ def check_next_edit(run: dict) -> None:
     removed = "".join(EDIT_AFTER[offset(EDIT_AFTER, edit["range"]["start"]):offset(EDIT_AFTER, edit["range"]["end"])]
                       for edit in edits)
     assert re.sub(r"\s", "", "".join(run["decorations"]["struck"])) == re.sub(r"\s", "", removed), run["decorations"]
+    # An edit of blank text alone (blank lines deleted) shows a label, as nothing of it would show.
+    blank = [not edit["text"].strip() and not EDIT_AFTER[offset(EDIT_AFTER, edit["range"]["start"]):offset(
+        EDIT_AFTER, edit["range"]["end"])].strip() for edit in edits]
     ghosts = run["decorations"]["ghost"]
-    assert len(ghosts) == sum(bool(edit["text"]) for edit in edits), run["decorations"]
-    assert all(any(ghost.removesuffix("…").strip() in edit["text"] for edit in edits) for ghost in ghosts), ghosts
+    labels = [ghost for ghost in ghosts if re.fullmatch(r"[⌫↵] \d+ blank lines?|␣ whitespace", ghost)]
+    assert len(labels) == sum(blank), run["decorations"]
+    assert len(ghosts) - len(labels) == sum(bool(edit["text"]) for edit, only_blank in zip(edits, blank)
+                                            if not only_blank), run["decorations"]
+    assert all(any(ghost.removesuffix("…").strip() in edit["text"] for edit in edits)
+               for ghost in ghosts if ghost not in labels), ghosts
     # Tab away from the edits went to the first one and changed nothing...
     start = edits[0]["range"]["start"]
     assert run["cursor_after_jump"] == f"Ln {start['line'] + 1}, Col {start['character'] + 1}", run["cursor_away"]

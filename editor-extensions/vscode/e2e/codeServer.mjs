@@ -1,8 +1,8 @@
 // A real VS Code for scripts: code-server with the built .vsix installed in a fresh profile,
-// listening on loopback, and the helpers a script drives it with. Shared by run.mjs (the
-// end-to-end test) and latency.mjs (the latency benchmark).
+// listening on loopback, and the helpers a script drives it with. Shared by run.mjs and
+// editing.mjs (the end-to-end tests) and latency.mjs (the latency benchmark).
 import { spawn, spawnSync } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, writeFileSync } from "node:fs";
+import { existsSync, mkdirSync, mkdtempSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -112,7 +112,8 @@ export async function startCodeServer(profile, workspace) {
 export async function openFile(page, name) {
   await page.keyboard.press("Control+P");
   await page.keyboard.type(name);
-  await page.waitForSelector(`.quick-input-list .monaco-list-row[aria-label*="${name}"]`, { timeout: 30_000 });
+  // Focused, not only listed: quick open lists recently opened files before it filters.
+  await page.waitForSelector(`.quick-input-list .monaco-list-row.focused[aria-label*="${name}"]`, { timeout: 30_000 });
   await page.keyboard.press("Enter");
   await page.waitForSelector(`.tab.active[data-resource-name="${name}"]`, { timeout: 30_000 });
   await page.click(".editor-group-container.active .monaco-editor .view-lines");
@@ -125,4 +126,113 @@ export async function waitForModels(page) {
   await page.waitForSelector('.statusbar-item [aria-label^="completer: ready"], .statusbar-item[aria-label^="completer: ready"]',
     { state: "attached", timeout: minutes(5) });
   log("models loaded");
+}
+
+// The file's text once a save of it for which `done` holds is on disk (after `timeout`, the
+// text as it is). VS Code saves in place: its disk provider opens the file "w", truncating
+// it, then writes it, so a read in between finds it empty (or cut short): a text counts when
+// it is not empty (no file here is saved empty) and two reads in a row find it.
+export async function saved(path, done, timeout = 30_000) {
+  let last;
+  for (const start = Date.now(); ;) {
+    const text = readFileSync(path, "utf8");
+    if (text && text === last && done(text)) return text;
+    if (Date.now() - start > timeout) return text;
+    last = text;
+    await new Promise((resolve) => setTimeout(resolve, 200));
+  }
+}
+
+export const fileChange = (path, from, timeout) => saved(path, (text) => text !== from, timeout);
+
+// The extension's log (its output channel, which VS Code writes to a file): the inline
+// completions the server answered, the next edits it showed, accepted and dismissed, with the
+// edits as the server sent them, and the statistics completer: Show Statistics read.
+export function extensionLog(profile) {
+  const logs = join(profile.userData, "logs");
+  if (!existsSync(logs)) return "";
+  return readdirSync(logs, { recursive: true })
+    .filter((name) => name.endsWith(join("completer.completer", "completer.log")))
+    .map((name) => readFileSync(join(logs, name), "utf8"))
+    .join("");
+}
+
+// What the log says after "<what>: " on each line that has it, in order.
+export function logEntries(profile, what) {
+  const marker = `] ${what}: `;
+  return extensionLog(profile).split("\n").filter((line) => line.includes(marker))
+    .map((line) => line.slice(line.indexOf(marker) + marker.length));
+}
+
+export const logged = (profile, event) => logEntries(profile, `next edit ${event}`);
+
+export async function waitForLogged(profile, event, count, timeout) {
+  for (const start = Date.now(); Date.now() - start < timeout;) {
+    const lines = logged(profile, event);
+    if (lines.length >= count) return lines;
+    await new Promise((resolve) => setTimeout(resolve, 250));
+  }
+  throw new Error(
+    `the extension did not log "next edit ${event}" ${count} times:\n${extensionLog(profile).slice(-4000)}`,
+  );
+}
+
+// What the next edit's decorations show in the active editor: the struck-through text (the
+// removed-text decoration) and the italic ghost text (the inserted text, which VS Code
+// renders as a pseudo-element's content or as injected text).
+export async function decorations(page) {
+  return page.evaluate(() => {
+    const spans = [...document.querySelectorAll(".editor-group-container.active .monaco-editor .view-lines span")]
+      .filter((span) => !span.closest(".ghost-text-decoration, .ghost-text")); // VS Code's own inline suggestion
+    const leaves = spans.filter((span) => span.children.length === 0);
+    const struck = leaves.filter((span) => getComputedStyle(span).textDecorationLine.includes("line-through"));
+    const ghost = leaves.filter((span) => getComputedStyle(span).fontStyle === "italic")
+      .map((span) => span.textContent);
+    for (const span of spans) {
+      for (const pseudo of ["::before", "::after"]) {
+        const style = getComputedStyle(span, pseudo);
+        if (style.fontStyle === "italic" && style.content.startsWith('"')) ghost.push(JSON.parse(style.content));
+      }
+    }
+    const clean = (text) => text.replace(/\u00a0/g, " ");
+    return { struck: struck.map((span) => clean(span.textContent)), ghost: ghost.filter(Boolean).map(clean) };
+  });
+}
+
+export async function waitForDecorations(page, shown, timeout = 30_000) {
+  for (const start = Date.now(); Date.now() - start < timeout;) {
+    const now = await decorations(page);
+    if ((now.struck.length + now.ghost.length > 0) === shown) return now;
+    await page.waitForTimeout(200);
+  }
+  throw new Error(`the next edit's decorations did not ${shown ? "show" : "go"}`);
+}
+
+// VS Code's inline suggestion takes Tab and Escape while it shows (the next edit's keybindings
+// give way): Escape hides it, so that the next key goes to the next edit.
+export async function hideInlineSuggestion(page) {
+  const ghost = page.locator(".monaco-editor .ghost-text-decoration, .monaco-editor .ghost-text");
+  while (await ghost.count()) {
+    await page.keyboard.press("Escape");
+    await page.waitForTimeout(200);
+  }
+}
+
+export async function cursor(page) {
+  return (await page.locator('[id="status.editor.selection"]').first().textContent()).trim();
+}
+
+
+// The statistics as the user reads them: completer: Show Statistics, a modal dialog.
+export async function statistics(page) {
+  await page.keyboard.press("Control+Shift+P");
+  await page.keyboard.type("completer: Show Statistics");
+  await page.waitForSelector('.quick-input-list .monaco-list-row[aria-label*="Show Statistics"]');
+  await page.keyboard.press("Enter");
+  const detail = page.locator(".monaco-dialog-box .dialog-message-detail");
+  await detail.first().waitFor({ timeout: 30_000 });
+  const text = await detail.first().innerText();
+  await page.keyboard.press("Escape");
+  await detail.first().waitFor({ state: "hidden", timeout: 10_000 });
+  return text;
 }

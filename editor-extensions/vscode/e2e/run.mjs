@@ -19,10 +19,13 @@
 // ARTIFACTS, CHROMIUM (default /usr/bin/chromium), SERVER_OPTIONS (JSON settings under
 // completer.), WORKSPACE_NOTICE (optional: a notification the workspace's own settings
 // cause, waited for).
-import { existsSync, mkdirSync, readdirSync, readFileSync, writeFileSync } from "node:fs";
+import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
-import { env, log, minutes, openFile, prepareProfile, startCodeServer, waitForModels } from "./codeServer.mjs";
+import {
+  cursor, env, fileChange, hideInlineSuggestion, log, logged, minutes, openFile, prepareProfile, saved, startCodeServer,
+  statistics, waitForDecorations, waitForLogged, waitForModels,
+} from "./codeServer.mjs";
 
 const workspace = env("WORKSPACE");
 const file = env("FILE");
@@ -35,93 +38,6 @@ const artifacts = env("ARTIFACTS");
 const MISSING_MODEL = "/nonexistent/model.gguf";
 // Typed for the suggest widget: the start of a word FILE holds (standard_deviation).
 const WIDGET_TYPED = "standard_d";
-
-// The file's text once a save of it for which `done` holds is on disk (after `timeout`, the
-// text as it is). VS Code saves in place: its disk provider opens the file "w", truncating
-// it, then writes it, so a read in between finds it empty (or cut short): a text counts when
-// it is not empty (no file here is saved empty) and two reads in a row find it.
-async function saved(path, done, timeout = 30_000) {
-  let last;
-  for (const start = Date.now(); ;) {
-    const text = readFileSync(path, "utf8");
-    if (text && text === last && done(text)) return text;
-    if (Date.now() - start > timeout) return text;
-    last = text;
-    await new Promise((resolve) => setTimeout(resolve, 200));
-  }
-}
-
-const fileChange = (path, from, timeout) => saved(path, (text) => text !== from, timeout);
-
-// The extension's log (its output channel, which VS Code writes to a file): the next edits
-// it showed, accepted and dismissed, with the edits as the server sent them.
-function extensionLog(profile) {
-  const logs = join(profile.userData, "logs");
-  if (!existsSync(logs)) return "";
-  return readdirSync(logs, { recursive: true })
-    .filter((name) => name.endsWith(join("completer.completer", "completer.log")))
-    .map((name) => readFileSync(join(logs, name), "utf8"))
-    .join("");
-}
-
-function logged(profile, event) {
-  const marker = `] next edit ${event}: `;
-  return extensionLog(profile).split("\n").filter((line) => line.includes(marker))
-    .map((line) => line.slice(line.indexOf(marker) + marker.length));
-}
-
-async function waitForLogged(profile, event, count, timeout) {
-  for (const start = Date.now(); Date.now() - start < timeout;) {
-    const lines = logged(profile, event);
-    if (lines.length >= count) return lines;
-    await new Promise((resolve) => setTimeout(resolve, 250));
-  }
-  throw new Error(`the extension did not log "next edit ${event}" ${count} times:\n${extensionLog(profile).slice(-4000)}`);
-}
-
-// What the next edit's decorations show in the active editor: the struck-through text (the
-// removed-text decoration) and the italic ghost text (the inserted text, which VS Code
-// renders as a pseudo-element's content or as injected text).
-async function decorations(page) {
-  return page.evaluate(() => {
-    const spans = [...document.querySelectorAll(".editor-group-container.active .monaco-editor .view-lines span")]
-      .filter((span) => !span.closest(".ghost-text-decoration, .ghost-text")); // VS Code's own inline suggestion
-    const leaves = spans.filter((span) => span.children.length === 0);
-    const struck = leaves.filter((span) => getComputedStyle(span).textDecorationLine.includes("line-through"));
-    const ghost = leaves.filter((span) => getComputedStyle(span).fontStyle === "italic").map((span) => span.textContent);
-    for (const span of spans) {
-      for (const pseudo of ["::before", "::after"]) {
-        const style = getComputedStyle(span, pseudo);
-        if (style.fontStyle === "italic" && style.content.startsWith('"')) ghost.push(JSON.parse(style.content));
-      }
-    }
-    const clean = (text) => text.replace(/\u00a0/g, " ");
-    return { struck: struck.map((span) => clean(span.textContent)), ghost: ghost.filter(Boolean).map(clean) };
-  });
-}
-
-async function waitForDecorations(page, shown, timeout = 30_000) {
-  for (const start = Date.now(); Date.now() - start < timeout;) {
-    const now = await decorations(page);
-    if ((now.struck.length + now.ghost.length > 0) === shown) return now;
-    await page.waitForTimeout(200);
-  }
-  throw new Error(`the next edit's decorations did not ${shown ? "show" : "go"}`);
-}
-
-// VS Code's inline suggestion takes Tab and Escape while it shows (the next edit's keybindings
-// give way): Escape hides it, so that the next key goes to the next edit.
-async function hideInlineSuggestion(page) {
-  const ghost = page.locator(".monaco-editor .ghost-text-decoration, .monaco-editor .ghost-text");
-  while (await ghost.count()) {
-    await page.keyboard.press("Escape");
-    await page.waitForTimeout(200);
-  }
-}
-
-async function cursor(page) {
-  return (await page.locator('[id="status.editor.selection"]').first().textContent()).trim();
-}
 
 // In EDIT_FILE: type the start of an edit at EDIT_AT, wait for the suggested next edit and its
 // decorations, move to the end, Tab (back to the edit), Tab (apply it), undo; then Escape
@@ -273,20 +189,6 @@ async function suggestWidget(page) {
   const line = (await fileChange(path, typed)).split("\n").at(-1);
   log(`suggest widget: ${JSON.stringify({ items, focused, line })}`);
   return { items, focused, line };
-}
-
-// The statistics as the user reads them: completer: Show Statistics, a modal dialog.
-async function statistics(page) {
-  await page.keyboard.press("Control+Shift+P");
-  await page.keyboard.type("completer: Show Statistics");
-  await page.waitForSelector('.quick-input-list .monaco-list-row[aria-label*="Show Statistics"]');
-  await page.keyboard.press("Enter");
-  const detail = page.locator(".monaco-dialog-box .dialog-message-detail");
-  await detail.first().waitFor({ timeout: 30_000 });
-  const text = await detail.first().innerText();
-  await page.keyboard.press("Escape");
-  await detail.first().waitFor({ state: "hidden", timeout: 10_000 });
-  return text;
 }
 
 async function drive(url, profile) {

@@ -129,8 +129,11 @@ class Extension {
           // item returned, which VS Code shows first, is reported as shown.
           provideInlineCompletionItems: async (document, position, context, token, next) => {
             if (this.paused.has(document.languageId)) return null;
+            const version = document.version;
             const result = await next(document, position, context, token);
-            const command = (Array.isArray(result) ? result : result?.items)?.[0]?.command;
+            const items = Array.isArray(result) ? result : result?.items;
+            if (items?.length) this.logAnswer(document, version, position, items);
+            const command = items?.[0]?.command;
             if (command) {
               const { title, arguments: args } = command;
               void client.sendNotification(DID_SHOW_COMPLETION, {
@@ -248,12 +251,35 @@ class Extension {
 
   private async showStats(): Promise<void> {
     const stats = await this.refresh();
+    // All the figures, the dialog's and the rest: for the user who wonders, and read by the e2e tests.
+    if (stats) this.output.info(`statistics: ${JSON.stringify(stats)}`);
     const view = statusView(this.state);
     if (!stats || !stats.ready) {
       void vscode.window.showInformationMessage(view.tooltip);
       return;
     }
     void vscode.window.showInformationMessage("completer statistics", { modal: true, detail: statsLines(stats).join("\n") });
+  }
+
+  // The server's inline completions for `version` of the document, at `position`, as text and
+  // range: for the user who wonders, and read by the e2e tests.
+  private logAnswer(
+    document: vscode.TextDocument,
+    version: number,
+    position: vscode.Position,
+    items: vscode.InlineCompletionItem[],
+  ): void {
+    const at = (where: vscode.Position) => ({ line: where.line, character: where.character });
+    const answer = {
+      uri: document.uri.toString(),
+      version,
+      position: at(position),
+      items: items.map((item) => ({
+        text: typeof item.insertText === "string" ? item.insertText : item.insertText.value,
+        range: item.range && { start: at(item.range.start), end: at(item.range.end) },
+      })),
+    };
+    this.output.info(`inline completion: ${JSON.stringify(answer)}`);
   }
 
   // Suggestions off, or on again, for the active editor's language, until VS Code closes.

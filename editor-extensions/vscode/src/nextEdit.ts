@@ -54,7 +54,9 @@ function lines(text: string): string[] {
 
 // How one edit shows: the text it removes struck through, its new text as ghost text right
 // after it (decorations hold one line: the first line that says something, then "…"), and
-// the whole change as a diff over the lines it touches, for a hover.
+// the whole change as a diff over the lines it touches, for a hover. An edit of blank text
+// only would show nothing (struck-through blank lines, ghost text of blanks) though Tab
+// applies it: its ghost is a label at its start that says what it does (blankEditLabel).
 export interface EditView {
   removed: Range | undefined; // undefined: the edit only inserts
   ghost: { at: Position; text: string } | undefined; // undefined: the edit only deletes
@@ -66,12 +68,34 @@ export interface EditView {
 export function editView(edit: InlineEdit, touched: string[]): EditView {
   const { start, end } = edit.range;
   const after = touched[0].slice(0, start.character) + edit.text + touched[touched.length - 1].slice(end.character);
+  const label = blankEditLabel(edit, touched);
+  let ghost: EditView["ghost"] = undefined;
+  if (label !== undefined) ghost = { at: start, text: label };
+  else if (edit.text) ghost = { at: end, text: ghostText(edit.text) };
   return {
     removed: isEmpty(edit.range) ? undefined : edit.range,
-    ghost: edit.text ? { at: end, text: ghostText(edit.text) } : undefined,
+    ghost,
     lines: { first: start.line, last: end.line },
     diff: lineDiff(touched, lines(after)),
   };
+}
+
+const BLANK = /^\s*$/;
+
+// What an edit that removes and inserts only blank text does, in words: the blank lines it
+// deletes or inserts (the difference in line breaks), else "whitespace" (indentation,
+// trailing blanks). Undefined for an edit with something visible to show, or none at all.
+export function blankEditLabel(edit: InlineEdit, touched: string[]): string | undefined {
+  const { start, end } = edit.range;
+  // The document's text in the range (its line breaks as "\n"): what the edit removes.
+  const joined = touched.join("\n");
+  const removed = joined.slice(start.character, joined.length - (touched[touched.length - 1].length - end.character));
+  if (!BLANK.test(removed) || !BLANK.test(edit.text) || (removed === "" && edit.text === "")) return undefined;
+  const added = lines(edit.text).length - 1 - (end.line - start.line); // line breaks inserted less removed
+  const count = (n: number) => `${n} blank line${n === 1 ? "" : "s"}`;
+  if (added < 0) return `⌫ ${count(-added)}`;
+  if (added > 0) return `↵ ${count(added)}`;
+  return "␣ whitespace";
 }
 
 export function ghostText(text: string): string {

@@ -97,6 +97,46 @@ describe("editView", () => {
   });
 });
 
+describe("an edit of blank text only", () => {
+  // Struck-through blank lines and ghost text of blanks show nothing, yet Tab would apply
+  // them: a label at the edit's start says what it does.
+  it("labels the deletion of one blank line and of two, at the edit's start", () => {
+    // As seen in a real run: line 1 blank, the edit removes it.
+    const one = editView(edit([1, 0], [2, 0], ""), ["", "def area(width, height):"]);
+    expect(one.ghost).toEqual({ at: { line: 1, character: 0 }, text: "⌫ 1 blank line" });
+    expect(one.removed).toEqual({ start: { line: 1, character: 0 }, end: { line: 2, character: 0 } });
+    expect(one.diff).toEqual(["-", " def area(width, height):"]);
+    const two = editView(edit([5, 0], [7, 0], ""), ["", "    ", "def perimeter(w, height):"]);
+    expect(two.ghost).toEqual({ at: { line: 5, character: 0 }, text: "⌫ 2 blank lines" });
+  });
+
+  it("labels the insertion of a blank line", () => {
+    const view = editView(edit([2, 0], [2, 0], "\n"), ["def area(width, height):"]);
+    expect(view.ghost).toEqual({ at: { line: 2, character: 0 }, text: "↵ 1 blank line" });
+    expect(view.removed).toBeUndefined();
+    expect(editView(edit([2, 0], [2, 0], "\r\n\r\n"), ["x"]).ghost?.text).toBe("↵ 2 blank lines");
+  });
+
+  it("labels a change of whitespace within a line that says something", () => {
+    const indent = editView(edit([4, 0], [4, 2], "    "), ["  return width * height"]);
+    expect(indent.ghost).toEqual({ at: { line: 4, character: 0 }, text: "␣ whitespace" });
+    const trailing = editView(edit([4, 25], [4, 28], ""), ["    return width * height   "]);
+    expect(trailing.ghost).toEqual({ at: { line: 4, character: 25 }, text: "␣ whitespace" });
+  });
+
+  it("leaves an edit that removes or inserts anything else as it was", () => {
+    expect(editView(width, ["    return width * height"]).ghost).toEqual({ at: { line: 4, character: 16 }, text: "w" });
+    // Words replaced by a blank: the words struck through show it, with no label.
+    const words = editView(edit([3, 9], [3, 16], " "), ["def area(width, height):"]);
+    expect(words.removed).toBeDefined();
+    expect(words.ghost).toEqual({ at: { line: 3, character: 16 }, text: "" });
+    // Blank lines removed with a line that says something.
+    expect(editView(edit([1, 0], [3, 0], ""), ["", "x = 1", "y"]).ghost).toBeUndefined();
+    // Words inserted among blank lines: they show as ghost text.
+    expect(editView(edit([1, 0], [2, 0], "x = 1\n"), ["", "y"]).ghost?.text).toBe("x = 1 …");
+  });
+});
+
 describe("ghostText", () => {
   it("skips blank lines to the first that says something, and marks that more follows", () => {
     expect(ghostText("\n    total = 0\n")).toBe("    total = 0 …");

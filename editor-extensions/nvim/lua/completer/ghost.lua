@@ -80,6 +80,10 @@ function M.remaining(text, typed, after)
   if text:sub(1, #typed) ~= typed then
     return nil
   end
+  -- A "\r" ending the line (a CRLF line in a buffer whose 'fileformat' is unix) is the
+  -- first half of the line break for the server: not text of the line, which the item
+  -- would end with.
+  after = after:gsub("\r$", "")
   local remaining = text:sub(#typed + 1)
   local shown = remaining
   if after:find("%S") and vim.endswith(remaining, after) then
@@ -364,11 +368,17 @@ function M.accept(buf, kind)
   local state = buffers:get(buf)
   local s = state.suggestion
   local piece = kind == "all" and cur.remaining or M.piece(cur.shown, kind)
+  -- What is taken is an undo step of its own, even in the middle of an insert (setting
+  -- 'undolevels' closes the undo block, :help undo-break), as a next edit is: `u` right
+  -- after takes it back, and only it.
+  vim.go.undolevels = vim.go.undolevels
   if kind == "all" then
-    -- Replace the rest of the line, as the item's range says; the cursor goes to the end
-    -- of the completion, before the text that was after it.
+    -- Replace the rest of the line, as the item's range says: up to a "\r" that ends it
+    -- (see M.remaining), which stays. The cursor goes to the end of the completion,
+    -- before the text that was after it.
     local line = vim.api.nvim_get_current_line()
-    vim.api.nvim_buf_set_text(buf, cur.row, cur.col, cur.row, #line, M.lines(piece))
+    local line_end = line:sub(-1) == "\r" and math.max(cur.col, #line - 1) or #line
+    vim.api.nvim_buf_set_text(buf, cur.row, cur.col, cur.row, line_end, M.lines(piece))
     local shown = M.lines(cur.shown)
     local last = #shown == 1 and cur.col + #shown[1] or #shown[#shown]
     M.clear(buf)
@@ -390,6 +400,7 @@ function M.accept(buf, kind)
       run_command(buf, s) -- nothing left: taken whole
     end
   end
+  vim.go.undolevels = vim.go.undolevels
   return true
 end
 

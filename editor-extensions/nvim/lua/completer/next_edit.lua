@@ -7,10 +7,11 @@
 -- an answer, and apply it, only while the buffer is still at that version. Each edit is
 -- drawn with extmarks: the text it removes highlighted, its new text as virtual text
 -- (inline after the removed text for a change within a line, virtual lines for one that
--- spans lines). Any change to the buffer clears the suggestion (or, typed ahead of the
--- autocommands, drops it when it is next looked at). init.lua's keys jump to it, apply it
--- (all its edits, one undo step) or dismiss it; the server hears of each through the
--- edit's commands.
+-- spans lines); one that only deletes or inserts blank lines, which would show nothing so,
+-- as a label at its start ("⌫ 1 blank line"). Any change to the buffer clears the
+-- suggestion (or, typed ahead of the autocommands, drops it when it is next looked at).
+-- init.lua's keys jump to it, apply it (all its edits, one undo step) or dismiss it; the
+-- server hears of each through the edit's commands.
 
 local ghost = require("completer.ghost")
 
@@ -91,15 +92,49 @@ local function virtual_lines(buf, edit, start_col, empty_range)
   return virt_lines, whole_lines and empty_range and start_col == 0
 end
 
+--- What an edit that removes `removed` (the buffer's lines it spans) and inserts `text`
+--- does, when it only deletes or inserts blank lines: "⌫ 2 blank lines", "↵ 1 blank line",
+--- and the highlight to draw that with; nil for any other edit. Drawn as the others, it
+--- would show nothing (a highlight stops at the end of a line's text; inserted blank lines
+--- would be empty virtual lines, like the buffer's own), yet <Tab> applies it. Blanks
+--- changed within a line show already: their highlight has a background.
+function M.blank_lines_label(removed, text)
+  if table.concat(removed, "\n"):find("%S") or text:find("%S") then
+    return nil
+  end
+  local added = #ghost.lines(text) - #removed -- line breaks inserted less removed
+  local count = math.abs(added) .. (math.abs(added) == 1 and " blank line" or " blank lines")
+  if added < 0 then
+    return "⌫ " .. count, M.hl_delete
+  elseif added > 0 then
+    return "↵ " .. count, M.hl_insert
+  end
+end
+
 --- Draw one edit: the range it replaces highlighted, its new text inline after that range
---- when both stay within one line, else as virtual lines.
-local function draw(buf, edit, encoding)
+--- when both stay within one line, else as virtual lines; an edit of blank lines only, as a
+--- label at its start (M.blank_lines_label). Public for tests/nvim/next_edit_blank.lua.
+function M.draw(buf, edit, encoding)
   local start_row, start_col = byte_position(buf, edit.range.start, encoding)
   local end_row, end_col = byte_position(buf, edit.range["end"], encoding)
   local empty_range = start_row == end_row and start_col == end_col
   if not empty_range then
     vim.api.nvim_buf_set_extmark(buf, M.ns, start_row, start_col, {
       end_row = end_row, end_col = end_col, hl_group = M.hl_delete, strict = false })
+  end
+  local label, hl
+  if not edit.text:find("%S") then
+    -- pcall: a range written end before start has no text to read (and is drawn as before).
+    local ok, removed = pcall(vim.api.nvim_buf_get_text, buf, start_row, start_col, end_row, end_col, {})
+    if ok then
+      label, hl = M.blank_lines_label(removed, edit.text)
+    end
+  end
+  if label then
+    -- A blank after it keeps the label apart from the text that follows on its line.
+    vim.api.nvim_buf_set_extmark(buf, M.ns, start_row, start_col, {
+      virt_text = { { label, hl }, { " " } }, virt_text_pos = "inline" })
+    return
   end
   if start_row == end_row and not edit.text:find("[\r\n]") then
     if edit.text ~= "" then
@@ -149,7 +184,7 @@ local function on_answer(buf, seq, client, err, result)
   state.suggestion = { edits = edits, version = vim.lsp.util.buf_versions[buf], client_id = client.id,
                        encoding = client.offset_encoding }
   for _, edit in ipairs(edits) do
-    draw(buf, edit, client.offset_encoding)
+    M.draw(buf, edit, client.offset_encoding)
   end
   client:notify(DID_SHOW_INLINE_EDIT, { item = { command = edits[1].command } })
 end
