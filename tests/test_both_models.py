@@ -55,15 +55,16 @@ def single_step_noise(model, prompt: list[int], continuation: list[int]) -> floa
     return float(np.abs(batched.eval(text, 0, logits_at=positions) - stepped.eval(text, 0, logits_at=positions)).max())
 
 
-@pytest.mark.parametrize("draft_length", [None, 4, 16])
+# Forced lengths: with no cost curve measured (calibrate_s=0) the tuner's own k may not
+# speculate at all, and the test would then compare plain decoding with itself.
+@pytest.mark.parametrize("draft_length", [4, 16])
 def test_with_single_token_verification_n_gram_speculation_is_plain_decoding(model, draft_length):
     engine = Engine(model, None, n_ctx=2048, calibrate_s=0, exact=True)
     prompt = copy_with_changes(model)
     plain = generate(engine, prompt, 48, mode="target").tokens
     fast = generate(engine, prompt, 48, mode="ngram", draft_length=draft_length)
     assert fast.tokens == plain
-    if draft_length is not None:  # the tuner's own k may not speculate here, with no cost curve measured
-        assert fast.stats.drafted > 10 and fast.stats.accepted > 0
+    assert fast.stats.drafted > 10 and fast.stats.accepted > 0
 
 
 @pytest.mark.parametrize("mode", ["ngram", "auto"])
