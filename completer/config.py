@@ -231,6 +231,14 @@ class CacheOptions:
         "memory for the saved KV caches of documents not being completed right now, least recently "
         "used out first; a laptop can spare 1 GB, and a returning document then needs no prefill",
     )
+    checkpoint_mb: float = option(
+        256.0,
+        "models with recurrent layers (hybrid or recurrent: Qwen3.5, Granite 4.0-H, Mamba-2), whose state cannot "
+        "be cut back to where an edit is: memory for copies of the live document's state at the lines around "
+        "the last edit and the prompt's end, so that an edit evaluates the text from the nearest copy before it, "
+        "not the whole prompt. Each copy is one recurrent state (`completer models info` shows its size). 0 = no "
+        "copies: every edit re-reads the prompt",
+    )
 
 
 @dataclass(frozen=True)
@@ -333,6 +341,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "drafting.margin": (0.0, 1.0),  # a share of plain decoding's speed
     "drafting.index_mb": (0.0, 1_048_576.0),  # 1 TB: beyond, bytes overflow what the budget is counted in
     "cache.budget_mb": (0.0, 1_048_576.0),
+    "cache.checkpoint_mb": (0.0, 1_048_576.0),
     "server.debounce_ms": (0.0, 10_000.0),  # after 10 s the user has typed on: the answer would be thrown away
     "edits.lines_above": (0, 200),  # a region is rewritten whole: 400 lines are minutes of decoding
     "edits.lines_below": (0, 200),

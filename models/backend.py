@@ -10,6 +10,7 @@ and keep one, and cut the KV cache back to n tokens.
 
 import codecs
 import ctypes
+import functools
 import itertools
 import logging
 import os
@@ -131,6 +132,24 @@ def _token_or_none(token: int) -> int | None:
     return None if token == llama_cpp.LLAMA_TOKEN_NULL else int(token)
 
 
+# What a model keeps of the text it has read, which decides how a sequence can be cut
+# (LlamaContext.cut): attention cells, one per token, can be dropped from any position
+# on; a recurrent layer's state sums up every token read so far and cannot.
+FULL_ATTENTION = "full attention"
+SLIDING_WINDOW = "sliding window"  # attention; the engine keeps the window layers' cells full-size (swa_full)
+HYBRID = "hybrid"  # recurrent layers and attention layers
+RECURRENT = "recurrent"  # recurrent layers only
+CUT_ANYWHERE = (FULL_ATTENTION, SLIDING_WINDOW)
+
+
+def memory_kind(model: "llama_cpp.llama_model_p") -> str:
+    if llama_cpp.llama_model_is_recurrent(model):
+        return RECURRENT
+    if llama_cpp.llama_model_is_hybrid(model):
+        return HYBRID
+    return SLIDING_WINDOW if llama_cpp.llama_model_n_swa(model) > 0 else FULL_ATTENTION
+
+
 class ContextError(ModelError):
     """llama.cpp could not make a context (a KV cache and its compute buffers) for `model`."""
 
@@ -179,6 +198,7 @@ class LlamaModel:
             )
         self._vocab = llama_cpp.llama_model_get_vocab(self._model)
         self.architecture = header.architecture
+        self.memory = memory_kind(self._model)
         self.n_layers = llama_cpp.llama_model_n_layer(self._model)
         self.n_embd = llama_cpp.llama_model_n_embd(self._model)
         self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
@@ -257,6 +277,11 @@ class LlamaModel:
     def is_end_of_generation(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
+    @functools.cached_property
+    def newline_tokens(self) -> frozenset[int]:
+        """The tokens whose text holds a line break: a line starts after each."""
+        return frozenset(token for token in range(self.n_vocab) if b"\n" in self.token_bytes(token))
+
     def close(self) -> None:
         if self._model:
             llama_cpp.llama_model_free(self._model)
@@ -271,7 +296,8 @@ _TEXT_ONLY = (SEQUENCE,)
 
 
 def _context_params(model: LlamaModel, n_ctx: int, n_threads: int | None, n_batch: int,
-                    flash_attention: bool | None, branches: int) -> "llama_cpp.llama_context_params":
+                    flash_attention: bool | None, branches: int,
+                    rollback_tokens: int) -> "llama_cpp.llama_context_params":
     """llama.cpp's context parameters for LlamaContext, each with its reason."""
     params = llama_cpp.llama_context_default_params()
     # llama.cpp's CPU flash attention rounds a batch of n tokens differently from one
@@ -296,6 +322,11 @@ def _context_params(model: LlamaModel, n_ctx: int, n_threads: int | None, n_batc
     # KV memory). llama_context_default_params sets it (llama-server's default is
     # off); set here so that a change of default cannot make cuts inexact.
     params.swa_full = True
+    # Recurrent state: llama.cpp keeps a snapshot after each of a batch's last
+    # `rollback_tokens` tokens, so that a rejected draft's tail can be cut (n_rs_seq;
+    # llama.cpp sets it back to 0 for an architecture without that rollback). Each
+    # snapshot costs one more copy of the recurrent state.
+    params.n_rs_seq = rollback_tokens if model.memory not in CUT_ANYWHERE else 0
     params.n_batch = n_batch
     params.n_ubatch = n_batch
     params.n_threads = params.n_threads_batch = n_threads or default_threads()
@@ -317,8 +348,11 @@ class LlamaContext:
         flash_attention: bool | None = None,
         single_token_eval: bool = False,
         branches: int = 0,
+        rollback_tokens: int = 0,
     ):
-        """`branches`: how many token-tree branches eval_tree may verify beside the text."""
+        """`branches`: how many token-tree branches eval_tree may verify beside the text.
+        `rollback_tokens`: on a model with recurrent state, how many of a batch's last
+        tokens cut() can take back (where llama.cpp can: `self.rollback_tokens` says)."""
         self._ctx = None  # set first: __del__ runs even when creation fails
         self.model = model
         self.branches = branches
@@ -327,7 +361,7 @@ class LlamaContext:
         # The KV is then a function of the tokens alone, whatever batches filled it.
         # Slower (no batched kernels): for tests and `completer bench --exact`.
         self.single_token_eval = single_token_eval
-        params = _context_params(model, n_ctx, n_threads, n_batch, flash_attention, branches)
+        params = _context_params(model, n_ctx, n_threads, n_batch, flash_attention, branches, rollback_tokens)
         _recent_llama_errors.clear()
         self._ctx = llama_cpp.llama_init_from_model(model._model, params)
         if not self._ctx:
@@ -338,6 +372,11 @@ class LlamaContext:
         self.n_ctx = llama_cpp.llama_n_ctx(self._ctx)
         self.n_batch = llama_cpp.llama_n_batch(self._ctx)  # llama.cpp caps it at n_ctx
         self.n_threads = llama_cpp.llama_n_threads(self._ctx)  # as llama.cpp took the threads asked for
+        self.rollback_tokens = llama_cpp.llama_n_rs_seq(self._ctx)
+        self.cuts_anywhere = model.memory in CUT_ANYWHERE
+        # Where the last llama_decode of the text began: llama.cpp's rollback snapshots
+        # are of that batch's tokens, so a cut to before its first token is none of theirs.
+        self._batch_start = 0
         self.n_vocab = model.n_vocab
         self._memory = llama_cpp.llama_get_memory(self._ctx)
         self._batch = llama_cpp.llama_batch_init(n_batch, 0, 1 + branches)
@@ -473,13 +512,57 @@ class LlamaContext:
                 batch.seq_id[i][j] = owner
             batch.logits[i] = i in wanted
         status = llama_cpp.llama_decode(self._ctx, batch)
+        self._batch_start = batch.pos[0]
         if status != 0:
             raise RuntimeError(f"llama_decode failed with status {status} at position {positions[0]}")
 
+    def cut(self, n: int) -> bool:
+        """Drop positions n.., keeping the first n tokens, if llama.cpp can; False, with
+        the cache unchanged, where it cannot. Attention cells can be cut anywhere; a
+        recurrent state only back to n = 0, or within the last batch's final
+        `rollback_tokens` tokens, once (llama_memory_recurrent::seq_rm)."""
+        if not self.cuts_anywhere and 0 < n < self.length():
+            # llama.cpp takes a rollback past the last batch's first token too, and its
+            # snapshots then hold no state of those positions: a single-token batch
+            # rolled back by one token gave wrong logits on qwen35 (tests/test_memory_kinds.py).
+            if n <= self._batch_start or self.length() - n > self.rollback_tokens:
+                return False
+        return bool(llama_cpp.llama_memory_seq_rm(self._memory, SEQUENCE, n, -1))
+
     def truncate(self, n: int) -> None:
-        """Drop the KV of positions n.., keeping the first n tokens."""
-        if not llama_cpp.llama_memory_seq_rm(self._memory, SEQUENCE, n, -1):
-            raise RuntimeError(f"llama.cpp refused to truncate the KV cache at {n}")
+        """cut(n), or RuntimeError where llama.cpp refuses."""
+        if not self.cut(n):
+            raise RuntimeError(f"llama.cpp refused to truncate the {self.model.memory} cache at {n}")
+
+    def can_take_back(self, width: int) -> bool:
+        """Whether a batch of `width` tokens evaluated next can be cut back to where it
+        started with cut(): llama.cpp keeps rollback snapshots within one batch only."""
+        return self.cuts_anywhere or (width <= self.rollback_tokens and not self.single_token_eval
+                                      and width <= self.n_batch)
+
+    def checkpoint(self) -> bytes:
+        """The recurrent state at the sequence's current length, to go back to with
+        return_to(): of a hybrid model, the recurrent layers' alone (its attention cells
+        are cut to the checkpoint's length instead of being copied)."""
+        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        size = llama_cpp.llama_state_seq_get_size_ext(self._ctx, SEQUENCE, flags)
+        buffer = (ctypes.c_uint8 * size)()
+        written = llama_cpp.llama_state_seq_get_data_ext(self._ctx, buffer, size, SEQUENCE, flags)
+        return ctypes.string_at(buffer, written)
+
+    def return_to(self, checkpoint: bytes, length: int) -> None:
+        """Hold the first `length` tokens again, from a checkpoint() taken at that length
+        while they were the ones held. On failure the cache is emptied and RuntimeError raised."""
+        buffer = (ctypes.c_uint8 * len(checkpoint)).from_buffer_copy(checkpoint)
+        _recent_llama_errors.clear()
+        flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
+        restored = llama_cpp.llama_state_seq_set_data_ext(self._ctx, buffer, len(checkpoint), SEQUENCE, flags)
+        self._batch_start = length  # no snapshot is of these tokens now
+        # The recurrent state now ends at `length`: the attention cells after it go alone.
+        if restored == 0 or not llama_cpp.llama_memory_seq_rm(self._memory, SEQUENCE, length, -1):
+            self.truncate(0)
+            reason = "; ".join(_recent_llama_errors) or "see the log"
+            raise RuntimeError(f"llama.cpp could not go back to a checkpoint at {length}: {reason}")
 
     def length(self) -> int:
         """Tokens held (the highest position + 1; 0 when empty)."""
@@ -502,6 +585,7 @@ class LlamaContext:
             self.truncate(0)  # llama.cpp clears it itself today; the caller's bookkeeping relies on it
             reason = "; ".join(_recent_llama_errors) or "see the log"
             raise RuntimeError(f"llama.cpp could not restore a {len(state)}-byte state: {reason}")
+        self._batch_start = self.length()  # no snapshot is of these tokens now
 
     def close(self) -> None:
         if self._ctx:

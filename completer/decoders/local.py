@@ -19,6 +19,7 @@ from completer.decoders.protocol import Decode, DecodeCounts, Decoded, DecoderMo
 from completer.engine.candidates import candidates
 from completer.engine.generation import PROMPT_PIECE, Engine, generate
 from completer.engine.healing import TokenPrefixes, heal
+from completer.engine.kv import SavedSequence
 from completer.engine.workspace_index import WorkspaceIndex, saved_index_path
 from completer.prompt import Segment, template_for, tokenize_segments
 from completer.requests import EDITS, CancelFlag, StopReason
@@ -27,13 +28,13 @@ from completer.workspace import Workspace
 
 @dataclass
 class Snapshot:
-    """A document's saved caches: (tokens, state) per live sequence."""
+    """A document's saved caches, one per live sequence."""
 
-    sequences: list[tuple[list[int], bytes]]
+    sequences: list[SavedSequence]
 
     @property
     def size_bytes(self) -> int:
-        return sum(len(state) for _, state in self.sequences)
+        return sum(saved.nbytes for saved in self.sequences)
 
 
 def caches_name(document: str, edits: bool) -> str:
@@ -149,6 +150,8 @@ class LocalDecoder:
         self.index.options = config.drafting
         self.engine.ngram.use_index(self.index if config.drafting.index_mb > 0 else None)
         self.caches.budget_bytes = int(config.cache.budget_mb * 2**20)
+        for sequence in self.engine.sequences:
+            sequence.checkpoints.budget_bytes = int(config.cache.checkpoint_mb * 2**20)
 
     @contextmanager
     def _engine(self):
@@ -201,7 +204,8 @@ class LocalDecoder:
         evaluated = len(prompt) - self.engine.cached_length(prompt)
         healed_prompt, healing = heal(prompt, self.engine.model, self.prefixes) if decode.heal else (prompt, None)
         started = time.perf_counter()
-        several = decode.candidates > 1
+        # Candidates fork the target's sequence, which recurrent state cannot do (candidates()).
+        several = decode.candidates > 1 and self.engine.target.context.cuts_anywhere
         result = generate(self.engine, healed_prompt, decode.max_tokens, stop=tuple(decode.stop),
                           time_budget_ms=decode.time_budget_ms or None, sampling=decode.sampling,
                           mode=decode.draft_mode, cancel=decode.cancel, document=decode.document,
@@ -209,7 +213,7 @@ class LocalDecoder:
                           copy_from=self.engine.model.tokenize(decode.copy_from) if decode.copy_from else None,
                           keep_logits=several)
         stats = result.stats
-        counts = DecodeCounts(len(prompt), evaluated, stats.tokens, stats.total_ms, stats.drafted, stats.accepted)
+        counts = DecodeCounts(len(prompt), evaluated + stats.rewound, stats.tokens, stats.total_ms, stats.drafted, stats.accepted)
         alternatives = ()
         if several and result.stop_reason != StopReason.CANCELLED:
             # The time budget counts from the request's decoding: the others stop with the answer's.

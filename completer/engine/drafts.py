@@ -60,6 +60,7 @@ class ModelDrafter:
         if not self._catch_up(tokens[:-1], cancel):
             return Proposal([], None, 0.0, catch_up_ms=(time.perf_counter() - started) * 1000)
         caught_up = time.perf_counter()
+        self.sequence.expect_cut(k, one_batch=False)
         drafted: list[int] = []
         rows: list[np.ndarray] = []
         last = tokens[-1]

@@ -1,6 +1,7 @@
 """Generation: rounds of draft -> verify -> accept until a stop, with the tuner choosing
 each round's provider and k. Plain decoding is the same loop with k = 0."""
 
+import itertools
 import logging
 import threading
 import time
@@ -10,13 +11,14 @@ from typing import NamedTuple
 
 import numpy as np
 
-from completer.config import DRAFT_MODES, DraftingOptions
+from completer.config import DRAFT_MODES, CacheOptions, DraftingOptions
 from completer.engine.drafts import NO_PROPOSAL, CopyDrafter, ModelDrafter, NgramDrafter, Proposal
 from completer.engine.healing import Healing, mask_to
 from completer.engine.kv import KVSequence, common_prefix_length
 from completer.engine.speculative import (Branch, Sampling, TreeVerdict, accept_greedy, accept_tree, probabilities,
                                           verify_greedy, verify_sampled)
-from completer.engine.tuning import MAX_DRAFT, Candidate, Continuation, CostModel, Plan, Tuner, calibrate, match_bucket
+from completer.engine.tuning import (MAX_DRAFT, Candidate, Continuation, CostModel, Plan, Tuner, calibrate,
+                                     match_bucket, widest_taken_back)
 from completer.engine.workspace_index import NO_MATCH
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.requests import StopReason
@@ -35,6 +37,12 @@ MAX_TREE_BRANCHES = 4
 # a 2-core CPU, pieces of 64 evaluate within noise as fast as the whole prompt and the
 # slowest takes under half a second (docs/typing.md, "Prompt pieces").
 PROMPT_PIECE = 64
+# Of a model with recurrent state whose architecture llama.cpp can roll back, how many of
+# a verify batch's last tokens it keeps snapshots for (n_rs_seq): a rejection within them
+# is a cut. Each snapshot is one more copy of the recurrent state, so not MAX_DRAFT + 1:
+# a longer draft is verified after a checkpoint (KVSequence.expect_cut), a cost the tuner
+# counts (CostModel.take_back).
+ROLLBACK_TOKENS = 16
 
 
 @dataclass
@@ -56,6 +64,11 @@ class GenerationStats:
     branch_rows: int = 0
     branches_taken: int = 0
     predicted_tokens: float = 0.0  # sum of E over speculative rounds
+    # Where the target's state cannot be cut anywhere: prompt tokens before the first
+    # change that its cache held but evaluated again from a checkpoint, and tokens it
+    # evaluated again after going back to one at a rejected draft.
+    rewound: int = 0
+    replayed: int = 0
     draft_ms: float = 0.0
     verify_ms: float = 0.0
     total_ms: float = 0.0
@@ -95,7 +108,8 @@ class RoundStats(NamedTuple):
     branch_hit: bool | None
 
 
-def summarize(mode: str, rounds: list[RoundStats], tokens: int, total_ms: float) -> GenerationStats:
+def summarize(mode: str, rounds: list[RoundStats], tokens: int, total_ms: float, rewound: int = 0,
+              replayed: int = 0) -> GenerationStats:
     """A generation's statistics from its rounds'; `tokens` it returned (a round may run
     past the limit), in `total_ms`."""
     speculative = [r for r in rounds if r.provider is not None]
@@ -108,7 +122,7 @@ def summarize(mode: str, rounds: list[RoundStats], tokens: int, total_ms: float)
         tree_rounds=sum(r.branch_rows > 0 for r in speculative), branch_rows=sum(r.branch_rows for r in speculative),
         branches_taken=sum(r.branch_taken for r in speculative),
         predicted_tokens=sum(r.predicted_tokens for r in speculative),
-        draft_ms=sum(r.draft_ms for r in speculative), verify_ms=sum(r.verify_ms for r in rounds), total_ms=total_ms,
+        rewound=rewound, replayed=replayed, draft_ms=sum(r.draft_ms for r in speculative), verify_ms=sum(r.verify_ms for r in rounds), total_ms=total_ms,
         rounds=[(r.provider, r.drafted, r.match_length, r.predicted_tokens, r.produced) for r in rounds])
 
 
@@ -129,21 +143,26 @@ class Engine:
 
     def __init__(self, target: LlamaModel, draft: LlamaModel | None = None, n_ctx: int = 4096,
                  threads: int = 0, calibrate_s: float = 1.0, exact: bool = False, costs: CostModel | None = None,
-                 drafting: DraftingOptions = DraftingOptions()):
-        """`costs`: another engine's measured cost model, shared instead of measuring one."""
+                 drafting: DraftingOptions = DraftingOptions(), checkpoint_mb: float = CacheOptions().checkpoint_mb):
+        """`costs`: another engine's measured cost model, shared instead of measuring one.
+        `checkpoint_mb`: each cache's budget for checkpoints, where the model's state
+        cannot be cut anywhere (cache.checkpoint_mb)."""
         self.model = target
         # exact: the target decodes one token per llama_decode, so that a verify batch
         # scores as plain steps do and greedy speculation equals plain decoding bit for bit.
         # The draft's numerics only move acceptance, never the output: it stays batched.
         self.target = KVSequence(LlamaContext(target, n_ctx=n_ctx, n_threads=threads or None,
-                                              single_token_eval=exact, branches=MAX_TREE_BRANCHES))
+                                              single_token_eval=exact, branches=MAX_TREE_BRANCHES,
+                                              rollback_tokens=ROLLBACK_TOKENS), checkpoint_mb)
         measure = costs is None and calibrate_s > 0
         if costs is None:
             costs = calibrate(self.target.context, calibrate_s) if measure else CostModel()
+        costs.takes_back = widest_taken_back(self.target.context)
         self.drafter = None
         if draft is not None:
             self.drafter = ModelDrafter(
-                KVSequence(LlamaContext(draft, n_ctx=n_ctx, n_threads=threads or None)), target.n_vocab
+                KVSequence(LlamaContext(draft, n_ctx=n_ctx, n_threads=threads or None), checkpoint_mb),
+                target.n_vocab
             )
             if measure:
                 costs.record_draft("draft", 1, _time_one_step(self.drafter.sequence.context))
@@ -305,8 +324,11 @@ def _verify(engine: Engine, tokens: list[int], chosen: _Round, sampling: Samplin
     (what it accepted, with `keep_rows` the rows that chose the new tokens
     [accepted + 1, V] (else None), ms)."""
     draft = chosen.proposal.tokens
-    started = time.perf_counter()
     scored = [tokens[-1], *draft]
+    if draft:
+        engine.target.expect_cut(len(scored))
+    # The pass alone: a checkpoint and going back to it are costs of their own (CostModel.rejected).
+    started = time.perf_counter()
     positions = list(range(len(scored)))
     rows = None
     branches = chosen.plan.branches
@@ -331,8 +353,8 @@ def _verify(engine: Engine, tokens: list[int], chosen: _Round, sampling: Samplin
             accepted, next_token = verify_sampled(probabilities(logits, sampling), chosen.proposal.q, draft, rng)
         rows = logits[: accepted + 1] if keep_rows else None
         verdict = TreeVerdict(accepted, None, [], next_token)
-    engine.target.truncate(len(tokens) + verdict.accepted + len(verdict.branch_tokens))
     verify_ms = (time.perf_counter() - started) * 1000
+    engine.target.truncate(len(tokens) + verdict.accepted + len(verdict.branch_tokens))
     if chosen.provider == "draft":
         # The draft evaluated last, d1..d(k-1): keep what the target accepted.
         try:
@@ -355,8 +377,11 @@ def speculative_round(engine: Engine, tokens: list[int], room: int, asked: Round
     # the draft's freed ones in llama.cpp's pool, attention sums over cells in pool order,
     # and later logits then differ from plain steps' in the last bits (up to 0.55 on smol,
     # on a 2-core AMD EPYC with AVX-512), so output would not be plain decoding's exactly.
+    # Nor where the model's state is recurrent: llama.cpp cannot share a prefix of it
+    # between sequences (it copies a sequence's whole state, not the cells before a position).
+    context = engine.target.context
     tree = (asked.sampling.greedy and not keep_rows and engine.drafting.tree_branches > 0
-            and not engine.target.context.single_token_eval)
+            and not context.single_token_eval and context.cuts_anywhere)
     chosen = PLAIN_ROUND if allowed is not None else _choose(engine, tokens, room, asked, rng, tree)
     verdict, rows, verify_ms = _verify(engine, tokens, chosen, asked.sampling, rng, allowed, keep_rows)
     new = [*chosen.proposal.tokens[:verdict.accepted], *verdict.branch_tokens, verdict.next_token]
@@ -393,7 +418,8 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     prompt_length = len(tokens)
     asked = _start_rounds(engine, RoundSettings(mode, sampling, document, language, draft_length, cancel=cancel),
                           copy_from, prompt_length)
-    evaluate_prompt(engine.target, tokens[:-1], cancel)  # cancelled: the loop stops before a round
+    replayed = engine.target.replayed
+    rewound = evaluate_prompt(engine.target, tokens[:-1], cancel)  # cancelled: the loop stops before a round
     predict_started = time.perf_counter()  # the time budget is for predicting, as llama.vim's t_max_predict_ms
     # rows: with keep_logits, [produced, V] per round
     stop_reason, text, rows, end_token = StopReason.MAX_TOKENS, "", [], None
@@ -421,7 +447,8 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     generated = tokens[prompt_length:]
     if stop_reason != StopReason.STOP:
         text = generated_text(engine, generated, healing)
-    stats = summarize(mode, rounds, len(generated), (time.perf_counter() - started) * 1000)
+    stats = summarize(mode, rounds, len(generated), (time.perf_counter() - started) * 1000, rewound,
+                      engine.target.replayed - replayed)
     kept = _kept_logits(engine, rows, len(generated) + (stop_reason == StopReason.END)) if keep_logits else None
     return Generation(text, generated, stop_reason, stats, kept, end_token if stop_reason == StopReason.END else None)
 
@@ -438,15 +465,35 @@ def _start_rounds(engine: Engine, asked: RoundSettings, copy_from: list[int] | N
                                            engine.drafting.tree_branches))
 
 
-def evaluate_prompt(sequence: KVSequence, prompt: list[int], cancel: threading.Event | None) -> None:
+def evaluate_prompt(sequence: KVSequence, prompt: list[int], cancel: threading.Event | None) -> int:
     """sequence.sync(prompt), PROMPT_PIECE tokens at a time; once `cancel` is set, no
-    further piece (what went in stays, for the request that comes next)."""
-    end = common_prefix_length(sequence.tokens, prompt)
-    while not (cancel is not None and cancel.is_set()):
-        end = min(end + PROMPT_PIECE, len(prompt))
+    further piece (what went in stays, for the request that comes next). Where the
+    model's state cannot be cut anywhere, it goes back to the checkpoint before the first
+    change, and keeps checkpoints on the way where the next change is likely
+    (checkpoint_lengths). Returns how many tokens before the first change it had to
+    evaluate again."""
+    edited = common_prefix_length(sequence.tokens, prompt)
+    end = sequence.rewind(edited)
+    rewound = edited - end
+    marks = [] if sequence.context.cuts_anywhere else checkpoint_lengths(prompt, edited, end, sequence.context.model)
+    while not (cancel is not None and cancel.is_set()) and end < len(prompt):
+        end = min(end + PROMPT_PIECE, len(prompt), *(mark for mark in marks if mark > end))
         sequence.sync(prompt[:end])
-        if end == len(prompt):
-            return
+        if end in marks:
+            sequence.checkpoint()
+    return rewound
+
+
+def checkpoint_lengths(prompt: list[int], edited: int, start: int, model: LlamaModel) -> list[int]:
+    """Where to keep checkpoints while evaluating prompt[start:], the prompt having
+    changed at `edited`: where the next change is likely. The next keystroke edits where
+    this one did, or a line around it, so the starts of its line and of the line before;
+    typing on adds after the prompt's end, and the end's last token or two may be
+    retokenized, so two tokens before the end and the end itself."""
+    newline = model.newline_tokens
+    line_starts = itertools.islice((i + 1 for i in range(edited - 1, -1, -1) if prompt[i] in newline), 2)
+    wanted = {*line_starts, edited, len(prompt) - 2, len(prompt)}
+    return sorted(length for length in wanted if start < length <= len(prompt))
 
 
 def _kept_logits(engine: Engine, rows: list[np.ndarray], n: int) -> np.ndarray:

@@ -1,6 +1,8 @@
 """A sequence in a llama.cpp KV cache, and the tokens it holds."""
 
 import logging
+from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from completer.models.backend import LlamaContext
 
@@ -22,15 +24,72 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
     return low
 
 
+class SavedSequence(NamedTuple):
+    """A sequence put aside (KVSequence.save): its tokens, llama.cpp's state of them and
+    its checkpoints."""
+
+    tokens: list[int]
+    state: bytes
+    checkpoints: dict[int, bytes] = {}
+
+    @property
+    def nbytes(self) -> int:
+        return len(self.state) + sum(len(state) for state in self.checkpoints.values())
+
+
+@dataclass
+class Checkpoints:
+    """States of a sequence whose memory cannot be cut anywhere (recurrent layers), each
+    at the length it was taken (LlamaContext.checkpoint), within `budget_bytes`. A cut
+    goes back to the latest one at or before it and evaluates the rest again. A round's
+    checkpoint (not `lasting`) serves that round alone: the next one replaces it. Past
+    the budget, the oldest go first."""
+
+    budget_bytes: int
+    states: dict[int, bytes] = field(default_factory=dict)  # length -> state, oldest first
+    lasting: set[int] = field(default_factory=set)  # the lengths placed for edits, not for a round
+
+    @property
+    def nbytes(self) -> int:
+        return sum(len(state) for state in self.states.values())
+
+    def add(self, length: int, state: bytes, lasting: bool) -> None:
+        for at in [at for at in self.states if at not in self.lasting or at == length]:
+            del self.states[at]
+        self.states[length] = state
+        if lasting:
+            self.lasting.add(length)
+        while self.nbytes > self.budget_bytes:
+            del self.states[next(iter(self.states))]
+        self.lasting &= set(self.states)
+
+    def latest(self, n: int) -> tuple[int, bytes] | None:
+        """The checkpoint of greatest length at most n."""
+        length = max((at for at in self.states if at <= n), default=None)
+        return None if length is None else (length, self.states[length])
+
+    def drop_after(self, n: int) -> None:
+        """The tokens past n changed: checkpoints taken past them no longer hold."""
+        for length in [at for at in self.states if at > n]:
+            del self.states[length]
+        self.lasting &= set(self.states)
+
+
 class KVSequence:
     """A context's sequence of tokens. `tokens` is exactly what its KV cache holds: every
     operation leaves llama.cpp's own length of the sequence equal to len(tokens), or
-    empties both (the caller then evaluates its prompt again)."""
+    empties both (the caller then evaluates its prompt again).
 
-    def __init__(self, context: LlamaContext):
+    Where the model's memory cannot be cut at any position (recurrent layers), a cut
+    goes back to a checkpoint before it, or to llama.cpp's rollback within the last
+    batch, and evaluates the tokens between again (`replayed` counts them)."""
+
+    def __init__(self, context: LlamaContext, checkpoint_mb: float = 0.0):
         self.context = context
         self.tokens: list[int] = []
         self.evaluated = 0  # tokens run through the model since creation: what caching saves
+        self.replayed = 0  # of those, tokens evaluated again after going back to a checkpoint
+        self.checkpoints = Checkpoints(int(checkpoint_mb * 2**20))
         context.truncate(0)
 
     @property
@@ -44,11 +103,53 @@ class KVSequence:
                     self.context.model.path.name, why)
         self.context.truncate(0)
         self.tokens = []
+        self.checkpoints.drop_after(0)
 
     def truncate(self, n: int) -> None:
-        if n < len(self.tokens):
-            self.context.truncate(n)
-            del self.tokens[n:]
+        """Hold exactly the first n tokens (of those held)."""
+        if n >= len(self.tokens):
+            return
+        wanted = self.tokens[:n]
+        kept = self.rewind(n)
+        if kept < n:
+            self.extend(wanted[kept:])
+            self.replayed += n - kept
+
+    def rewind(self, n: int) -> int:
+        """Hold at most the first n tokens: as many as can be kept without evaluating
+        any. That is n where the cache can be cut there, else the latest checkpoint's
+        length at or before n (0 without one). Returns the length held."""
+        if n >= len(self.tokens):
+            return len(self.tokens)
+        if not self.context.cut(n):
+            found = self.checkpoints.latest(n)
+            n = 0 if found is None else found[0]
+            try:
+                if found is None:
+                    self.context.truncate(0)
+                else:
+                    self.context.return_to(found[1], n)
+            except RuntimeError as error:
+                self.reset(str(error))
+                return 0
+        del self.tokens[n:]
+        self.checkpoints.drop_after(n)
+        return n
+
+    def checkpoint(self, lasting: bool = True) -> None:
+        """Keep the state at the current length to come back to, where the model's memory
+        cannot be cut anywhere. `lasting`: placed where edits happen, kept over the
+        checkpoints rounds take."""
+        if not self.context.cuts_anywhere and self.tokens and self.checkpoints.budget_bytes > 0:
+            self.checkpoints.add(len(self.tokens), self.context.checkpoint(), lasting)
+
+    def expect_cut(self, width: int, one_batch: bool = True) -> None:
+        """The next `width` tokens evaluated (in one batch, or not: a draft's steps) may be
+        cut back to the current length: keep a checkpoint here unless llama.cpp can take
+        them back itself."""
+        if self.context.cuts_anywhere or (one_batch and self.context.can_take_back(width)):
+            return
+        self.checkpoint(lasting=False)
 
     def extend(self, tokens: list[int], logits_at: tuple[int, ...] | list[int] = (), argmax: bool = False):
         """Evaluate `tokens` after what the cache holds; logits of the chosen indices (with
@@ -58,8 +159,7 @@ class KVSequence:
         try:
             logits = self.context.eval(tokens, len(self.tokens), logits_at, argmax)
         except (RuntimeError, ValueError):
-            self.context.truncate(len(self.tokens))
-            if not self.consistent:
+            if not (self.context.cut(len(self.tokens)) and self.consistent):
                 self.reset("a failed evaluation left its KV unlike its token list")
             raise
         self.tokens.extend(tokens)
@@ -74,8 +174,7 @@ class KVSequence:
             best = self.context.eval_tree(tokens, len(self.tokens), branches)
         except (RuntimeError, ValueError):
             self.context.drop_branches()
-            self.context.truncate(len(self.tokens))
-            if not self.consistent:
+            if not (self.context.cut(len(self.tokens)) and self.consistent):
                 self.reset("a failed evaluation left its KV unlike its token list")
             raise
         self.tokens.extend(tokens)
@@ -93,17 +192,21 @@ class KVSequence:
         """Free the last extend_tree's branches: the tokens stay as extend_tree left them."""
         self.context.drop_branches()
 
-    def save(self) -> tuple[list[int], bytes]:
-        """The tokens and their KV state, to put back later with restore(). A sequence
-        whose KV disagrees with its list is saved empty: its state is not what the list says."""
+    def save(self) -> SavedSequence:
+        """The tokens, their KV state and the checkpoints, to put back later with
+        restore(). A sequence whose KV disagrees with its list is saved empty: its state
+        is not what the list says."""
         if not self.consistent:
             self.reset("its KV and token list disagree at a save")
-        return list(self.tokens), self.context.save() if self.tokens else b""
+        if not self.tokens:
+            return SavedSequence([], b"")
+        return SavedSequence(list(self.tokens), self.context.save(), dict(self.checkpoints.states))
 
-    def restore(self, saved: tuple[list[int], bytes]) -> bool:
+    def restore(self, saved: SavedSequence) -> bool:
         """Hold a saved sequence again; False (and empty) when llama.cpp could not."""
-        tokens, state = saved
+        tokens, state, checkpoints = saved
         self.tokens = []
+        self.checkpoints.drop_after(0)
         if not tokens:
             self.context.truncate(0)
             return True
@@ -116,12 +219,16 @@ class KVSequence:
         if not self.consistent:
             self.reset(f"a restored state holds {self.context.length()} tokens, not {len(tokens)}")
             return False
+        for length, checkpoint in checkpoints.items():
+            self.checkpoints.add(length, checkpoint, lasting=True)
         return True
 
     def sync(self, tokens: list[int]) -> None:
         """Hold exactly `tokens`: cut at the first difference, evaluate the rest."""
         if not self.consistent:
             self.reset(f"llama.cpp holds {self.context.length()} tokens, the list {len(self.tokens)}")
-        self.truncate(common_prefix_length(self.tokens, tokens))
-        if len(tokens) > len(self.tokens):
-            self.extend(tokens[len(self.tokens):])
+        common = common_prefix_length(self.tokens, tokens)
+        kept = self.rewind(common)
+        self.replayed += common - kept
+        if len(tokens) > kept:
+            self.extend(tokens[kept:])

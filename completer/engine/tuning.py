@@ -48,6 +48,13 @@ class CostModel:
     verify_ms: dict[int, float] = field(default_factory=dict)  # batch size -> ms
     draft_token_ms: dict[str, float] = field(default_factory=dict)  # provider -> ms per drafted token
     smoothing: float = 0.2
+    # Where the target's state cannot be cut anywhere (recurrent layers): the widest verify
+    # batch llama.cpp can take back itself (its rollback snapshots), and what a wider one
+    # costs instead: a checkpoint before it, and on a rejection going back to it
+    # (KVSequence.expect_cut, then truncate). Attention cuts anywhere: nothing.
+    takes_back: float = math.inf
+    checkpoint_ms: float = 0.0
+    return_ms: float = 0.0
     _sizes: list[int] = field(default_factory=list, repr=False, compare=False)  # verify_ms's keys, sorted
 
     def record_verify(self, n: int, ms: float) -> None:
@@ -80,6 +87,12 @@ class CostModel:
 
     def draft(self, provider: str, k: int) -> float:
         return self.draft_token_ms.get(provider, 0.0) * k
+
+    def rejected(self, accepted: int) -> float:
+        """What a rejection after `accepted` drafted tokens costs on top of the verify
+        batch, where that batch cannot be taken back by llama.cpp: going back to the
+        checkpoint and evaluating the last token and the accepted ones again."""
+        return self.return_ms + self.verify(accepted + 1)
 
 
 @dataclass
@@ -226,9 +239,14 @@ def best_plan(costs: CostModel, options: list[tuple[str, list[float]]],
     best, best_rate = plain, (1.0 + margin) / plain.predicted_ms
     for provider, kept in options:
         tokens = 1.0
+        # The expected cost of taking a draft of k back (CostModel.rejected), were llama.cpp
+        # unable to: a rejection at each step j + 1 <= k, with the chance the first j held.
+        taking_back, before = costs.checkpoint_ms, 1.0
         for k, chance in enumerate(kept[:MAX_DRAFT], start=1):
             tokens += chance
-            ms = costs.draft(provider, k) + costs.verify(k + 1)
+            taking_back += (before - chance) * costs.rejected(k - 1)
+            before = chance
+            ms = costs.draft(provider, k) + costs.verify(k + 1) + (taking_back if k + 1 > costs.takes_back else 0.0)
             if tokens / ms > best_rate:
                 best, best_rate = Plan(provider, k, tokens, ms), tokens / ms
     return best
@@ -371,18 +389,34 @@ def calibrate(context, budget_s: float = 1.0, batches: tuple[int, ...] = CALIBRA
     """Time target passes of each batch size in `batches` after a short prompt, within
     about `budget_s` seconds (each size at least once). The engine keeps refining these
     from real rounds."""
-    costs = CostModel()
+    costs = CostModel(takes_back=widest_taken_back(context))
     prompt = list(range(1000, 1128))  # any 128 token ids: only the time matters
     batch = list(range(2000, 2000 + max(batches)))
     context.truncate(0)
     context.eval(prompt, 0)
+    checkpoint = b""
+    if not context.cuts_anywhere:
+        started = time.perf_counter()
+        checkpoint = context.checkpoint()
+        costs.checkpoint_ms = (time.perf_counter() - started) * 1000
     deadline = time.perf_counter() + budget_s
     while not costs.verify_ms or time.perf_counter() < deadline:
         for n in batches:
             started = time.perf_counter()
             context.eval(batch[:n], len(prompt), logits_at=list(range(n)))
             elapsed = (time.perf_counter() - started) * 1000
-            context.truncate(len(prompt))
             costs.verify_ms[n] = min(costs.verify_ms.get(n, math.inf), elapsed)
+            if not context.cut(len(prompt)):
+                started = time.perf_counter()
+                context.return_to(checkpoint, len(prompt))
+                costs.return_ms = min(costs.return_ms or math.inf, (time.perf_counter() - started) * 1000)
     context.truncate(0)
     return costs
+
+
+def widest_taken_back(context) -> float:
+    """The widest verify batch that llama.cpp can cut back itself on this context (every
+    batch where attention alone holds the text)."""
+    if context.cuts_anywhere:
+        return math.inf
+    return max((width for width in range(1, MAX_DRAFT + 2) if context.can_take_back(width)), default=0)

@@ -1,0 +1,156 @@
+"""The engine's rules on every kind of model memory: full attention (smol), sliding-window
+attention (Gemma 3), hybrid with llama.cpp's own rollback (qwen35), hybrid without it
+(granitehybrid) and recurrent (mamba2). The last three are random-weight models
+(models/synthetic.py): their text means nothing, but greedy decoding is deterministic,
+and their state cannot be cut at any position the way a KV cache can. A rejected draft
+and an edit are cuts; the engine takes them back with llama.cpp's rollback snapshots or
+its own checkpoints (completer/engine/kv.py), and the answers must be a fresh
+evaluation's."""
+
+import threading
+
+import numpy as np
+import pytest
+
+from completer.engine.generation import Engine, evaluate_prompt, generate
+from completer.engine.kv import KVSequence
+from completer.models.backend import HYBRID, RECURRENT, LlamaContext, LlamaModel
+from completer.models.synthetic import write_model
+
+pytestmark = pytest.mark.slow  # minutes of real models, the synthetic ones written first
+
+BATCH_TOLERANCE = 1e-3  # llama.cpp's logits for one text filled by different batches
+TEXT = open(__file__.replace("test_memory_kinds.py", "../completer/engine/kv.py")).read()
+SYNTHETIC = ("qwen35", "granitehybrid", "mamba2")
+
+
+@pytest.fixture(scope="session")
+def synthetic_models(tmp_path_factory) -> dict[str, LlamaModel]:
+    folder = tmp_path_factory.mktemp("synthetic")
+    with pytest.MonkeyPatch.context() as patch:  # the vocabularies are taken into this cache, not the user's
+        patch.setenv("COMPLETER_CACHE_DIR", str(folder / "cache"))
+        return {arch: LlamaModel(write_model(folder / f"{arch}.gguf", arch, "tiny"), n_gpu_layers=0)
+                for arch in SYNTHETIC}
+
+
+def loaded(request, name: str) -> LlamaModel:
+    if name in SYNTHETIC:
+        return request.getfixturevalue("synthetic_models")[name]
+    return request.getfixturevalue({"smol": "target", "gemma": "gemma_target"}[name])
+
+
+@pytest.fixture(params=["smol", "gemma", *SYNTHETIC])
+def model(request) -> LlamaModel:
+    return loaded(request, request.param)
+
+
+def prompt_of(model: LlamaModel, tokens: int = 240) -> list[int]:
+    return model.tokenize(TEXT)[:tokens]
+
+
+def with_every_nth_changed(tokens: list[int], n: int, offset: int = 0) -> list[int]:
+    """`tokens` with every n-th one (from `offset`) replaced by its neighbour: a copy that
+    the target keeps up to each changed token and rejects there."""
+    return [token if (i - offset) % n else tokens[(i + 1) % len(tokens)] for i, token in enumerate(tokens)]
+
+
+def test_the_memory_kinds_are_told_apart(synthetic_models, target, gemma_target):
+    kinds = {arch: model.memory for arch, model in synthetic_models.items()}
+    assert kinds == {"qwen35": HYBRID, "granitehybrid": HYBRID, "mamba2": RECURRENT}
+    assert (target.memory, gemma_target.memory) == ("full attention", "sliding window")
+    rollback = {arch: LlamaContext(model, n_ctx=256, rollback_tokens=8).rollback_tokens
+                for arch, model in synthetic_models.items()}
+    assert rollback == {"qwen35": 8, "granitehybrid": 0, "mamba2": 0}  # llama.cpp's own rollback: qwen35's alone
+
+
+# Every length on the models whose state cannot be cut; one on the attention models,
+# whose cuts test_both_models.py covers at length.
+@pytest.mark.parametrize("name,draft_length", [*((arch, k) for arch in SYNTHETIC for k in (1, 3, 8, 20)),
+                                               ("smol", 8), ("gemma", 8)])
+def test_forced_drafts_of_every_length_rejected_anywhere_give_plain_decodings_tokens(request, name, draft_length):
+    """Single-token verification: the target's logits are plain steps' to the bit, so any
+    difference is a state the engine failed to take back. The drafts copy plain
+    decoding's own output with every 5th token changed: each round is rejected at a
+    different place, from the first drafted token to the last."""
+    model = loaded(request, name)
+    engine = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
+    prompt = prompt_of(model)
+    plain = generate(engine, prompt, 40, mode="target").tokens
+    for offset in (0, 2):
+        fast = generate(engine, prompt, 40, mode="ngram", draft_length=draft_length,
+                        copy_from=with_every_nth_changed(plain, 5, offset))
+        assert fast.tokens == plain, f"parted at {next(i for i, (a, b) in enumerate(zip(fast.tokens, plain)) if a != b)}"
+        assert fast.stats.accepted > 0 and fast.stats.drafted > fast.stats.accepted
+        if not engine.target.context.cuts_anywhere:
+            assert fast.stats.replayed > 0  # the rejections went back to checkpoints
+
+
+def test_a_verify_batch_cut_back_leaves_a_fresh_evaluations_logits(model):
+    """Batched verification, as a server runs: a batch of 12 drafted tokens cut back to
+    its first 5 (qwen35: within llama.cpp's rollback snapshots; the others: to a
+    checkpoint, and the 5 evaluated again), then the next tokens' logits."""
+    prompt, drafted, after = prompt_of(model, 200), prompt_of(model, 260)[200:212], prompt_of(model, 280)[265:275]
+    sequence = KVSequence(LlamaContext(model, n_ctx=512, rollback_tokens=16), checkpoint_mb=256)
+    sequence.extend(prompt)
+    sequence.expect_cut(len(drafted))
+    sequence.extend(drafted, logits_at=range(len(drafted)))
+    sequence.truncate(len(prompt) + 5)
+    assert sequence.consistent and sequence.tokens == prompt + drafted[:5]
+    if model.architecture == "qwen35":
+        assert sequence.replayed == 0  # llama.cpp rolled it back itself
+    got = sequence.extend(after, logits_at=range(len(after)))
+    # Batched as here: Gemma's logits move by up to 0.9 between one batch of the whole text
+    # and the same text in two batches, cut or not.
+    fresh = LlamaContext(model, n_ctx=512)
+    fresh.eval(prompt + drafted[:5], 0)
+    expected = fresh.eval(after, len(prompt) + 5, logits_at=range(len(after)))
+    assert np.abs(got - expected).max() <= BATCH_TOLERANCE
+    assert (got.argmax(axis=1) == expected.argmax(axis=1)).all()
+
+
+def test_edits_anywhere_in_a_cached_document_give_a_fresh_evaluations_answer(model):
+    """A document typed in: an edit far up, then keystrokes on one line (the checkpoints
+    at that line serve them), then a line deleted above. Each answer is a fresh engine's."""
+    engine = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
+    fresh = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
+    text = prompt_of(model, 220)
+    line = text.index(next(t for t in text[150:] if t in model.newline_tokens), 150) + 1
+    edits = [text, text[:30] + text[40:50] + text[30:], ]
+    typed = edits[-1]
+    for step in range(1, 6):  # keystrokes: one more token of the next line each time
+        edits.append(typed[:line + 10] + text[60:60 + step] + typed[line + 10:])
+    edits.append(edits[-1][:20] + edits[-1][29:])
+    rewound = []
+    for prompt in edits:
+        got = generate(engine, prompt, 12, mode="target")
+        assert got.tokens == generate(fresh, prompt, 12, mode="target").tokens
+        fresh.reset()
+        rewound.append(got.stats.rewound)
+    if not engine.target.context.cuts_anywhere:
+        # Each keystroke after the first went back to a checkpoint on its own line, a few
+        # tokens before it, not to the start.
+        assert all(0 <= r <= 12 for r in rewound[3:7]), rewound
+    else:
+        assert not any(rewound)
+
+
+def test_a_prompt_cancelled_mid_evaluation_leaves_a_state_the_next_request_can_use(model):
+    engine = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
+    prompt = prompt_of(model, 230)
+    generate(engine, prompt[:100], 8, mode="target")
+    cancel = threading.Event()
+    pieces = 0
+    extend = engine.target.extend
+
+    def extend_then_cancel(tokens, *args, **kwargs):
+        nonlocal pieces
+        pieces += 1
+        cancel.set()  # after the first piece
+        return extend(tokens, *args, **kwargs)
+    engine.target.extend = extend_then_cancel
+    evaluate_prompt(engine.target, prompt[:50] + prompt[60:], cancel)
+    del engine.target.extend
+    assert pieces == 1 and engine.target.consistent
+    fresh = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
+    edited = prompt[:50] + prompt[60:] + prompt[:20]
+    assert generate(engine, edited, 12, mode="target").tokens == generate(fresh, edited, 12, mode="target").tokens
