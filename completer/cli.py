@@ -193,26 +193,39 @@ def _describe_file(path: Path) -> list[tuple[str, str]]:
         if getattr(special, name) is not None
     )
     rows += [("FIM tokens", fim if special.has_fim else f"none (prefix-only prompts){'; ' + fim if fim else ''}"),
-             ("end tokens", f"eos={special.eos} eot={special.eot}"), *_memory_rows(path)]
+             ("end tokens", f"eos={special.eos} eot={special.eot}"), *_memory_rows(path, model.memory)]
     rows += [("note", note) for note in suitability_notes(path.name, path, special.has_fim)]
     model.close()
     return rows
 
 
-def _memory_rows(path: Path) -> list[tuple[str, str]]:
-    """The model's attention and what its KV cache takes at the default context."""
+def _memory_rows(path: Path, memory: str) -> list[tuple[str, str]]:
+    """The model's attention, how the engine cuts what it holds (a rejected draft, an
+    edit), and what its KV cache takes at the default context."""
+    from completer.engine.generation import ROLLBACK_TOKENS
+    from completer.models.backend import HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES
     from completer.models.gguf_file import model_facts
 
     facts = model_facts(path)
     n_ctx = ModelOptions().context_tokens
     attention = "full"
+    cuts = "anywhere: attention cells are dropped from the cut on"
     if facts.sliding_window:
         # The engine's contexts keep a full-size cache on the window layers too (swa_full
         # in models/backend.py): a cut anywhere stays exact, at that memory.
         attention = (f"sliding window of {facts.sliding_window:,} tokens on some layers; their cache is kept "
                      "full-size, so a cut anywhere (a rejected draft, an edit) stays exact")
+    rows = []
+    if memory in (HYBRID, RECURRENT):
+        attention = ("hybrid: recurrent layers and attention layers" if memory == HYBRID
+                     else "recurrent: no attention, a state that sums up the text")
+        checkpoints = "checkpoints of the recurrent state (cache.checkpoint_mb), and the tokens after one evaluated again"
+        cuts = (f"a rejected draft of up to {ROLLBACK_TOKENS - 1} tokens: llama.cpp's rollback; longer drafts and "
+                f"edits: {checkpoints}" if facts.architecture in ROLLBACK_ARCHITECTURES
+                else f"{checkpoints} (llama.cpp has no rollback for {facts.architecture})")
+        rows = [("trees, candidates", "off: llama.cpp cannot share part of a recurrent state between sequences")]
     kv_mib = facts.kv_bytes_per_token * n_ctx / 2**20
-    return [("attention", attention),
+    return [("attention", attention), ("cuts", cuts), *rows,
             ("KV cache", f"{facts.kv_bytes_per_token / 1024:.1f} KiB a token, {kv_mib:,.0f} MiB at {n_ctx:,} tokens "
                          "(models.context_tokens), per context")]
 
@@ -464,10 +477,10 @@ def _target_rows(models: ModelOptions) -> list[tuple[str, str]]:
         model = LlamaModel(files.target, n_gpu_layers=0, vocab_only=True)
     except ModelError as error:
         return [("target", str(error))]
-    has_fim = model.special.has_fim
+    has_fim, memory = model.special.has_fim, model.memory
     model.close()
     notes = suitability_notes(files.names[0], files.target, has_fim)
-    return [("target", str(files.target)), *_memory_rows(files.target),
+    return [("target", str(files.target)), *_memory_rows(files.target, memory),
             ("target notes", "; ".join(notes) or "none: a base model with FIM tokens")]
 
 

@@ -140,6 +140,11 @@ SLIDING_WINDOW = "sliding window"  # attention; the engine keeps the window laye
 HYBRID = "hybrid"  # recurrent layers and attention layers
 RECURRENT = "recurrent"  # recurrent layers only
 CUT_ANYWHERE = (FULL_ATTENTION, SLIDING_WINDOW)
+# The architectures whose recurrent state llama.cpp can roll back within a batch (its
+# llm_arch_supports_rs_rollback in src/llama-arch.cpp, by GGUF name): for the others it
+# quietly sets n_rs_seq to 0, and the engine keeps checkpoints instead.
+ROLLBACK_ARCHITECTURES = frozenset({"qwen35", "qwen35moe", "qwen4exp", "deepseek4", "glm5-next", "nemotron_h",
+                                    "nemotron_h_moe", "lfm2", "lfm2moe", "bailingmoe3", "kimi-k3"})
 
 
 def memory_kind(model: "llama_cpp.llama_model_p") -> str:

@@ -14,8 +14,9 @@ import pytest
 
 from completer.engine.generation import Engine, evaluate_prompt, generate
 from completer.engine.kv import KVSequence
-from completer.models.backend import HYBRID, RECURRENT, LlamaContext, LlamaModel
+from completer.models.backend import HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES, LlamaContext, LlamaModel
 from completer.models.synthetic import write_model
+from conftest import run_completer
 
 pytestmark = pytest.mark.slow  # minutes of real models, the synthetic ones written first
 
@@ -61,6 +62,16 @@ def test_the_memory_kinds_are_told_apart(synthetic_models, target, gemma_target)
     rollback = {arch: LlamaContext(model, n_ctx=256, rollback_tokens=8).rollback_tokens
                 for arch, model in synthetic_models.items()}
     assert rollback == {"qwen35": 8, "granitehybrid": 0, "mamba2": 0}  # llama.cpp's own rollback: qwen35's alone
+    assert {arch for arch in SYNTHETIC if arch in ROLLBACK_ARCHITECTURES} == {"qwen35"}
+
+
+@pytest.mark.parametrize("arch,cuts", [("qwen35", "a rejected draft of up to 15 tokens: llama.cpp's rollback"),
+                                       ("granitehybrid", "llama.cpp has no rollback for granitehybrid"),
+                                       ("mamba2", "llama.cpp has no rollback for mamba2")])
+def test_models_info_says_how_each_model_is_cut_and_that_trees_are_off(synthetic_models, arch, cuts):
+    shown = run_completer("models", "info", str(synthetic_models[arch].path), env={"COLUMNS": "400"}).stdout
+    assert ("hybrid: recurrent layers" if arch != "mamba2" else "recurrent: no attention") in shown
+    assert cuts in shown and "trees, candidates\toff: llama.cpp cannot share" in shown, shown
 
 
 # Every length on the models whose state cannot be cut; one on the attention models,
