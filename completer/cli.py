@@ -219,7 +219,8 @@ def _memory_rows(path: Path, memory: str) -> list[tuple[str, str]]:
     if memory in (HYBRID, RECURRENT):
         attention = ("hybrid: recurrent layers and attention layers" if memory == HYBRID
                      else "recurrent: no attention, a state that sums up the text")
-        checkpoints = "checkpoints of the recurrent state (cache.checkpoint_mb), and the tokens after one evaluated again"
+        checkpoints = ("checkpoints of the recurrent state (cache.checkpoint_mb), and the tokens after one "
+                       "evaluated again")
         cuts = (f"a rejected draft of up to {ROLLBACK_TOKENS - 1} tokens: llama.cpp's rollback; longer drafts and "
                 f"edits: {checkpoints}" if facts.architecture in ROLLBACK_ARCHITECTURES
                 else f"{checkpoints} (llama.cpp has no rollback for {facts.architecture})")

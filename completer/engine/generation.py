@@ -122,7 +122,8 @@ def summarize(mode: str, rounds: list[RoundStats], tokens: int, total_ms: float,
         tree_rounds=sum(r.branch_rows > 0 for r in speculative), branch_rows=sum(r.branch_rows for r in speculative),
         branches_taken=sum(r.branch_taken for r in speculative),
         predicted_tokens=sum(r.predicted_tokens for r in speculative),
-        rewound=rewound, replayed=replayed, draft_ms=sum(r.draft_ms for r in speculative), verify_ms=sum(r.verify_ms for r in rounds), total_ms=total_ms,
+        rewound=rewound, replayed=replayed, draft_ms=sum(r.draft_ms for r in speculative),
+        verify_ms=sum(r.verify_ms for r in rounds), total_ms=total_ms,
         rounds=[(r.provider, r.drafted, r.match_length, r.predicted_tokens, r.produced) for r in rounds])
 
 
