@@ -213,7 +213,8 @@ class LocalDecoder:
                           copy_from=self.engine.model.tokenize(decode.copy_from) if decode.copy_from else None,
                           keep_logits=several)
         stats = result.stats
-        counts = DecodeCounts(len(prompt), evaluated + stats.rewound, stats.tokens, stats.total_ms, stats.drafted, stats.accepted)
+        counts = DecodeCounts(len(prompt), evaluated + stats.rewound, stats.tokens, stats.total_ms, stats.drafted,
+                              stats.accepted)
         alternatives = ()
         if several and result.stop_reason != StopReason.CANCELLED:
             # The time budget counts from the request's decoding: the others stop with the answer's.

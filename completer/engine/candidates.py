@@ -97,7 +97,7 @@ def candidates(engine: Engine, prompt: list[int], generation: Generation, count:
         raise ValueError("candidates need the generation's logits (generate with keep_logits)")
     context = engine.target.context
     if not context.cuts_anywhere:
-        return []  # recurrent state: llama.cpp cannot fork a sequence at a position (shares_cells)
+        return []  # recurrent state: llama.cpp cannot fork a sequence at a position (fork())
     count = min(count, context.branches)
     tokens = list(prompt[-(engine.context_tokens - 1):])
     prompt_length = len(tokens)

@@ -41,7 +41,7 @@ PROMPT_PIECE = 64
 # a verify batch's last tokens it keeps snapshots for (n_rs_seq): a rejection within them
 # is a cut. Each snapshot is one more copy of the recurrent state, so not MAX_DRAFT + 1:
 # a longer draft is verified after a checkpoint (KVSequence.expect_cut), a cost the tuner
-# counts (CostModel.take_back).
+# counts (CostModel.rejected).
 ROLLBACK_TOKENS = 16
 
 
