@@ -146,6 +146,23 @@ def test_edits_anywhere_in_a_cached_document_give_a_fresh_evaluations_answer(mod
         assert not any(rewound)
 
 
+def test_the_first_keystroke_in_a_fill_in_the_middle_prompt_goes_back_to_a_checkpoint_at_the_cursor(
+        synthetic_models):
+    """Before any keystroke has shown where edits go, the cursor has: just before the
+    suffix token. A keystroke there evaluates from it, not from the prompt's start."""
+    model = synthetic_models["granitehybrid"]  # starcoder's vocabulary: FIM tokens
+    special, text = model.special, prompt_of(model, 400)
+
+    def fim(prefix: list[int]) -> list[int]:
+        return [special.fim_prefix, *prefix, special.fim_suffix, *text[150:250], special.fim_middle]
+    engine = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
+    generate(engine, fim(text[:150]), 8, mode="target")
+    typed = generate(engine, fim(text[:150] + text[300:301]), 8, mode="target")
+    assert typed.stats.rewound == 0
+    fresh = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
+    assert typed.tokens == generate(fresh, fim(text[:150] + text[300:301]), 8, mode="target").tokens
+
+
 def test_a_prompt_cancelled_mid_evaluation_leaves_a_state_the_next_request_can_use(model):
     engine = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
     prompt = prompt_of(model, 230)

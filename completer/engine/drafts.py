@@ -82,8 +82,10 @@ class ModelDrafter:
 
 
     def _catch_up(self, text: list[int], cancel: threading.Event | None) -> bool:
-        """sequence.sync(text), CATCH_UP_PIECE tokens at a time; False once `cancel` is set."""
-        self.sequence.sync(text[: common_prefix_length(self.sequence.tokens, text)])
+        """sequence.sync(text), CATCH_UP_PIECE tokens at a time; False once `cancel` is set.
+        A draft whose state cannot be cut at the first change goes back to a checkpoint
+        before it (KVSequence.rewind), and the pieces evaluate the rest."""
+        self.sequence.rewind(common_prefix_length(self.sequence.tokens, text))
         while len(self.sequence.tokens) < len(text):
             if cancel is not None and cancel.is_set():
                 return False

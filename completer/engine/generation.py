@@ -1,7 +1,6 @@
 """Generation: rounds of draft -> verify -> accept until a stop, with the tuner choosing
 each round's provider and k. Plain decoding is the same loop with k = 0."""
 
-import itertools
 import logging
 import threading
 import time
@@ -14,7 +13,7 @@ import numpy as np
 from completer.config import DRAFT_MODES, CacheOptions, DraftingOptions
 from completer.engine.drafts import NO_PROPOSAL, CopyDrafter, ModelDrafter, NgramDrafter, Proposal
 from completer.engine.healing import Healing, mask_to
-from completer.engine.kv import KVSequence, common_prefix_length
+from completer.engine.kv import KVSequence, checkpoint_lengths, common_prefix_length
 from completer.engine.speculative import (Branch, Sampling, TreeVerdict, accept_greedy, accept_tree, probabilities,
                                           verify_greedy, verify_sampled)
 from completer.engine.tuning import (MAX_DRAFT, Candidate, Continuation, CostModel, Plan, Tuner, calibrate,
@@ -483,18 +482,6 @@ def evaluate_prompt(sequence: KVSequence, prompt: list[int], cancel: threading.E
         if end in marks:
             sequence.checkpoint()
     return rewound
-
-
-def checkpoint_lengths(prompt: list[int], edited: int, start: int, model: LlamaModel) -> list[int]:
-    """Where to keep checkpoints while evaluating prompt[start:], the prompt having
-    changed at `edited`: where the next change is likely. The next keystroke edits where
-    this one did, or a line around it, so the starts of its line and of the line before;
-    typing on adds after the prompt's end, and the end's last token or two may be
-    retokenized, so two tokens before the end and the end itself."""
-    newline = model.newline_tokens
-    line_starts = itertools.islice((i + 1 for i in range(edited - 1, -1, -1) if prompt[i] in newline), 2)
-    wanted = {*line_starts, edited, len(prompt) - 2, len(prompt)}
-    return sorted(length for length in wanted if start < length <= len(prompt))
 
 
 def _kept_logits(engine: Engine, rows: list[np.ndarray], n: int) -> np.ndarray:

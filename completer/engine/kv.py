@@ -1,10 +1,11 @@
 """A sequence in a llama.cpp KV cache, and the tokens it holds."""
 
+import itertools
 import logging
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from completer.models.backend import LlamaContext
+from completer.models.backend import LlamaContext, LlamaModel
 
 log = logging.getLogger(__name__)
 
@@ -22,6 +23,24 @@ def common_prefix_length(a: list[int], b: list[int]) -> int:
         else:
             high = middle - 1
     return low
+
+
+def checkpoint_lengths(prompt: list[int], edited: int, start: int, model: LlamaModel) -> list[int]:
+    """Where to keep checkpoints while evaluating prompt[start:], the prompt having
+    changed at `edited`: where the next change is likely. The next keystroke edits where
+    this one did or at the cursor (just before a fill-in-the-middle prompt's suffix token,
+    before any keystroke has shown where edits go), or a line around them: so those
+    places and the starts of their line and the line before. Typing on adds after the
+    prompt's end, whose last token or two may be retokenized: so two tokens before the
+    end, and the end itself."""
+    places = {edited}
+    if model.special.fim_suffix in prompt:
+        places.add(prompt.index(model.special.fim_suffix))
+    wanted = {len(prompt) - 2, len(prompt)}
+    for place in places:
+        line_starts = (i + 1 for i in range(place - 1, -1, -1) if prompt[i] in model.newline_tokens)
+        wanted |= {place, *itertools.islice(line_starts, 2)}
+    return sorted(length for length in wanted if start < length <= len(prompt))
 
 
 class SavedSequence(NamedTuple):
