@@ -246,8 +246,8 @@ def test_candidates_are_distinct_and_typing_one_keeps_it(engine):
 def spoil(snapshot, state: bytes | None = None) -> None:
     """Make each saved sequence of `snapshot` unrestorable: its state cut in half, or
     replaced by `state` (one from another model)."""
-    snapshot.sequences = [(tokens, state if state is not None else saved[: len(saved) // 2])
-                          for tokens, saved in snapshot.sequences]
+    snapshot.sequences = [saved._replace(state=state if state is not None else saved.state[: len(saved.state) // 2])
+                          for saved in snapshot.sequences]
 
 
 def draft_state(engine: Engine, text: str) -> bytes:
@@ -292,11 +292,11 @@ def test_a_failed_restore_is_never_saved_as_a_good_snapshot(engine):
     spoil(caches.saved["a.py"])
     caches.activate("a.py")  # fails: a's caches are left empty
     caches.activate("b.py")  # saves a as it is: empty, not its old token list over an empty state
-    assert [tokens for tokens, _ in caches.saved["a.py"].sequences] == [[], []]
+    assert [saved.tokens for saved in caches.saved["a.py"].sequences] == [[], []]
     assert_caches_hold(engine, held_b)
     engine.target.context.truncate(0)  # b's KV lost under its token list
     caches.activate("a.py")
-    assert [tokens for tokens, _ in caches.saved["b.py"].sequences] == [[], []]
+    assert [saved.tokens for saved in caches.saved["b.py"].sequences] == [[], []]
     assert_caches_hold(engine, [[], []])
 
 
