@@ -1,8 +1,9 @@
 """Real editing through the real server and the smol pair: closing a document with
-requests in flight or while its warm waits for the engine, a line pasted below a
-suggestion, a request cancelled before its work starts, positions past a line's end, a
-lone surrogate, and a completion cut inside an emoji. Nothing stale or half a character
-is shown, and nothing of a closed document stays behind."""
+requests in flight or while its warm waits for the engine, a next edit waiting while the
+models reload, a line pasted below a suggestion, a request cancelled before its work
+starts, positions past a line's end, a lone surrogate, and a completion cut inside an
+emoji. Nothing stale or half a character is shown, and nothing of a closed document
+stays behind."""
 
 import asyncio
 import time
@@ -107,6 +108,28 @@ async def test_a_document_closed_while_its_warm_waits_for_the_engine_gets_no_ses
         await wait_for(client, lambda current: current["sessions"] == 0)
     finally:
         await client.shutdown_session()
+
+
+async def test_a_next_edit_waiting_while_the_models_reload_answers_none_and_the_server_goes_on(client):
+    """A next edit waits for the document's completion (the engine serves one at a time);
+    meanwhile an option of the models changes, and they load again: the next edit answers
+    no edit, not an error, and the server serves again once they are back. The preset
+    asked for cannot download (the tests' Hub is a closed port), so the models are gone
+    for as long as the wait lasts, whatever the machine's speed."""
+    uri = "file:///project/long.py"
+    open_document(client, uri, LONG)
+    completing = asyncio.ensure_future(inline(client, uri, 128, 0))
+    await asyncio.sleep(0.3)
+    asking = asyncio.ensure_future(inline_edit(client, uri, 1, 127, 0))
+    await asyncio.sleep(0.3)
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        {"models": {"preset": "qwen2.5-coder-1.5b"}}))
+    assert (await asking).edits == []
+    await completing
+    await wait_for(client, lambda current: bool(current["error"]))
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams({"models": {"preset": "smol"}}))
+    await wait_for(client, lambda current: current["ready"])
+    assert (await inline(client, uri, 128, 0)).items
 
 
 async def test_a_line_pasted_below_the_cursor_is_not_suggested_again_from_the_forward_cache(client):
