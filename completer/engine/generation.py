@@ -425,13 +425,8 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     stop_reason, text, rows, end_token = StopReason.MAX_TOKENS, "", [], None
     while len(tokens) - prompt_length < max_tokens:
         room = min(max_tokens - (len(tokens) - prompt_length), n_ctx - len(tokens)) - 1
-        if cancel is not None and cancel.is_set():
-            stop_reason = StopReason.CANCELLED
-        elif time_budget_ms is not None and (time.perf_counter() - predict_started) * 1000 >= time_budget_ms:
-            stop_reason = StopReason.TIME
-        elif room < 0:
-            stop_reason = StopReason.CONTEXT
-        if stop_reason != StopReason.MAX_TOKENS:
+        if (stopped := _stop_before_round(cancel, time_budget_ms, predict_started, room)) is not None:
+            stop_reason = stopped
             break
         allowed = healing.allowed if healing is not None and len(tokens) == prompt_length else None
         new, logits, made = speculative_round(engine, tokens, room, asked, rng, allowed, keep_logits)
@@ -451,6 +446,20 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
                       engine.target.replayed - replayed)
     kept = _kept_logits(engine, rows, len(generated) + (stop_reason == StopReason.END)) if keep_logits else None
     return Generation(text, generated, stop_reason, stats, kept, end_token if stop_reason == StopReason.END else None)
+
+
+def _stop_before_round(cancel: threading.Event | None, time_budget_ms: float | None, predict_started: float,
+                       room: int) -> StopReason | None:
+    """Why no further round starts (None: one does). The time budget counts from
+    `predict_started`: predicting, not the prompt's evaluation. `room`: the tokens a round
+    may add beyond its next one."""
+    if cancel is not None and cancel.is_set():
+        return StopReason.CANCELLED
+    if time_budget_ms is not None and (time.perf_counter() - predict_started) * 1000 >= time_budget_ms:
+        return StopReason.TIME
+    if room < 0:
+        return StopReason.CONTEXT
+    return None
 
 
 def _start_rounds(engine: Engine, asked: RoundSettings, copy_from: list[int] | None,
