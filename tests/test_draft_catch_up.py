@@ -58,6 +58,19 @@ def test_a_cancel_set_while_the_draft_catches_up_stops_it_within_one_piece(targe
     assert max(batches) == CATCH_UP_PIECE and drafter.sequence.tokens[: len(prompt) - 1] == prompt[:-1]
 
 
+def test_a_draft_whose_kv_lost_what_its_list_holds_starts_over_and_drafts_as_a_fresh_one(target, draft):
+    """The catch-up goes back with KVSequence.rewind, not sync: the check that the KV
+    holds what the token list says must be there too."""
+    prompt = long_prompt(target, 300)
+    drafter = ModelDrafter(KVSequence(LlamaContext(draft, n_ctx=2048)), target.n_vocab)
+    drafter.propose(prompt[:200], 4, Sampling(), np.random.default_rng(0))
+    drafter.sequence.context.truncate(50)  # llama.cpp lost tokens that the list still holds
+    proposal = drafter.propose(prompt, 4, Sampling(), np.random.default_rng(0))
+    fresh = ModelDrafter(KVSequence(LlamaContext(draft, n_ctx=2048)), target.n_vocab)
+    assert proposal.tokens == fresh.propose(prompt, 4, Sampling(), np.random.default_rng(0)).tokens
+    assert drafter.sequence.consistent
+
+
 @pytest.mark.slow  # seconds of real model passes
 def test_a_request_cancelled_while_the_draft_catches_up_after_a_paste_ends_there(target, draft, monkeypatch):
     """The target already holds the pasted text (its prefill is cancellable, and was

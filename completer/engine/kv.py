@@ -38,7 +38,7 @@ def checkpoint_lengths(prompt: list[int], edited: int, start: int, model: LlamaM
         places.add(prompt.index(model.special.fim_suffix))
     wanted = {len(prompt) - 2, len(prompt)}
     for place in places:
-        line_starts = (i + 1 for i in range(place - 1, -1, -1) if prompt[i] in model.newline_tokens)
+        line_starts = (i + 1 for i in range(place - 1, -1, -1) if model.breaks_line(prompt[i]))
         wanted |= {place, *itertools.islice(line_starts, 2)}
     return sorted(length for length in wanted if start < length <= len(prompt))
 
@@ -137,7 +137,10 @@ class KVSequence:
     def rewind(self, n: int) -> int:
         """Hold at most the first n tokens: as many as can be kept without evaluating
         any. That is n where the cache can be cut there, else the latest checkpoint's
-        length at or before n (0 without one). Returns the length held."""
+        length at or before n (0 without one). Returns the length held. A KV that
+        disagrees with the list is emptied first: nothing of it is known to be right."""
+        if not self.consistent:
+            self.reset(f"llama.cpp holds {self.context.length()} tokens, the list {len(self.tokens)}")
         if n >= len(self.tokens):
             return len(self.tokens)
         if not self.context.cut(n):
@@ -244,8 +247,6 @@ class KVSequence:
 
     def sync(self, tokens: list[int]) -> None:
         """Hold exactly `tokens`: cut at the first difference, evaluate the rest."""
-        if not self.consistent:
-            self.reset(f"llama.cpp holds {self.context.length()} tokens, the list {len(self.tokens)}")
         common = common_prefix_length(self.tokens, tokens)
         kept = self.rewind(common)
         self.replayed += common - kept
