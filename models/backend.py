@@ -10,7 +10,6 @@ and keep one, and cut the KV cache back to n tokens.
 
 import codecs
 import ctypes
-import functools
 import itertools
 import logging
 import os
@@ -225,6 +224,7 @@ class LlamaModel:
         # height`); SmolLM2's and Qwen2's do not.
         self.adds_bos = bool(llama_cpp.llama_vocab_get_add_bos(v)) and self.special.bos is not None
         self._piece_buffer = ctypes.create_string_buffer(256)
+        self._breaks_line: dict[int, bool] = {}  # token -> whether its text holds "\n" (breaks_line)
 
     def _fallback_message(self, beside: str) -> str:
         return (f"{self.path.name}: the GPU could not hold {self.asked_gpu_layers} layers{beside}; loaded with "
@@ -282,10 +282,14 @@ class LlamaModel:
     def is_end_of_generation(self, token: int) -> bool:
         return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
 
-    @functools.cached_property
-    def newline_tokens(self) -> frozenset[int]:
-        """The tokens whose text holds a line break: a line starts after each."""
-        return frozenset(token for token in range(self.n_vocab) if b"\n" in self.token_bytes(token))
+    def breaks_line(self, token: int) -> bool:
+        """Whether the token's text holds a line break: a line starts after it. Known per
+        token once asked, for the tokens prompts hold, not by reading the whole vocabulary
+        (150k tokens for qwen35's)."""
+        known = self._breaks_line.get(token)
+        if known is None:
+            known = self._breaks_line[token] = b"\n" in self.token_bytes(token)
+        return known
 
     def close(self) -> None:
         if self._model:

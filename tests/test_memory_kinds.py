@@ -126,7 +126,7 @@ def test_edits_anywhere_in_a_cached_document_give_a_fresh_evaluations_answer(mod
     engine = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
     fresh = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
     text = prompt_of(model, 220)
-    line = text.index(next(t for t in text[150:] if t in model.newline_tokens), 150) + 1
+    line = text.index(next(t for t in text[150:] if model.breaks_line(t)), 150) + 1
     edits = [text, text[:30] + text[40:50] + text[30:], ]
     typed = edits[-1]
     for step in range(1, 6):  # keystrokes: one more token of the next line each time
