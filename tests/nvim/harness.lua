@@ -201,6 +201,28 @@ function H.lines(buf)
   return vim.api.nvim_buf_get_lines(buf or 0, 0, -1, false)
 end
 
+--- The path of the file `name` in the test's WORKSPACE folder.
+function H.path_of(name)
+  return vim.fs.joinpath(os.getenv("WORKSPACE"), name)
+end
+
+--- The bytes of the file `name` in WORKSPACE, as they are on disk.
+function H.read(name)
+  local file = assert(io.open(H.path_of(name), "rb"))
+  local bytes = file:read("*a")
+  file:close()
+  return bytes
+end
+
+--- The user's own Normal-mode <Tab> (jumplist forward, or a mapping of theirs), mapped
+--- before the plugin's setup(): it counts its presses in vim.g.user_tab.
+function H.map_user_tab()
+  vim.g.user_tab = 0
+  vim.keymap.set("n", "<Tab>", function()
+    vim.g.user_tab = vim.g.user_tab + 1
+  end)
+end
+
 --- Run `main` as the test, with a watchdog of TIMEOUT_MS.
 function H.run(main)
   vim.defer_fn(function()

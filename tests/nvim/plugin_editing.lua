@@ -59,17 +59,6 @@ local function capture(lsp_client)
   end
 end
 
-local function path_of(name)
-  return vim.fs.joinpath(os.getenv("WORKSPACE"), name)
-end
-
-local function read(name)
-  local file = assert(io.open(path_of(name), "rb"))
-  local bytes = file:read("*a")
-  file:close()
-  return bytes
-end
-
 local function attached(buf)
   H.wait(function()
     return vim.api.nvim_buf_call(buf, function()
@@ -82,10 +71,10 @@ end
 --- Normal mode, the buffer before it hidden ('hidden'); returns the buffer once the plugin
 --- is attached to it.
 local function open(name, bytes, opts)
-  local file = assert(io.open(path_of(name), "wb"))
+  local file = assert(io.open(H.path_of(name), "wb"))
   file:write(bytes)
   file:close()
-  vim.cmd("edit " .. (opts and opts .. " " or "") .. vim.fn.fnameescape(path_of(name)))
+  vim.cmd("edit " .. (opts and opts .. " " or "") .. vim.fn.fnameescape(H.path_of(name)))
   local buf = vim.api.nvim_get_current_buf()
   attached(buf)
   return buf
@@ -188,21 +177,18 @@ local function section(name, fn)
 end
 
 H.run(function()
-  -- The user's own Normal-mode <Tab>, made before setup(): where nothing is shown, the
-  -- plugin's <Tab> runs it (jumping forward in the jumplist would switch buffers).
-  vim.g.user_tab = 0
-  vim.keymap.set("n", "<Tab>", function()
-    vim.g.user_tab = vim.g.user_tab + 1
-  end)
+  -- Where nothing is shown, the plugin's <Tab> runs the user's own (jumping forward in
+  -- the jumplist would switch buffers).
+  H.map_user_tab()
   -- The next-edit section first, while shapes.py is the only file open (other open files
   -- would be context of the smol model's prompt for it), warmed at its cursor as in
   -- plugin_next_edit.lua.
   local shapes
   if not selected or selected.next_edit_switch then
-    local file = assert(io.open(path_of("shapes.py"), "wb"))
+    local file = assert(io.open(H.path_of("shapes.py"), "wb"))
     file:write(table.concat(scenario.TEXT, "\n") .. "\n")
     file:close()
-    vim.cmd.edit(path_of("shapes.py"))
+    vim.cmd.edit(H.path_of("shapes.py"))
     shapes = vim.api.nvim_get_current_buf()
     vim.api.nvim_win_set_cursor(0, scenario.CURSOR)
   end
@@ -356,7 +342,7 @@ H.run(function()
     end
     vim.cmd.write()
     H.check("stray_cr", { takes = takes, fileformat = vim.bo[buf].fileformat, bytes_before = bytes,
-                          bytes_after = read("stray_cr.py") })
+                          bytes_after = H.read("stray_cr.py") })
   end)
 
   section("mac", function()
@@ -368,7 +354,7 @@ H.run(function()
     local found = take(buf, "A", "in a CR-only file")
     H.type("<Esc>")
     vim.cmd.write()
-    found.fileformat, found.bytes_before, found.bytes_after = vim.bo[buf].fileformat, bytes, read("mac.py")
+    found.fileformat, found.bytes_before, found.bytes_after = vim.bo[buf].fileformat, bytes, H.read("mac.py")
     H.check("mac", found)
   end)
 
@@ -581,7 +567,7 @@ H.run(function()
     for n = 1, 6 do
       local expected = attached_count()
       local name = "close_warm" .. n .. ".py"
-      local file = assert(io.open(path_of(name), "wb"))
+      local file = assert(io.open(H.path_of(name), "wb"))
       file:write(python("\n", "def stdev(values)"))
       file:close()
       -- Not empty: :edit would take an empty buffer with no name over for the file.
@@ -600,7 +586,7 @@ H.run(function()
       })
       vim.cmd("CompleterNextEdit")
       vim.api.nvim_set_current_buf(scratch)
-      vim.cmd.edit(path_of(name))
+      vim.cmd.edit(H.path_of(name))
       H.wait(function()
         return wiped
       end, 10000, name .. " attached and wiped out")

@@ -41,24 +41,13 @@ local function capture(lsp_client)
   end
 end
 
-local function path_of(name)
-  return vim.fs.joinpath(os.getenv("WORKSPACE"), name)
-end
-
-local function read(name)
-  local file = assert(io.open(path_of(name), "rb"))
-  local bytes = file:read("*a")
-  file:close()
-  return bytes
-end
-
 --- `bytes` written to `name` and opened (again, from disk), the cursor at the end of the
 --- last line, in Normal mode. Returns the buffer.
 local function open(name, bytes)
-  local file = assert(io.open(path_of(name), "wb"))
+  local file = assert(io.open(H.path_of(name), "wb"))
   file:write(bytes)
   file:close()
-  vim.cmd.edit({ args = { path_of(name) }, bang = true })
+  vim.cmd.edit({ args = { H.path_of(name) }, bang = true })
   local buf = vim.api.nvim_get_current_buf()
   vim.api.nvim_win_set_cursor(0, { vim.api.nvim_buf_line_count(buf), 0 })
   return buf
@@ -87,7 +76,7 @@ local function take(name, bytes, keys)
   vim.cmd.write()
   return {
     fileformat = vim.bo[buf].fileformat, item = texts[1] or vim.NIL, ghost = shown.text,
-    steps = steps, lines = H.lines(buf), before = bytes, after = read(name),
+    steps = steps, lines = H.lines(buf), before = bytes, after = H.read(name),
   }
 end
 
@@ -144,7 +133,7 @@ H.run(function()
     H.type_changing(shapes, "<Tab>") -- applies the edits
     vim.cmd.write()
     H.check("dos_next_edit", { fileformat = vim.bo[shapes].fileformat, edits = answer, marks = shown,
-                               before = before, lines = H.lines(shapes), after = read("shapes.py") })
+                               before = before, lines = H.lines(shapes), after = H.read("shapes.py") })
   end)
 
   H.section("dos_accept", function()

@@ -102,11 +102,7 @@ local function dismiss_ghost_text()
 end
 
 H.run(function()
-  -- The user's own Normal-mode <Tab> (jumplist forward, or a mapping), made before setup().
-  vim.g.user_tab = 0
-  vim.keymap.set("n", "<Tab>", function()
-    vim.g.user_tab = vim.g.user_tab + 1
-  end)
+  H.map_user_tab()
   buf = scenario.open()
   scenario.setup()
   next_edit = require("completer.next_edit")
@@ -214,9 +210,22 @@ H.run(function()
     -- types them): "i" and "x" change the buffer, then <Tab> comes before any TextChangedI
     -- could clear the suggestion. It is for the text before the "x": dropped, neither
     -- still reported shown nor applied at positions the "x" shifted.
-    vim.api.nvim_win_set_cursor(0, { 4, 9 })
-    vim.cmd("CompleterNextEdit")
-    local shown = wait_marks("a next edit after renaming w to h")
+    -- What smol suggests here varies with the prompt (the file's path holds pytest's
+    -- numbered folder) and with its near ties: where it suggests nothing, the cursor
+    -- moves on along the line and asks again. This section is about the keys, not the edit.
+    local shown
+    for _, column in ipairs({ 9, 0, 4, 14 }) do
+      local count = #answers
+      vim.api.nvim_win_set_cursor(0, { 4, column })
+      vim.cmd("CompleterNextEdit")
+      wait_answer(count)
+      H.sleep(50)
+      shown = marks()
+      if #shown > 0 then
+        break
+      end
+    end
+    assert(#shown > 0, "no next edit after renaming w to h, at any of the places asked")
     local answer = answers[#answers]
     if not next_edit.at_cursor(buf) then
       H.type("<Tab>") -- to the first edit
