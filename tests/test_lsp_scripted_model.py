@@ -14,6 +14,8 @@ from completer.lsp import protocol
 from lsp_session import inline, insert, open_document, ready, stats
 from scripted_server import ScriptedServer
 
+pytestmark = pytest.mark.slow  # a server process per test: 20 s in all, a tenth of the fast tier
+
 
 @pytest.fixture
 def scripted():
