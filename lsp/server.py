@@ -31,6 +31,7 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
+from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -435,10 +436,19 @@ async def did_save(ls: CompleterServer, params: types.DidSaveTextDocumentParams)
 
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
-async def did_close(ls: CompleterServer, params: types.DidCloseTextDocumentParams) -> None:
-    ls.documents.pop(params.text_document.uri, None)
+def did_close(ls: CompleterServer, params: types.DidCloseTextDocumentParams) -> None:
+    """Not a coroutine, so the session is gone before the next message is handled (a
+    reopen right after gets a new one); only the caches' release waits for the engine."""
+    uri = params.text_document.uri
+    ls.documents.pop(uri, None)
     if ls.completer is not None:
-        await ls.loop.run_in_executor(ls.workers, ls.completer.close, params.text_document.uri)
+        releasing = ls.in_worker(ls.completer.release_caches, uri, ls.completer.end_session(uri))
+        releasing.add_done_callback(partial(log_failure, f"releasing the caches of {uri}"))
+
+
+def log_failure(what: str, done: asyncio.Future) -> None:
+    if not done.cancelled() and (error := done.exception()) is not None:
+        log.error("%s failed", what, exc_info=error)
 
 
 async def answer_at(ls: CompleterServer, uri: str, position: types.Position) -> Answer | None:

@@ -58,13 +58,51 @@ async def test_a_document_closed_with_requests_in_flight_leaves_nothing_behind(c
         except JsonRpcException:  # cancelled by the close: an answer too
             pass
     await inline(client, other, 5, 4)  # entering another document saves nothing of the closed one's
-    # The server closes a document off the event loop (it waits for the engine's turn), so
-    # a request right after didClose may be answered first: wait for the sessions to go.
-    current = await wait_for(client, lambda current: current["sessions"] <= 1)
+    current = await stats(client)
     assert (current["sessions"], current["saved_kv_mb"], current["drafting_documents"]) == (1, 0, 0), current
     assert current["tuned_documents"] <= 1, current  # the open document's curves alone
     close(client, other)
-    await wait_for(client, lambda current: current["sessions"] == 0)
+    assert (await stats(client))["sessions"] == 0  # gone before the next message is handled
+
+
+async def test_a_document_reopened_right_after_its_close_is_served_afresh(client):
+    """didClose, didOpen and a completion sent at once, five times: each completion is
+    answered, none cancelled by the close before it, and one session is left. The close
+    must be done before the next message is handled; the release of its caches, which
+    waits for the engine, may come later and must leave the new session alone."""
+    uri = "file:///project/reopened.py"
+    open_document(client, uri, STATS_PY)
+    assert (await inline(client, uri, 5, 4)).items
+    for _ in range(5):
+        close(client, uri)
+        open_document(client, uri, STATS_PY)
+        answer = await inline(client, uri, 5, 4)
+        assert answer is not None and answer.items, answer
+        assert (await stats(client))["sessions"] == 1
+    close(client, uri)
+    assert (await stats(client))["sessions"] == 0
+
+
+async def test_a_close_while_every_worker_waits_for_the_engine_is_done_at_once(client):
+    """One long completion holds the engine and three more wait for it, one per worker
+    thread (the server has four): a close sent then ends its document's session before
+    the next message is answered. A close run on a worker would wait behind them all."""
+    closed = "file:///project/closed.py"
+    open_document(client, closed, STATS_PY)
+    await inline(client, closed, 5, 4)
+    busy = [f"file:///project/busy_{n}.py" for n in range(4)]
+    for n, uri in enumerate(busy):
+        open_document(client, uri, LONG if n == 0 else STATS_PY.replace("values", f"items_{n}"))
+    holding = asyncio.ensure_future(inline(client, busy[0], 128, 0))
+    await wait_for(client, lambda current: current["sessions"] == 2)  # the long one holds the engine
+    waiting = [asyncio.ensure_future(inline(client, uri, 5, 4)) for uri in busy[1:]]
+    await asyncio.sleep(0.3)  # time for the three to take the other workers
+    close(client, closed)
+    current = await stats(client)
+    assert not holding.done(), "the long completion must hold the engine until the close was answered"
+    assert current["sessions"] == 1, current  # the long one's alone
+    for request in (holding, *waiting):
+        assert (await request).items
 
 
 async def wait_for(client, condition, timeout: float = 60) -> dict:

@@ -211,6 +211,13 @@ class Completer:
 
     def close(self, document: str) -> None:
         """The editor closed the document: its session and the decoder's caches of it go."""
+        self.release_caches(document, self.end_session(document))
+
+    def end_session(self, document: str) -> str | None:
+        """The first half of close(), which never waits: the document's requests are
+        cancelled and its session and edit history go. Returns the session's file path,
+        for release_caches(). The server runs this on its event loop, so a request or a
+        reopen that comes after the close finds the document closed."""
         self.running.cancel(document)
         self.running.cancel(EDITS + document)
         self.warming.cancel(document)
@@ -220,7 +227,12 @@ class Completer:
             session = self.sessions.pop(document, None)
             if self.current == document:
                 self.current = None
-        self.decoder.close(document, session.path if session is not None else None)
+        return session.path if session is not None else None
+
+    def release_caches(self, document: str, path: str | None) -> None:
+        """The second half of close(): the decoder's caches of the document go. This waits
+        for the engine's turn (seconds, if a request is decoding)."""
+        self.decoder.close(document, path)
 
     def forget_shown(self, document: str) -> None:
         """Forget the completion last shown in the document: the next request decodes."""
