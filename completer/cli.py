@@ -601,9 +601,9 @@ def _repository_root() -> Path:
 
 
 # bench's options for our own engines, which a server's bench cannot take.
-SERVER_BENCH_REFUSES = ("modes", "llama_server_path", "profile", "plot_path", "typing", "exact")
+SERVER_BENCH_REFUSES = ("modes", "llama_server_path", "profile", "plot_path", "typing", "exact", "copy_target")
 # bench's options that a next-edit bench cannot take.
-EDIT_BENCH_REFUSES = ("max_tokens", "plot_path", "typing", "baseline_url")
+EDIT_BENCH_REFUSES = ("max_tokens", "plot_path", "typing", "baseline_url", "copy_target")
 
 
 def _show_bench_table(summary: dict, title: str, as_json: bool, edits: bool = False) -> None:
@@ -649,6 +649,11 @@ def _show_bench_table(summary: dict, title: str, as_json: bool, edits: bool = Fa
 @click.option("--quick", is_flag=True, help="6 holes of 24 tokens: a first look in a few minutes.")
 @click.option("--exact", is_flag=True, help="The target scores a verify batch one token per decode, as plain steps "
               "do: greedy speculation must then equal target token for token (no near ties), and runs slower.")
+@click.option("--copy-target", type=click.FloatRange(0, 1, min_open=True), metavar="FRACTION",
+              help="Our modes that look up n-grams (ngram, hybrid, auto) draft by copying target's own greedy tokens, "
+              "FRACTION of them right (one in round(1 / (1 - FRACTION)) changed: 0.8, every 5th), so what is accepted "
+              "is set by the run, not by the models (a random-weight model's text is in no prompt). Measures what "
+              "rejections cost on the target; with --exact, the copy stays in step with the output.")
 @click.option("--baseline-url", help="With --backend llama-server: a server of the same model without "
               "speculation, the `target` row the server's speedup is over.")
 @click.option("--edits", "edit_holes", is_flag=True, help="Measure next-edit suggestions: edits cut from the "
@@ -661,8 +666,8 @@ def _show_bench_table(summary: dict, title: str, as_json: bool, edits: bool = Fa
 def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | None, profile: bool,
           count: int | None, seed: int, max_tokens: int | None, temperature: float, holes_file: Path | None,
           report_path: Path, as_json: bool, plot_path: Path | None, typing: bool, quick: bool, exact: bool,
-          baseline_url: str | None, edit_holes: bool, models: ModelOptions, drafting: DraftingOptions,
-          edits: NextEditOptions) -> None:
+          copy_target: float | None, baseline_url: str | None, edit_holes: bool, models: ModelOptions,
+          drafting: DraftingOptions, edits: NextEditOptions) -> None:
     """Measure what speculation and caching buy on your code: every mode side by side.
 
     PATHS are repositories or folders (default: the current repository). Holes are
@@ -701,7 +706,7 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
             return
         _refuse_given(("baseline_url",), "only with --backend llama-server, whose rows it adds to")
         bench_local(terminal, roots, holes, modes, llama_server_path, profile, seed, max_tokens, temperature,
-                    report_path, plot_path, typing, exact, models, drafting)
+                    report_path, plot_path, typing, exact, copy_target or 0.0, models, drafting)
     except BenchRefused as error:
         if error.option:
             raise click.BadParameter(str(error), param_hint=error.option) from None

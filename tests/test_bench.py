@@ -94,7 +94,7 @@ def test_holes_of_a_file_changed_since_are_a_usage_error_naming_the_hole(reposit
 
 
 @pytest.mark.parametrize("flag", ["--modes ngram", "--llama-server /bin/true", "--profile", "--plot bench.png",
-                                  "--typing", "--exact"])
+                                  "--typing", "--exact", "--copy-target 0.8"])
 def test_a_server_bench_refuses_each_option_for_our_own_engines_naming_it(repository, flag):
     # Refused before any connection: nothing listens at the discard port.
     result = run_completer("bench", str(repository), "--backend", "llama-server", "--server-url", "http://127.0.0.1:9",

@@ -115,8 +115,9 @@ def test_a_suggestion_is_the_rewrite_up_to_where_it_ends_and_none_without_it():
 
 
 def test_the_edit_bench_refuses_options_it_cannot_take(history):
-    result = run_completer("bench", "--edits", str(history), "--preset", "smol", "--max-tokens", "8", "--typing")
-    assert result.returncode == 2 and "--max-tokens, --typing: not with --edits" in result.stderr
+    result = run_completer("bench", "--edits", str(history), "--preset", "smol", "--max-tokens", "8", "--typing",
+                           "--copy-target", "0.8")
+    assert result.returncode == 2 and "--max-tokens, --typing, --copy-target: not with --edits" in result.stderr
     result = run_completer("bench", str(history), "--preset", "smol", "--edit-format", "zeta")
     assert result.returncode == 2 and "--edit-format: only with --edits" in result.stderr
 

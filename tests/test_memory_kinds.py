@@ -7,11 +7,13 @@ and an edit are cuts; the engine takes them back with llama.cpp's rollback snaps
 its own checkpoints (completer/engine/kv.py), and the answers must be a fresh
 evaluation's."""
 
+import json
 import threading
 
 import numpy as np
 import pytest
 
+from completer.bench.run import target_copy, with_every_nth_changed
 from completer.engine.generation import Engine, evaluate_prompt, generate
 from completer.engine.kv import KVSequence
 from completer.models.backend import HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES, LlamaContext, LlamaModel
@@ -49,12 +51,6 @@ def prompt_of(model: LlamaModel, tokens: int = 240) -> list[int]:
     return model.tokenize(TEXT)[:tokens]
 
 
-def with_every_nth_changed(tokens: list[int], n: int, offset: int = 0) -> list[int]:
-    """`tokens` with every n-th one (from `offset`) replaced by its neighbour: a copy that
-    the target keeps up to each changed token and rejects there."""
-    return [token if (i - offset) % n else tokens[(i + 1) % len(tokens)] for i, token in enumerate(tokens)]
-
-
 def test_the_memory_kinds_are_told_apart(synthetic_models, target, gemma_target):
     kinds = {arch: model.memory for arch, model in synthetic_models.items()}
     assert kinds == {"qwen35": HYBRID, "granitehybrid": HYBRID, "mamba2": RECURRENT}
@@ -72,6 +68,47 @@ def test_models_info_says_how_each_model_is_cut_and_that_trees_are_off(synthetic
     shown = run_completer("models", "info", str(synthetic_models[arch].path), env={"COLUMNS": "400"}).stdout
     assert ("hybrid: recurrent layers" if arch != "mamba2" else "recurrent: no attention") in shown
     assert cuts in shown and "trees, candidates\toff: llama.cpp cannot share" in shown, shown
+
+
+@pytest.mark.parametrize("name", [*SYNTHETIC, "smol"])
+def test_a_copy_of_targets_tokens_is_rejected_exactly_where_it_was_changed(request, name):
+    """What `bench --copy-target` drafts from: at 1 every drafted token is accepted; at
+    0.8 (every 5th token changed) each round that ends in a rejection ends at a changed
+    token, and the output is plain decoding's."""
+    model = loaded(request, name)
+    engine = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
+    prompt = prompt_of(model)
+    plain = generate(engine, prompt, 40, mode="target").tokens
+    for fraction, draft_length in ((1.0, 4), (0.8, 3), (0.8, 6)):
+        fast = generate(engine, prompt, 40, mode="ngram", draft_length=draft_length,
+                        copy_from=target_copy(plain, fraction, len(prompt)))
+        assert fast.tokens == plain
+        copied = [(k, produced) for provider, k, _, _, produced in fast.stats.rounds if provider == "copy"]
+        assert sum(k for k, _ in copied) >= 10
+        at, rejected_at = 0, []
+        for provider, k, _, _, produced in fast.stats.rounds:
+            if provider == "copy" and produced - 1 < k:
+                rejected_at.append(at + produced - 1)
+            at += produced
+        if fraction == 1.0:
+            assert rejected_at == []
+        else:
+            assert rejected_at and all(position % 5 == 0 for position in rejected_at), rejected_at
+
+
+def test_bench_copy_target_runs_the_modes_on_a_copy_of_targets_tokens(synthetic_models, tmp_path):
+    (tmp_path / "repo").mkdir()
+    (tmp_path / "repo" / "kv.py").write_text(TEXT)
+    report = tmp_path / "bench.json"
+    result = run_completer("bench", str(tmp_path / "repo"), "--target", str(synthetic_models["qwen35"].path),
+                           "--modes", "target,ngram,auto", "--copy-target", "0.8", "--exact", "--n", "2",
+                           "--max-tokens", "24", "--report", str(report), timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "drafts copy target, 0.8 of its tokens right" in result.stdout
+    written = json.loads(report.read_text())
+    assert written["settings"]["copy_target"] == 0.8
+    assert all(r["identical"] for r in written["records"]), written["records"]
+    assert any(r["drafted"] for r in written["records"] if r["mode"] != "target")
 
 
 # Every length on the models whose state cannot be cut; one on the attention models,

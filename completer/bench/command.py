@@ -68,7 +68,7 @@ def holes_to_run(roots: list[Path], holes_file: Path | None, count: int, seed: i
 
 def bench_local(terminal: Terminal, roots: list[Path], holes: list, modes: str | None, llama_server_path: Path | None,
                 profile: bool, seed: int, max_tokens: int, temperature: float, report_path: Path,
-                plot_path: Path | None, typing: bool, exact: bool, models: ModelOptions,
+                plot_path: Path | None, typing: bool, exact: bool, copy_target: float, models: ModelOptions,
                 drafting: DraftingOptions) -> None:
     """`bench` on the local engines, llama-server's configurations beside them: the
     table, its notes, the report (and with `typing` the typing replay, with `plot_path`
@@ -80,7 +80,8 @@ def bench_local(terminal: Terminal, roots: list[Path], holes: list, modes: str |
     distilled = load_distilled(pair, models)
     config = Config(models=models, generation=GenerationOptions(max_tokens=max_tokens, temperature=temperature),
                     drafting=drafting)
-    settings = Settings(config, modes_to_run(asked, distilled is not None, drafting.index_mb > 0), exact)
+    settings = Settings(config, modes_to_run(asked, distilled is not None, drafting.index_mb > 0), exact,
+                        copy_target)
     hole_roots = sorted({Path(h.root) for h in holes})
     with terminal.errors.status("indexing the workspace, measuring the verify cost, starting the peers"):
         runner = Bench(pair, settings, distilled, llama_server, hole_roots)
@@ -91,9 +92,10 @@ def bench_local(terminal: Terminal, roots: list[Path], holes: list, modes: str |
     finally:  # the peers' servers stop, also on Ctrl-C
         runner.close()
     summary = report.summarize(records, settings.modes, runner.engine.costs)
+    copying = f"; drafts copy target, {copy_target:g} of its tokens right" if copy_target else ""
     terminal.show_table(summary, f"{len(holes)} holes in {', '.join(map(str, hole_roots))}; {max_tokens} tokens; "
                                  f"T={temperature}; {report.model_files(pair.files)}"
-                                 f"{'; exact verification' if exact else ''}")
+                                 f"{'; exact verification' if exact else ''}{copying}")
     for line in report.notes(summary, records, profile):
         notes.print(line, soft_wrap=True, highlight=False)
     result = report.document(runner, seed, roots, distilled.path if distilled else None, summary, holes, records)

@@ -29,9 +29,10 @@ from completer.bench.peers import LlamaServer, PeerFailed, PromptLookupPeer
 from completer.config import Config
 from completer.decoders.local import LocalDecoder
 from completer.editor.postprocess import CursorContext, postprocess
+from completer.engine.drafts import CopyDrafter
 from completer.engine.generation import Engine, generate
 from completer.engine.speculative import Sampling, first_parting, parting_gap
-from completer.engine.workspace_index import IndexStats, saved_index_path
+from completer.engine.workspace_index import NO_MATCH, IndexStats, Match, saved_index_path
 from completer.errors import PositionError
 from completer.loading import Pair, completer_over, engine_for
 from completer.models.backend import LlamaContext, LlamaModel
@@ -58,6 +59,35 @@ class Settings:
     # The target decodes a verify batch one token per llama_decode, as plain steps do:
     # greedy output must then equal target's exactly, and no difference is a near tie.
     exact: bool = False
+    # Above 0: the modes that look up n-grams draft by copying target's own greedy tokens
+    # with one in every round(1 / (1 - copy_target)) changed, so what is accepted is set by
+    # the run, not by the models (random weights, say). Target runs first on each hole;
+    # peers draft as they would.
+    copy_target: float = 0.0
+
+
+def with_every_nth_changed(tokens: list[int], n: int, offset: int = 0) -> list[int]:
+    """`tokens` with every n-th one (from `offset`) replaced by its neighbour: a copy that
+    the target keeps up to each changed token and rejects there."""
+    return [token if (i - offset) % n else tokens[(i + 1) % len(tokens)] for i, token in enumerate(tokens)]
+
+
+class AlignedCopy(CopyDrafter):
+    """Copy drafting from a copy of the output itself, some tokens changed: the output so
+    far is known to stand at its own length in the copy, so the proposal is the copy from
+    there. (Placed by matching its end, as CopyDrafter does, a copy of a random model's
+    text, which repeats tokens, was placed wrong in one draft of five.)"""
+
+    def lookup(self, tokens: list[int], k: int) -> Match:
+        written = len(tokens) - self.start
+        return self._from(written, written, k) if k > 0 and written < len(self.original) else NO_MATCH
+
+
+def target_copy(tokens: list[int], rate: float, prompt_length: int) -> AlignedCopy:
+    """What a --copy-target run drafts from: `tokens` with one in every
+    round(1 / (1 - rate)) changed (none at rate 1)."""
+    return AlignedCopy(tokens if rate >= 1 else with_every_nth_changed(tokens, max(1, round(1 / (1 - rate)))),
+                       prompt_length)
 
 
 def llama_threads(engine: Engine) -> list[int]:
@@ -158,9 +188,14 @@ class Bench:
         prompt, cursor = self.prompt(hole)
         modes = list(self.settings.modes)
         order = modes[index % len(modes):] + modes[: index % len(modes)]
+        copied = self.settings.copy_target
+        if copied:
+            order = ["target"] + [mode for mode in order if mode != "target"]  # its tokens are copied
         records, chosen = {}, {}  # per mode; chosen: its tokens and the end token that stopped it
         for mode in order:
-            records[mode], chosen[mode] = self._run_mode(mode, index, hole, prompt)
+            copy_from = (target_copy(records["target"]["tokens"], copied, len(prompt)) if copied and mode != "target"
+                         else None)
+            records[mode], chosen[mode] = self._run_mode(mode, index, hole, prompt, copy_from)
             records[mode]["shown"] = postprocess(self.model.detokenize(records[mode]["tokens"]), cursor)
         self.judge_differences(records, chosen, prompt, self.settings.config.generation.max_tokens)
         return [records[mode] for mode in modes]
@@ -205,13 +240,14 @@ class Bench:
         contenders = np.argpartition(-stepped, TIE_CONTENDERS, axis=1)[:, :TIE_CONTENDERS]  # [rows, TIE_CONTENDERS]
         return 2 * np.take_along_axis(np.abs(batched - stepped), contenders, axis=1).max(axis=1)
 
-    def _run_mode(self, mode: str, index: int, hole: Hole, prompt: list[int]) -> tuple[dict, list[int]]:
+    def _run_mode(self, mode: str, index: int, hole: Hole, prompt: list[int],
+                  copy_from: CopyDrafter | None) -> tuple[dict, list[int]]:
         base = {"hole": index, "kind": hole.kind, "language": hole.language, "mode": mode, "truth": hole.truth,
                 "prompt_tokens": len(prompt)}
-        return self.run_mode(base, prompt, self.settings.config.generation.max_tokens, hole.file)
+        return self.run_mode(base, prompt, self.settings.config.generation.max_tokens, hole.file, copy_from=copy_from)
 
     def run_mode(self, base: dict, prompt: list[int], max_tokens: int, document: str, stop: tuple[str, ...] = (),
-                 copy_from: list[int] | None = None) -> tuple[dict, list[int]]:
+                 copy_from: list[int] | CopyDrafter | None = None) -> tuple[dict, list[int]]:
         """The record of `base["mode"]` on hole `base["hole"]` (`base` and the figures),
         and its tokens with the end token that stopped it (a peer's come without it). No
         mode keeps logits rows while timed: the editor's path copies none at temperature 0."""

@@ -395,7 +395,7 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
              cancel: threading.Event | None = None, document: str = "", language: str = "",
              draft_length: int | None = None, done: Callable[[str], bool] | None = None,
              healing: Healing | None = None, keep_logits: bool = False,
-             copy_from: list[int] | None = None) -> Generation:
+             copy_from: list[int] | CopyDrafter | None = None) -> Generation:
     """Continue `prompt` by up to `max_tokens` tokens, round after round.
 
     Stops at an end-of-generation token, at a `stop` string (excluded from the text),
@@ -407,7 +407,7 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     being written). With `healing`, the first token is one of `healing.allowed` and the
     text starts after `healing.text`. `keep_logits` returns the target's logits behind
     each token (to judge near ties). `copy_from`: the tokens of the text the output
-    rewrites, to copy drafts from.
+    rewrites, to copy drafts from (or the copy drafter itself).
     """
     if mode not in DRAFT_MODES:
         raise ValueError(f"unknown draft mode {mode!r}; modes: {', '.join(DRAFT_MODES)}")
@@ -462,12 +462,14 @@ def _stop_before_round(cancel: threading.Event | None, time_budget_ms: float | N
     return None
 
 
-def _start_rounds(engine: Engine, asked: RoundSettings, copy_from: list[int] | None,
+def _start_rounds(engine: Engine, asked: RoundSettings, copy_from: list[int] | CopyDrafter | None,
                   prompt_length: int) -> RoundSettings:
     """A generation's rounds begin: `asked` with copy drafting from `copy_from` (the
     rewrite starts after the prompt), and no proposal of an earlier generation still
     checked (its tokens say nothing of this one's)."""
     engine.tuner.continuations = []
+    if isinstance(copy_from, CopyDrafter):
+        return replace(asked, copy=copy_from)
     if not copy_from:
         return asked
     return replace(asked, copy=CopyDrafter(copy_from, prompt_length, engine.drafting.ngram_max_match,
