@@ -301,6 +301,8 @@ class LlamaModel:
 
 
 SEQUENCE = 0  # llama.cpp's sequence id of the text a context holds (branches of a token tree get 1, 2, ...)
+# A recurrent state as LlamaContext.checkpoint() keeps it: the ctypes buffer llama.cpp wrote.
+Checkpoint = ctypes.Array
 _TEXT_ONLY = (SEQUENCE,)
 
 
@@ -549,23 +551,25 @@ class LlamaContext:
         return self.cuts_anywhere or (width <= self.rollback_tokens and not self.single_token_eval
                                       and width <= self.n_batch)
 
-    def checkpoint(self) -> bytes:
+    def checkpoint(self) -> Checkpoint:
         """The recurrent state at the sequence's current length, to go back to with
         return_to(): of a hybrid model, the recurrent layers' alone (its attention cells
-        are cut to the checkpoint's length instead of being copied)."""
+        are cut to the checkpoint's length instead of being copied). Kept in the buffer
+        llama.cpp wrote it to: each copy of a state is tens of MB at a 0.5B model's
+        shapes (52 MB for Mamba-2's), and bytes of it would cost two more copies, one
+        out and one back in, each into fresh memory."""
         flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
         size = llama_cpp.llama_state_seq_get_size_ext(self._ctx, SEQUENCE, flags)
         buffer = (ctypes.c_uint8 * size)()
         written = llama_cpp.llama_state_seq_get_data_ext(self._ctx, buffer, size, SEQUENCE, flags)
-        return ctypes.string_at(buffer, written)
+        return buffer if written == size else (ctypes.c_uint8 * written).from_buffer(buffer)
 
-    def return_to(self, checkpoint: bytes, length: int) -> None:
+    def return_to(self, checkpoint: Checkpoint, length: int) -> None:
         """Hold the first `length` tokens again, from a checkpoint() taken at that length
         while they were the ones held. On failure the cache is emptied and RuntimeError raised."""
-        buffer = (ctypes.c_uint8 * len(checkpoint)).from_buffer_copy(checkpoint)
         _recent_llama_errors.clear()
         flags = llama_cpp.LLAMA_STATE_SEQ_FLAGS_PARTIAL_ONLY
-        restored = llama_cpp.llama_state_seq_set_data_ext(self._ctx, buffer, len(checkpoint), SEQUENCE, flags)
+        restored = llama_cpp.llama_state_seq_set_data_ext(self._ctx, checkpoint, len(checkpoint), SEQUENCE, flags)
         self._batch_start = length  # no snapshot is of these tokens now
         # The recurrent state now ends at `length`: the attention cells after it go alone.
         if restored == 0 or not llama_cpp.llama_memory_seq_rm(self._memory, SEQUENCE, length, -1):

@@ -394,7 +394,7 @@ def calibrate(context, budget_s: float = 1.0, batches: tuple[int, ...] = CALIBRA
     batch = list(range(2000, 2000 + max(batches)))
     context.truncate(0)
     context.eval(prompt, 0)
-    checkpoint = b""
+    checkpoint = None
     if not context.cuts_anywhere:
         started = time.perf_counter()
         checkpoint = context.checkpoint()
