@@ -47,12 +47,6 @@ def sequence_for(model: LlamaModel, context: int) -> KVSequence:
     return sequence
 
 
-def timed_ms(action) -> float:
-    started = time.perf_counter()
-    action()
-    return (time.perf_counter() - started) * 1000
-
-
 def batch_ms(sequence: KVSequence, width: int, trials: int, accepted: int | None = None) -> float:
     """Median ms of evaluating `width` tokens (each row's logits, as a verify batch),
     with `accepted`, the cut back to the prompt and `accepted` + 1 of them."""
@@ -67,7 +61,9 @@ def batch_ms(sequence: KVSequence, width: int, trials: int, accepted: int | None
             sequence.truncate(held + accepted + 1)
 
     for _ in range(trials):
-        times.append(timed_ms(round_))
+        started = time.perf_counter()
+        round_()
+        times.append((time.perf_counter() - started) * 1000)
         sequence.truncate(held)
     return statistics.median(times)
 
