@@ -13,6 +13,7 @@ import pytest
 from completer.bench import LLAMA_SERVER, LLAMA_SERVER_PEERS
 from completer.bench import report as bench_report
 from completer.bench.holes import pick_holes
+from completer.bench.peers import LlamaServer
 from completer.bench.run import Bench, Settings
 from completer.config import Config, GenerationOptions
 from completer.loading import Pair
@@ -153,6 +154,25 @@ def test_a_peer_that_dies_mid_run_is_marked_failed_from_there_and_its_server_is_
     entry = bench_report.summarize(first + second, ("target", LLAMA_SERVER), runner.engine.costs)[LLAMA_SERVER]
     assert entry["holes"] == 1 and entry["failed"].startswith("llama-server is gone")
     assert not runner.peers
+
+
+def test_a_peers_time_holds_the_step_that_gave_its_first_token_as_ours_does(llama_server, smol):
+    """Our modes time the prompt's last token and what follows (Engine.prefill leaves it
+    out of the prompt). So the peer's first request leaves it out too, and its time is
+    the server's prompt_ms + predicted_ms: predicted_ms alone counts one token's step
+    as nothing (a 1 us clamp), a step in 24 at --quick."""
+    target = LlamaModel(smol.target, n_gpu_layers=0)
+    peer = LlamaServer(llama_server, LLAMA_SERVER, target, None, 1024, 2)
+    prompt = target.tokenize((REPO / "completer" / "engine" / "kv.py").read_text())[:300]
+    try:
+        one = peer.generate(prompt, 1, 0.0, 0)
+        again = peer.generate(prompt, 8, 0.0, 0)  # the cache holds the tokens after the prompt: cut, not missed
+    finally:
+        peer.close()
+    assert len(one.tokens) == 1 and one.tokens == again.tokens[:1]
+    # One llama_decode of a 300-token prompt's last token: most of the request's wall time.
+    assert one.wall_ms / 4 < one.ms <= one.wall_ms
+    assert again.ms <= again.wall_ms
 
 
 def test_the_peers_servers_stop_with_the_bench(llama_server, smol):

@@ -4,10 +4,12 @@ prompts (as token ids), token budget and temperature.
 llama-server (llama.cpp's own C++ loop, what llama.vim and llama.vscode run): one
 process per configuration, started once per run on 127.0.0.1 and a free port, and
 stopped at the end, on Ctrl-C and on errors (and by the kernel if the bench dies: it
-is the server's parent-death signal). Generation time is the server's own
-`timings.predicted_ms`, which leaves out prompt evaluation as the bench's timing
-does; the prompt is evaluated first by a request of its own (`cache_prompt`), so the
-timed request's wall clock is generation plus HTTP.
+is the server's parent-death signal). The prompt but its last token is evaluated
+first by a request of its own (`cache_prompt`), as the bench's `Engine.prefill` does
+for our modes; the timed request then evaluates that last token and generates. Its
+time is the server's own `timings.prompt_ms + predicted_ms`: the same steps our modes
+time. (`predicted_ms` alone leaves out the step that gave the first token, one step
+in 24 at `--quick`.) The timed request's wall clock adds HTTP.
 
 llama-cpp-python's LlamaPromptLookupDecoding: its Python prompt-lookup loop.
 """
@@ -69,7 +71,7 @@ def _die_with_parent() -> None:
 @dataclass
 class PeerResult:
     tokens: list[int]
-    ms: float  # generation, as the server timed it
+    ms: float  # the prompt's last token and generation, as the server timed them
     wall_ms: float  # the timed request, HTTP included
     drafted: int
     accepted: int
@@ -77,7 +79,8 @@ class PeerResult:
 
 class ServerPeer:
     """A running llama-server at `url`, asked as the bench asks its modes: the prompt
-    evaluated outside the timing, then `max_tokens` tokens with every sampler off."""
+    but its last token evaluated outside the timing, then `max_tokens` tokens with
+    every sampler off."""
 
     url: str
 
@@ -95,7 +98,7 @@ class ServerPeer:
             raise self.failure(f"llama-server stopped answering ({error})") from None
 
     def generate(self, prompt: list[int], max_tokens: int, temperature: float, seed: int) -> PeerResult:
-        self._post({"prompt": prompt, "n_predict": 0, "cache_prompt": True})  # the prompt, outside the timing
+        self._post({"prompt": prompt[:-1], "n_predict": 0, "cache_prompt": True})  # outside the timing
         # Every other sampler off, as the bench's own sampling: top-k 0 and top-p 1 are
         # no filter; llama-server samples greedily at temperature 0.
         body = {"prompt": prompt, "n_predict": max_tokens, "temperature": temperature, "top_k": 0, "top_p": 1.0,
@@ -104,8 +107,13 @@ class ServerPeer:
         answer = self._post(body)
         wall_ms = (time.perf_counter() - started) * 1000
         timings = answer.get("timings", {})
-        return PeerResult(answer.get("tokens", []), timings.get("predicted_ms", wall_ms), wall_ms,
-                          timings.get("draft_n", 0), timings.get("draft_n_accepted", 0))
+        evaluated = timings.get("prompt_n", 1)
+        if evaluated != 1:  # its time would hold prompt evaluation that our modes' leaves out
+            raise self.failure(f"llama-server evaluated {evaluated} prompt tokens in the timed request, not the "
+                               "last one alone: it did not keep the prompt from the request before")
+        ms = timings["prompt_ms"] + timings["predicted_ms"] if "predicted_ms" in timings else wall_ms
+        return PeerResult(answer.get("tokens", []), ms, wall_ms, timings.get("draft_n", 0),
+                          timings.get("draft_n_accepted", 0))
 
     def detokenize(self, tokens: list[int]) -> str:
         return self._post({"tokens": tokens}, "/detokenize")["content"]

@@ -3,9 +3,10 @@
     for each hole:
         prompt = what the editor would send for the file with the hole's truth taken
                  out (the Completer's prompt, in the server's own tokens)
-        each row, in an order rotated per hole: the prompt evaluated outside the
-                 timing, then `max_tokens` tokens with no early stop; the server's
-                 own timings, drafts and acceptance
+        each row, in an order rotated per hole: the prompt but its last token
+                 evaluated outside the timing, then the last token and
+                 `max_tokens` tokens with no early stop; the server's own
+                 timings, drafts and acceptance
         shown = the post-processed text, compared with the hole's truth
     rows: `server` (as it is configured: its own speculation); with --baseline-url,
           `target`, the same model served without speculation, which the speedups
