@@ -14,8 +14,11 @@ import numpy as np
 import pytest
 
 from completer.bench.run import target_copy, with_every_nth_changed
-from completer.engine.generation import Engine, evaluate_prompt, generate
-from completer.engine.kv import CHECKPOINT_SPACING, KVSequence
+from completer.config import CacheOptions
+from completer.engine.drafts import ModelDrafter
+from completer.engine.generation import MAX_TREE_BRANCHES, PROMPT_PIECE, Engine, generate
+from completer.engine.kv import CHECKPOINT_SPACING, KVSequence, evaluate_in_pieces
+from completer.engine.speculative import Sampling
 from completer.models.backend import (HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES, SLIDING_WINDOW, LlamaContext,
                                      LlamaModel)
 from completer.models.synthetic import write_model
@@ -60,6 +63,11 @@ def test_the_memory_kinds_are_told_apart(synthetic_models, target, gemma_target)
                 for arch, model in synthetic_models.items()}
     assert rollback == {"qwen35": 8, "granitehybrid": 0, "mamba2": 0}  # llama.cpp's own rollback: qwen35's alone
     assert {arch for arch in SYNTHETIC if arch in ROLLBACK_ARCHITECTURES} == {"qwen35"}
+    # No sequences for branches where trees and candidates are off: each would hold a
+    # recurrent state per rollback snapshot.
+    branches = {arch: Engine(model, None, n_ctx=256, calibrate_s=0).target.context.branches
+                for arch, model in {**synthetic_models, "smol": target}.items()}
+    assert branches == {"qwen35": 0, "granitehybrid": 0, "mamba2": 0, "smol": MAX_TREE_BRANCHES}
 
 
 @pytest.mark.parametrize("arch,cuts", [("qwen35", "a rejected draft of up to 15 tokens: llama.cpp's rollback"),
@@ -208,6 +216,33 @@ def test_an_edit_far_from_the_cursor_goes_back_at_most_the_checkpoint_spacing(re
     assert got.stats.rewound == 520 - 2 * CHECKPOINT_SPACING, got.stats
 
 
+@pytest.mark.parametrize("name", SYNTHETIC)
+def test_a_draft_model_goes_back_to_its_own_checkpoint_near_an_edit_and_keeps_none_for_a_rounds_tokens(request,
+                                                                                                       name):
+    """A recurrent target's draft is recurrent too. After a token deleted at 520 of 700,
+    the draft catches up from its checkpoint at 512, not from the start, and drafts as a
+    fresh draft does. The tokens a round accepted add no lasting checkpoint: the round
+    keeps its own."""
+    model = loaded(request, name)
+
+    def draft_model(checkpoint_mb: float) -> ModelDrafter:  # one token a decode: batched numerics move near ties
+        return ModelDrafter(KVSequence(LlamaContext(model, n_ctx=1024, single_token_eval=True), checkpoint_mb),
+                            model.n_vocab)
+    drafter, rng = draft_model(CacheOptions().checkpoint_mb), np.random.default_rng(0)
+    text = prompt_of(model, 700)
+    drafter.propose(text, 4, Sampling(), rng)
+    edited = text[:520] + text[521:]
+    evaluated = drafter.sequence.evaluated
+    drafted = drafter.propose(edited, 4, Sampling(), rng).tokens
+    assert drafted == draft_model(0).propose(edited, 4, Sampling(), rng).tokens
+    # From 512 to the text's last token but one (the draft steps from that token), then 4 steps.
+    assert drafter.sequence.evaluated - evaluated == len(edited) - 1 - 2 * CHECKPOINT_SPACING + 4
+    lasting = set(drafter.sequence.checkpoints.lasting)
+    drafter.sequence.truncate(len(edited) + 1)  # the target accepted one drafted token
+    drafter.propose(edited + drafted[:3] + [0], 4, Sampling(), rng)
+    assert drafter.sequence.checkpoints.lasting == lasting
+
+
 def test_the_first_keystroke_in_a_fill_in_the_middle_prompt_goes_back_to_a_checkpoint_at_the_cursor(
         synthetic_models):
     """Before any keystroke has shown where edits go, the cursor has: just before the
@@ -239,7 +274,7 @@ def test_a_prompt_cancelled_mid_evaluation_leaves_a_state_the_next_request_can_u
         cancel.set()  # after the first piece
         return extend(tokens, *args, **kwargs)
     engine.target.extend = extend_then_cancel
-    evaluate_prompt(engine.target, prompt[:50] + prompt[60:], cancel)
+    evaluate_in_pieces(engine.target, prompt[:50] + prompt[60:], PROMPT_PIECE, cancel)
     del engine.target.extend
     assert pieces == 1 and engine.target.consistent
     fresh = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)

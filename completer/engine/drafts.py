@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from completer.config import DraftingOptions
-from completer.engine.kv import KVSequence, common_prefix_length
+from completer.engine.kv import KVSequence, evaluate_in_pieces
 from completer.engine.speculative import Sampling, probabilities, sample
 from completer.engine.workspace_index import BRANCH_MOST, NO_MATCH, SAVED_FILES_SHARE, Match, WorkspaceIndex
 
@@ -82,15 +82,13 @@ class ModelDrafter:
 
 
     def _catch_up(self, text: list[int], cancel: threading.Event | None) -> bool:
-        """sequence.sync(text), CATCH_UP_PIECE tokens at a time; False once `cancel` is set.
-        A draft whose state cannot be cut at the first change goes back to a checkpoint
-        before it (KVSequence.rewind), and the pieces evaluate the rest."""
-        self.sequence.rewind(common_prefix_length(self.sequence.tokens, text))
-        while len(self.sequence.tokens) < len(text):
-            if cancel is not None and cancel.is_set():
-                return False
-            self.sequence.extend(text[len(self.sequence.tokens) : len(self.sequence.tokens) + CATCH_UP_PIECE])
-        return True
+        """The sequence holds `text`, evaluated CATCH_UP_PIECE tokens at a time; False once
+        `cancel` is set. A draft whose state cannot be cut at the first change goes back
+        to a checkpoint before it; where `text` changed what it held (an edit, not the
+        tokens a round accepted), it keeps checkpoints on the way as the target does, so
+        that the next edit goes back to one near it rather than to the start."""
+        evaluate_in_pieces(self.sequence, text, CATCH_UP_PIECE, cancel, checkpoints_when_appended=False)
+        return len(self.sequence.tokens) == len(text)
 
 
 def _pad_to(q: np.ndarray, size: int) -> np.ndarray:

@@ -13,13 +13,13 @@ import numpy as np
 from completer.config import DRAFT_MODES, CacheOptions, DraftingOptions
 from completer.engine.drafts import NO_PROPOSAL, CopyDrafter, ModelDrafter, NgramDrafter, Proposal
 from completer.engine.healing import Healing, mask_to
-from completer.engine.kv import KVSequence, checkpoint_lengths, common_prefix_length
+from completer.engine.kv import KVSequence, common_prefix_length, evaluate_in_pieces
 from completer.engine.speculative import (Branch, Sampling, TreeVerdict, accept_greedy, accept_tree, probabilities,
                                           verify_greedy, verify_sampled)
 from completer.engine.tuning import (MAX_DRAFT, Candidate, Continuation, CostModel, Plan, Tuner, calibrate,
                                      match_bucket, widest_taken_back)
 from completer.engine.workspace_index import NO_MATCH
-from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.backend import CUT_ANYWHERE, LlamaContext, LlamaModel
 from completer.requests import StopReason
 
 log = logging.getLogger(__name__)
@@ -151,8 +151,12 @@ class Engine:
         # exact: the target decodes one token per llama_decode, so that a verify batch
         # scores as plain steps do and greedy speculation equals plain decoding bit for bit.
         # The draft's numerics only move acceptance, never the output: it stays batched.
+        # Branches only where trees and candidates run: llama.cpp cannot share part of a
+        # recurrent state between sequences, and there each sequence more costs a state per
+        # rollback snapshot (four more made a random qwen35 of 0.5B shapes 1.3 GB larger).
+        branches = MAX_TREE_BRANCHES if target.memory in CUT_ANYWHERE else 0
         self.target = KVSequence(LlamaContext(target, n_ctx=n_ctx, n_threads=threads or None,
-                                              single_token_eval=exact, branches=MAX_TREE_BRANCHES,
+                                              single_token_eval=exact, branches=branches,
                                               rollback_tokens=ROLLBACK_TOKENS), checkpoint_mb)
         measure = costs is None and calibrate_s > 0
         if costs is None:
@@ -419,7 +423,8 @@ def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str
     asked = _start_rounds(engine, RoundSettings(mode, sampling, document, language, draft_length, cancel=cancel),
                           copy_from, prompt_length)
     replayed = engine.target.replayed
-    rewound = evaluate_prompt(engine.target, tokens[:-1], cancel)  # cancelled: the loop stops before a round
+    # cancelled: the loop stops before a round
+    rewound = evaluate_in_pieces(engine.target, tokens[:-1], PROMPT_PIECE, cancel)
     predict_started = time.perf_counter()  # the time budget is for predicting, as llama.vim's t_max_predict_ms
     # rows: with keep_logits, [produced, V] per round
     stop_reason, text, rows, end_token = StopReason.MAX_TOKENS, "", [], None
@@ -474,25 +479,6 @@ def _start_rounds(engine: Engine, asked: RoundSettings, copy_from: list[int] | C
         return asked
     return replace(asked, copy=CopyDrafter(copy_from, prompt_length, engine.drafting.ngram_max_match,
                                            engine.drafting.tree_branches))
-
-
-def evaluate_prompt(sequence: KVSequence, prompt: list[int], cancel: threading.Event | None) -> int:
-    """sequence.sync(prompt), PROMPT_PIECE tokens at a time; once `cancel` is set, no
-    further piece (what went in stays, for the request that comes next). Where the
-    model's state cannot be cut anywhere, it goes back to the checkpoint before the first
-    change, and keeps checkpoints on the way where the next change is likely
-    (checkpoint_lengths). Returns how many tokens before the first change it had to
-    evaluate again."""
-    edited = common_prefix_length(sequence.tokens, prompt)
-    end = sequence.rewind(edited)
-    rewound = edited - end
-    marks = [] if sequence.context.cuts_anywhere else checkpoint_lengths(prompt, edited, end, sequence.context.model)
-    while not (cancel is not None and cancel.is_set()) and end < len(prompt):
-        end = min(end + PROMPT_PIECE, len(prompt), *(mark for mark in marks if mark > end))
-        sequence.sync(prompt[:end])
-        if end in marks:
-            sequence.checkpoint()
-    return rewound
 
 
 def _kept_logits(engine: Engine, rows: list[np.ndarray], n: int) -> np.ndarray:

@@ -2,6 +2,7 @@
 
 import itertools
 import logging
+import threading
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -260,3 +261,26 @@ class KVSequence:
         self.replayed += common - kept
         if len(tokens) > kept:
             self.extend(tokens[kept:])
+
+
+def evaluate_in_pieces(sequence: KVSequence, tokens: list[int], piece: int, cancel: threading.Event | None,
+                       checkpoints_when_appended: bool = True) -> int:
+    """sequence.sync(tokens), `piece` tokens at a time; once `cancel` is set, no further
+    piece (what went in stays, for the request that comes next). Where the model's state
+    cannot be cut anywhere, it goes back to the checkpoint before the first change, and
+    keeps checkpoints on the way where the next change is likely (checkpoint_lengths);
+    without `checkpoints_when_appended`, only where `tokens` changed what the sequence
+    held, not where they add to it (a draft's rounds, which keep checkpoints of their
+    own). Returns how many tokens before the first change it had to evaluate again."""
+    edited = common_prefix_length(sequence.tokens, tokens)
+    appended = 0 < edited == len(sequence.tokens)
+    end = sequence.rewind(edited)
+    rewound = edited - end
+    marked = not sequence.context.cuts_anywhere and (checkpoints_when_appended or not appended)
+    marks = checkpoint_lengths(tokens, edited, end, sequence.context.model) if marked else []
+    while not (cancel is not None and cancel.is_set()) and end < len(tokens):
+        end = min(end + piece, len(tokens), *(mark for mark in marks if mark > end))
+        sequence.sync(tokens[:end])
+        if end in marks:
+            sequence.checkpoint()
+    return rewound
