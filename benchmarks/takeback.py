@@ -4,9 +4,10 @@ on full attention.
 
     python -m benchmarks.takeback MODEL.gguf [MODEL.gguf ...] [--context 512] [--trials 9]
 
-Each model's context is made as the engine makes its target's (ROLLBACK_TOKENS of
-llama.cpp's rollback snapshots where the architecture has them, checkpoints within
-cache.checkpoint_mb where it has none) and holds `context` tokens of
+Each model's context is made as the engine makes its target's with GPU layers
+(ROLLBACK_TOKENS of llama.cpp's rollback snapshots where the architecture has them,
+checkpoints within cache.checkpoint_mb where it has none; on the CPU the engine keeps
+no snapshots, see ROLLBACK_TOKENS) and holds `context` tokens of
 completer/engine/kv.py. Then, for each (drafted, accepted) pattern, medians of `trials`:
 
     round: a verify batch of drafted + 1 tokens, then the cut back to the accepted
