@@ -157,7 +157,7 @@ class Engine:
         # The draft's numerics only move acceptance, never the output: it stays batched.
         # Branches only where trees and candidates run: llama.cpp cannot share part of a
         # recurrent state between sequences, and there each sequence more costs a state per
-        # rollback snapshot (four more made a random qwen35 of 0.5B shapes 1.3 GB larger).
+        # rollback snapshot (with 16, four more made a random qwen35 of 0.5B shapes 1.3 GB larger).
         branches = MAX_TREE_BRANCHES if target.memory in CUT_ANYWHERE else 0
         rollback_tokens = ROLLBACK_TOKENS if target.gpu_layers > 0 else 0
         self.target = KVSequence(LlamaContext(target, n_ctx=n_ctx, n_threads=threads or None,
