@@ -222,7 +222,8 @@ def _memory_rows(path: Path, memory: str) -> list[tuple[str, str]]:
         checkpoints = ("checkpoints of the recurrent state (cache.checkpoint_mb), and the tokens after one "
                        "evaluated again")
         cuts = (f"with GPU layers, a rejected draft of up to {ROLLBACK_TOKENS - 1} tokens: llama.cpp's rollback; "
-                f"on the CPU, longer drafts and edits: {checkpoints}" if facts.architecture in ROLLBACK_ARCHITECTURES
+                f"every other cut (all on the CPU, where the rollback costs more than it saves): {checkpoints}"
+                if facts.architecture in ROLLBACK_ARCHITECTURES
                 else f"{checkpoints} (llama.cpp has no rollback for {facts.architecture})")
         rows = [("trees, candidates", "off: llama.cpp cannot share part of a recurrent state between sequences")]
     kv_mib = facts.kv_bytes_per_token * n_ctx / 2**20

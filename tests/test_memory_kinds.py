@@ -74,7 +74,7 @@ def test_the_memory_kinds_are_told_apart(synthetic_models, target, gemma_target)
 
 
 @pytest.mark.parametrize("arch,cuts", [("qwen35", "with GPU layers, a rejected draft of up to 15 tokens: "
-                                                  "llama.cpp's rollback; on the CPU,"),
+                                                  "llama.cpp's rollback; every other cut (all on the CPU"),
                                        ("granitehybrid", "llama.cpp has no rollback for granitehybrid"),
                                        ("mamba2", "llama.cpp has no rollback for mamba2")])
 def test_models_info_says_how_each_model_is_cut_and_that_trees_are_off(synthetic_models, arch, cuts):
