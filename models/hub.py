@@ -4,6 +4,7 @@ import hashlib
 import os
 import warnings
 from pathlib import Path
+from urllib.parse import quote
 
 from huggingface_hub import hf_hub_download, try_to_load_from_cache
 from huggingface_hub.errors import HfHubHTTPError, LocalEntryNotFoundError, OfflineModeIsEnabled
@@ -12,7 +13,7 @@ from tqdm import TqdmExperimentalWarning
 from tqdm.rich import tqdm as RichTqdm
 
 from completer.models.errors import ModelError
-from completer.models.paths import hub_cache_dir
+from completer.models.paths import cache_dir, hub_cache_dir
 from completer.models.presets import HubFile
 
 
@@ -27,8 +28,24 @@ class _RichProgress(RichTqdm):
             super().__init__(*args, **kwargs)
 
 
+# Marks of downloads whose files are not yet checked against their presets' records.
+UNVERIFIED_FOLDER = "unverified"
+
+
+def _unverified_mark(file: HubFile) -> Path:
+    """The mark a download of `file` leaves until its file is checked: made before the
+    download starts and removed once the check passes. huggingface-hub puts the whole file
+    under its name before the check (seconds of hashing for a large model), so a check cut
+    short by Ctrl-C or a kill, or another process finding the file meanwhile, meets the mark
+    and does not trust the file. One flat name per repository, revision and file."""
+    return cache_dir() / UNVERIFIED_FOLDER / quote(f"{file.repo}/{file.revision}/{file.filename}", safe="")
+
+
 def cached_hub_file(file: HubFile) -> Path | None:
-    """The file's path in the cache, without touching the network; None when absent."""
+    """The file's path in the cache, without touching the network; None when absent or not
+    yet checked (download_hub_file checks it again)."""
+    if _unverified_mark(file).exists():
+        return None
     found = try_to_load_from_cache(file.repo, file.filename, cache_dir=hub_cache_dir(), revision=file.revision)
     return Path(found) if isinstance(found, str) else None
 
@@ -69,8 +86,12 @@ def download_hub_file(file: HubFile, progress: bool = True) -> Path:
 
     huggingface-hub writes to an .incomplete file and renames it when the download
     is whole, so an interrupted download never leaves a broken model in the cache; a
-    whole file that is not the one the preset records is removed again and refused.
+    whole file that is not the one the preset records is removed again and refused. Until
+    the check passes the file is marked unverified, so that no cache lookup trusts it.
     """
+    mark = _unverified_mark(file)
+    mark.parent.mkdir(parents=True, exist_ok=True)
+    mark.touch()
     try:
         path = Path(
             hf_hub_download(
@@ -97,4 +118,5 @@ def download_hub_file(file: HubFile, progress: bool = True) -> Path:
             "the cache. The Hub (or the mirror in HF_ENDPOINT) served another file than the preset names; "
             "pass the right file's local path instead."
         )
+    mark.unlink(missing_ok=True)
     return path

@@ -3,9 +3,11 @@ that stands in for the Hub via HF_ENDPOINT."""
 
 import hashlib
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 
+from completer.models import hub as hub_module
 from completer.models.errors import ModelError
 from completer.models.presets import Preset
 from completer.models.resolve import cached_path, fetch, resolve
@@ -121,3 +123,36 @@ def test_a_file_other_than_the_one_recorded_is_refused_and_not_kept(smol, tmp_pa
             fetch(wrong)
         assert any(method == "GET" for method, _ in hub.requests)
         assert hub_files(cache) == []
+
+
+class CutShort:
+    """A sha256 whose first block read is where Ctrl-C lands."""
+
+    def update(self, block):
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("published", [True, False], ids=["the published file", "another file"])
+def test_a_check_cut_short_leaves_the_downloaded_file_untrusted(smol, tmp_path, monkeypatch, published):
+    """huggingface-hub has put the whole file under its name when the hash starts: the
+    next fetch checks it again, and returns it only if it is the file recorded."""
+    served = smol.draft
+    recorded = replace(PRESET.target, revision=PINNED, sha256=sha(served) if published else "0" * 64)
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("COMPLETER_CACHE_DIR", str(cache))
+    with FakeHub({(recorded.repo, recorded.filename): served}) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        with monkeypatch.context() as cut:
+            cut.setattr(hub_module, "hashlib", SimpleNamespace(sha256=CutShort))
+            with pytest.raises(KeyboardInterrupt):
+                fetch(recorded)
+        assert hub_files(cache)  # downloaded whole, under its name, and not checked
+        if published:
+            path = fetch(recorded)
+            assert sha(path) == sha(served)
+            hub.requests.clear()
+            assert cached_path(recorded) == path and fetch(recorded) == path and hub.requests == []
+        else:
+            with pytest.raises(ModelError, match="refused, and removed from the cache"):
+                fetch(recorded)
+            assert hub_files(cache) == [] and cached_path(recorded) is None
