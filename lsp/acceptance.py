@@ -1,8 +1,8 @@
 """What the user took of the suggestions, and what of that stayed: the characters accepted
 (whole suggestions, and the parts taken a word or a line at a time), and how many of them
 are still in the document 30 s and 2 min later, as Copilot's language server measures
-them. The server checks its own copy of each document; the figures go to completer/stats
-and nowhere else.
+them; and the next-edit suggestions accepted (EditAcceptances). The server checks its own
+copy of each document; the figures go to completer/stats and nowhere else.
 
 A suggestion is shown at an offset, and acceptance puts its text there; the editor may say
 so before or after the change that inserts it. Every later change moves what was
@@ -141,3 +141,50 @@ class Acceptances:
             self.retention[which].retained += accepted.kept(document)
         if which == len(RETENTION_CHECKS_S) - 1 or document is None:
             self.tracked = [other for other in self.tracked if other is not accepted]
+
+
+@dataclass
+class OfferedEdit:
+    """A next-edit suggestion returned to the editor."""
+
+    uri: str
+    after: str  # its document's text (line breaks "\n") with the suggestion's edits made
+    accepted: bool = False
+
+
+@dataclass
+class EditAcceptances:
+    """Next-edit suggestions offered, and the one shown in each document: which were
+    accepted, by the command their edits carry (completer's plugins run it) or, for a
+    client that runs none (Copilot's), by the document's next change after it was shown
+    being the suggestion's edits. Each suggestion is accepted once, whichever comes first."""
+
+    offered: OrderedDict[int, OfferedEdit] = field(default_factory=OrderedDict)  # suggestion id -> suggestion
+    showing: dict[str, int] = field(default_factory=dict)  # document -> the suggestion shown there last
+
+    def offer(self, suggestion: int, uri: str, after: str) -> None:
+        self.offered[suggestion] = OfferedEdit(uri, after)
+        if len(self.offered) > ITEMS_KEPT:
+            forgotten, _ = self.offered.popitem(last=False)
+            self.showing = {document: shown for document, shown in self.showing.items() if shown != forgotten}
+
+    def shown(self, suggestion: int) -> None:
+        offered = self.offered.get(suggestion)
+        if offered is not None:
+            self.showing[offered.uri] = suggestion
+
+    def take(self, suggestion: int | None) -> bool:
+        """The user accepted the suggestion: whether that is new (one the server no longer
+        knows is, as the client says; one already accepted is not)."""
+        offered = self.offered.get(suggestion) if suggestion is not None else None
+        if offered is None:
+            return True
+        newly, offered.accepted = not offered.accepted, True
+        return newly
+
+    def changed(self, uri: str, text: str) -> bool:
+        """The document is now `text`: whether that accepted the suggestion shown there
+        (it is what the suggestion's edits make); that one is no longer shown either way."""
+        suggestion = self.showing.pop(uri, None)
+        offered = self.offered.get(suggestion) if suggestion is not None else None
+        return offered is not None and offered.after == text and self.take(suggestion)

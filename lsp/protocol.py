@@ -44,6 +44,21 @@ ACCEPT_EDIT_COMMAND = "completer.acceptEdit"
 REJECT_EDIT_COMMAND = "completer.rejectEdit"
 # The key under the server's `experimental` capabilities that says INLINE_EDIT is answered.
 INLINE_EDIT_CAPABILITY = "copilotInlineEdit"
+# Notification, Copilot's, params {"textDocument": {"uri"}}: the user switched to this open
+# document. The server warms it as WARM does, at the position of the document's last request
+# (its end before any).
+DID_FOCUS = "textDocument/didFocus"
+
+# initializationOptions beside the option groups of completer/config.py, saying what the
+# client does rather than what the user chose: {"client": {"several_edits": true}}, the
+# client shows and applies every edit of an INLINE_EDIT answer (completer's own plugins
+# do). Without it an answer has one edit at most, spanning the whole change, as Copilot's
+# language server answers: its clients show and apply an answer's first edit only.
+CLIENT_OPTIONS = "client"
+SEVERAL_EDITS_OPTION = "several_edits"
+# What Copilot's clients send as initializationOptions (editorInfo, editorPluginInfo) and
+# settings (nextEditSuggestions): no options of completer's, taken quietly.
+COPILOT_OPTION_GROUPS = ("editorInfo", "editorPluginInfo", "nextEditSuggestions")
 
 # Keys of the completer/stats result.
 STATS_KEYS = (
@@ -84,7 +99,7 @@ STATS_KEYS = (
     "edit_requests",  # next-edit requests answered
     "edits_suggested",  # of those, answers with at least one edit
     "edits_shown",  # next edits the client said it showed (DID_SHOW_INLINE_EDIT)
-    "edits_accepted",  # next edits whose ACCEPT_EDIT_COMMAND ran
+    "edits_accepted",  # next edits whose ACCEPT_EDIT_COMMAND ran, or that the document's next change made once shown
     "edits_rejected",  # next edits whose REJECT_EDIT_COMMAND ran
     "prefetches",  # completions computed while the one they follow was shown (server.prefetch)
     "prefetch_hits",  # requests answered from one, with no model call

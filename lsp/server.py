@@ -1,9 +1,11 @@
 """The language server: thin handlers over the one completer.editor.completer.Completer.
 
-    initialize         options -> Config (bad values: defaults and a showMessage)
+    initialize         options -> Config (bad values: defaults and a showMessage); UTF-16
+                       positions where offered, as clients written for Copilot count
     initialized        models load in a thread, reported with $/progress
     didOpen/didChange  lsp.documents keeps the text (LSP line breaks, negotiated encoding)
-    completer/warm     the prompt at that position is evaluated ahead, giving way to requests
+    completer/warm     the prompt at that position is evaluated ahead, giving way to requests;
+    didFocus           Copilot's: the same, where the document's last request was
     inlineCompletion   -> Completer.complete in a worker thread; the newest request for a
                           document cancels the older one, $/cancelRequest cancels its own;
                           then, while the answer is shown, Completer.prefetch computes the
@@ -15,8 +17,11 @@
     copilotInlineEdit  -> Completer.next_edit in a worker thread, once the document's
                           completions being answered and their prefetch are done: the edits
                           the user will make next around the cursor (Copilot's request and
-                          shape), for the document's version then; didShowInlineEdit and the
-                          edits' commands count what was shown, accepted and dismissed
+                          shape), for the document's version then: one edit spanning them
+                          unless the client said it applies several (as Copilot's clients
+                          apply the first); didShowInlineEdit and the edits' commands count
+                          what was shown, accepted and dismissed, and so does a change that
+                          makes the shown edits (Copilot's clients run no command)
     completer/stats    counters; completer.accept (each item's command) counts acceptance
 
 Requests before the models are ready get an empty answer. A model that fails to load
@@ -30,7 +35,7 @@ import json
 import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from functools import partial
 from importlib.metadata import version
 from pathlib import Path
@@ -48,9 +53,10 @@ from pygls.uris import to_fs_path
 
 from completer.config import Config, config_from_dict, machine_options
 from completer.editor.completer import Completer
+from completer.editor.next_edit import apply_edits, spanning_edit
 from completer.loading import Loaded, needs_reload
 from completer.lsp import protocol
-from completer.lsp.acceptance import RETENTION_CHECKS_S, Acceptances, Accepted
+from completer.lsp.acceptance import RETENTION_CHECKS_S, Acceptances, Accepted, EditAcceptances
 from completer.lsp.completing import (Answer, after_acceptance, answer_for, complete, completion_items,
                                       document_position, edit_items, inline_edit_params, inline_items, next_edit,
                                       request_at)
@@ -114,9 +120,10 @@ class CompleterProtocol(LanguageServerProtocol):
 
     @lsp_method(types.INITIALIZE)
     def lsp_initialize(self, params: types.InitializeParams):
-        """pygls's, and the next-edit request under `experimental`, which pygls's
-        capabilities builder leaves out."""
+        """pygls's, with the position encoding chosen_encoding() chooses, and the next-edit
+        request under `experimental`, which pygls's capabilities builder leaves out."""
         result = yield from super().lsp_initialize(params)
+        result.capabilities.position_encoding = chosen_encoding(params.capabilities)
         result.capabilities.experimental = {protocol.INLINE_EDIT_CAPABILITY: True}
         return result
 
@@ -174,6 +181,7 @@ class CompleterServer(LanguageServer):
         super().__init__(protocol.SERVER_NAME, version("completer"), protocol_cls=CompleterProtocol)
         self.config = Config()
         self.encoding = "utf-16"
+        self.several_edits = False  # the client applies every edit of a next edit's answer (protocol.CLIENT_OPTIONS)
         self.roots: list[Path] = []
         self.documents: dict[str, Document] = {}
         self.completer: Completer | None = None  # once the models are loaded
@@ -182,6 +190,8 @@ class CompleterServer(LanguageServer):
         self.warning_shown = ""  # the completer's warning the user was last told (a dropped draft, a server down)
         self.suggestions = Suggestions()
         self.edits = Suggestions()  # next edits
+        self.edit_acceptances = EditAcceptances()  # which next edits were taken, by their command or by a change
+        self.cursors: dict[str, types.Position] = {}  # open document -> the position of its last request
         self.acceptances = Acceptances()  # what of the suggestions was taken, and kept
         self.item_ids = itertools.count(1)
         # Inference runs here, off the event loop, one generation at a time (the local
@@ -216,6 +226,11 @@ class CompleterServer(LanguageServer):
         self.window_log_message(types.LogMessageParams(kind, message))
         if show:
             self.window_show_message(types.ShowMessageParams(kind, f"completer: {message}"))
+
+    def remember_cursor(self, uri: str, position: types.Position) -> None:
+        """Where a request in an open document was made, for DID_FOCUS; closed documents' go."""
+        self.cursors = {document: at for document, at in self.cursors.items() if document in self.documents}
+        self.cursors[uri] = position
 
     def in_worker(self, function, *args) -> asyncio.Future:
         return self.loop.run_in_executor(self.workers, function, *args)
@@ -321,10 +336,45 @@ def refused_message(name: str) -> str:
             f"{machine_options()[name]} ...` (Neovim: the cmd of setup(); VS Code: your user settings)")
 
 
+def chosen_encoding(capabilities: types.ClientCapabilities) -> str:
+    """The position encoding: UTF-16 where the client offers it (or offers none, UTF-16
+    being the protocol's default), else pygls's choice, the first offered that it knows.
+    Clients written for Copilot's language server count in UTF-16 whatever is negotiated,
+    and completer's own plugins count in what is, so UTF-16 serves both (Neovim offers
+    UTF-8 first)."""
+    offered = capabilities.general.position_encodings if capabilities.general else None
+    if not offered:
+        return types.PositionEncodingKind.Utf16.value
+    encoding = ServerCapabilitiesBuilder.choose_position_encoding(capabilities)
+    return str(getattr(encoding, "value", encoding))
+
+
+def options_of(data: Any) -> Any:
+    """Options as config_from_dict takes them, from initializationOptions or settings: less
+    what the client says of itself (protocol.CLIENT_OPTIONS, read at `initialize`) and
+    what Copilot's clients send for Copilot's server (protocol.COPILOT_OPTION_GROUPS)."""
+    if not isinstance(data, dict):
+        return data
+    return {group: values for group, values in data.items()
+            if group not in (protocol.CLIENT_OPTIONS, *protocol.COPILOT_OPTION_GROUPS)}
+
+
+def takes_several_edits(ls: CompleterServer, data: Any) -> bool:
+    """Whether initializationOptions `data` say the client applies every edit of a next
+    edit's answer (protocol.SEVERAL_EDITS_OPTION); a value not true or false is a warning."""
+    client = data.get(protocol.CLIENT_OPTIONS) if isinstance(data, dict) else None
+    several = client.get(protocol.SEVERAL_EDITS_OPTION, False) if isinstance(client, dict) else False
+    if not isinstance(several, bool):
+        ls.tell(types.MessageType.Warning, f"{protocol.CLIENT_OPTIONS}.{protocol.SEVERAL_EDITS_OPTION} must be "
+                f"true or false, not {json.dumps(several)[:80]}: next edits come as one edit each", show=True)
+        return False
+    return several
+
+
 def apply_options(ls: CompleterServer, data: Any) -> bool:
     """Options on top of the current ones, the machine-level ones refused with a warning;
     True when the models must be reloaded."""
-    data, refused = without_machine_options(data, ls.config)
+    data, refused = without_machine_options(options_of(data), ls.config)
     for name in refused:
         ls.tell(types.MessageType.Warning, refused_message(name), show=True)
     config, problems = config_from_dict(data, ls.config)
@@ -340,12 +390,12 @@ def apply_options(ls: CompleterServer, data: Any) -> bool:
 @server.feature(types.INITIALIZE)
 def initialize(ls: CompleterServer, params: types.InitializeParams) -> None:
     ls.loop = asyncio.get_running_loop()
-    encoding = ServerCapabilitiesBuilder.choose_position_encoding(params.capabilities)  # what pygls announces
-    ls.encoding = str(getattr(encoding, "value", encoding))
+    ls.encoding = chosen_encoding(params.capabilities)  # what CompleterProtocol.lsp_initialize announces
     folders = [folder.uri for folder in params.workspace_folders or []]
     if not folders and params.root_uri:
         folders = [params.root_uri]
     ls.roots = [Path(path) for uri in folders if uri and (path := to_fs_path(uri))]
+    ls.several_edits = takes_several_edits(ls, params.initialization_options)
     apply_options(ls, params.initialization_options)
 
 
@@ -424,6 +474,8 @@ def did_change(ls: CompleterServer, params: types.DidChangeTextDocumentParams) -
         if replaced is not None:
             ls.acceptances.changed(document.uri, *replaced, len(as_lf(change.text)))
     document.version = params.text_document.version
+    if ls.edit_acceptances.changed(document.uri, document.text):
+        ls.edits.accepted += 1
     if ls.completer is not None:
         ls.completer.document_changed(document.uri, document.text)
 
@@ -456,6 +508,7 @@ async def answer_at(ls: CompleterServer, uri: str, position: types.Position) -> 
     newer request, cancelled, nothing worth showing, or the document changed meanwhile."""
     document = ls.documents.get(uri)
     request = request_at(document, uri, position, ls.encoding)
+    ls.remember_cursor(uri, position)
     if ls.completer is None:
         return None
     version = document.version
@@ -514,6 +567,7 @@ async def inline_edit(ls: CompleterServer, params: Any) -> dict[str, list]:
     uri, version, position = inline_edit_params(params)
     document = ls.documents.get(uri)
     request = request_at(document, uri, position, ls.encoding)
+    ls.remember_cursor(uri, position)
     if ls.completer is None or version not in (None, document.version):
         return {"edits": []}
     version = document.version
@@ -522,17 +576,28 @@ async def inline_edit(ls: CompleterServer, params: Any) -> dict[str, list]:
     if document.version != version or ls.completer is None:
         return {"edits": []}
     edit = await next_edit(ls.completer, request, ls.in_worker)
-    return edit_items(document, version, request, edit, ls.encoding, next(ls.item_ids))
+    if len(edit.edits) > 1 and not ls.several_edits:
+        edit = replace(edit, edits=[spanning_edit(request.text, edit.edits)])
+    suggestion = next(ls.item_ids)
+    answer = edit_items(document, version, request, edit, ls.encoding, suggestion)
+    if answer["edits"]:
+        ls.edit_acceptances.offer(suggestion, uri, apply_edits(request.text, edit.edits))
+    return answer
 
 
 @server.feature(protocol.DID_SHOW_INLINE_EDIT)
 def did_show_inline_edit(ls: CompleterServer, params: Any) -> None:
     ls.edits.shown += 1
+    suggestion = item_id(params)
+    if suggestion is not None:
+        ls.edit_acceptances.shown(suggestion)
 
 
 @server.command(protocol.ACCEPT_EDIT_COMMAND)
 def accept_edit(ls: CompleterServer, *arguments: Any) -> None:
-    ls.edits.accepted += 1
+    suggestion = arguments[0] if arguments and type(arguments[0]) is int else None  # [suggestion id, version]
+    if ls.edit_acceptances.take(suggestion):
+        ls.edits.accepted += 1
 
 
 @server.command(protocol.REJECT_EDIT_COMMAND)
@@ -548,7 +613,23 @@ async def warm(ls: CompleterServer, params: Any) -> None:
                     protocol.WARM, params)
         return
     uri, _, position = found
+    if uri in ls.documents:
+        ls.remember_cursor(uri, position)
     await warm_at(ls, uri, position)
+
+
+@server.feature(protocol.DID_FOCUS)
+async def did_focus(ls: CompleterServer, params: Any) -> None:
+    """The user switched to the document: warm it where its last request was, or at its end."""
+    uri = getattr(getattr(params, "textDocument", None), "uri", None)
+    document = ls.documents.get(uri) if isinstance(uri, str) else None
+    if document is None:
+        log.warning("%s takes {\"textDocument\": {\"uri\": <an open document>}}, not %r", protocol.DID_FOCUS, params)
+        return
+    cursor = ls.cursors.get(uri)
+    # Lines deleted since may have left the position past the end: there, the end.
+    offset = document.offset_at(cursor, ls.encoding) if cursor is not None else len(document.text)
+    await warm_at(ls, uri, document.position_at(offset, ls.encoding))
 
 
 async def warm_at(ls: CompleterServer, uri: str, position: types.Position) -> None:

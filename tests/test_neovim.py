@@ -26,8 +26,8 @@ def test_neovim_gets_an_inline_completion_from_the_server(smol, smol_cache, tmp_
     assert result.exists(), run.stderr
     answer = json.loads(result.read_text())
     assert "error" not in answer, answer
-    assert answer["inline_provider"] and answer["encoding"] == "utf-8"  # Neovim offers UTF-8 first
+    assert answer["inline_provider"] and answer["encoding"] == "utf-16"  # offered after UTF-8, and taken
     items = answer["response"]["result"]["items"]
     assert len(items) == 1 and items[0]["insertText"].startswith("values")
     line = '    label = "平均 😀"; center = mean('
-    assert items[0]["range"]["start"] == {"line": 5, "character": len(line.encode())}
+    assert items[0]["range"]["start"] == {"line": 5, "character": len(line.encode("utf-16-le")) // 2}

@@ -10,8 +10,8 @@ at); the assertions are here, with this file's own reading of what taking an ite
 gives: it replaces the rest of the cursor's line as the server reads that line.
 Nothing wrong may be shown or applied: ghost text at the cursor, the buffer getting
 exactly what was shown and nothing else. The unicode section runs again in a Neovim
-whose client prefers UTF-16, and in one that prefers UTF-32 (Neovim's own choice is
-UTF-8), so that each position encoding's columns are checked.
+whose client offers UTF-8 alone, and in one that offers UTF-32 alone (Neovim offers all
+three, and the server takes UTF-16), so that each position encoding's columns are checked.
 """
 
 import re
@@ -37,9 +37,9 @@ def session(smol, smol_cache, tmp_path_factory) -> dict:
     return answer
 
 
-@pytest.fixture(scope="module", params=["utf-16", "utf-32"])
+@pytest.fixture(scope="module", params=["utf-8", "utf-32"])
 def encoded(request, smol, smol_cache, tmp_path_factory) -> dict:
-    """The unicode section in a Neovim whose client offers `request.param` first."""
+    """The unicode section in a Neovim whose client offers `request.param` alone."""
     answer = run_nvim("plugin_editing.lua", tmp_path_factory.mktemp(f"nvim-editing-{request.param}"), smol_cache,
                       timeout_s=180, SECTIONS="unicode", ENCODING=request.param)
     assert "error" not in answer, answer.get("error")
@@ -126,11 +126,11 @@ def assert_unicode(found: dict, encoding: str) -> None:
 
 
 def test_after_emoji_and_cjk_the_suggestion_is_shown_and_taken_at_the_cursor(session):
-    assert encoding_of(session) == "utf-8"  # what Neovim 0.11 offers first
-    assert_unicode(checks(session, "unicode")["unicode"], "utf-8")
+    assert encoding_of(session) == "utf-16"  # Neovim 0.11 offers UTF-8 first, and UTF-16, which the server takes
+    assert_unicode(checks(session, "unicode")["unicode"], "utf-16")
 
 
-def test_after_emoji_and_cjk_in_utf16_and_utf32_the_suggestion_is_shown_and_taken_at_the_cursor(encoded):
+def test_after_emoji_and_cjk_in_utf8_and_utf32_the_suggestion_is_shown_and_taken_at_the_cursor(encoded):
     assert_unicode(checks(encoded, "unicode")["unicode"], encoded["checks"]["encoding"])
     assert encoded["errmsg"] == "" and encoded["notifications"] == []
 

@@ -52,7 +52,7 @@ def test_the_protocol_module_matches_the_servers():
     constants = dict(re.findall(r'export const (\w+) = "([^"]*)";', source))
     names = ("SERVER_NAME", "STATS", "WARM", "ACCEPT_COMMAND", "DID_SHOW_COMPLETION", "INLINE_EDIT",
              "DID_SHOW_INLINE_EDIT", "ACCEPT_EDIT_COMMAND", "REJECT_EDIT_COMMAND", "INLINE_EDIT_CAPABILITY",
-             "SETTINGS_SECTION")
+             "CLIENT_OPTIONS", "SEVERAL_EDITS_OPTION", "SETTINGS_SECTION")
     assert constants == {name: getattr(protocol, name) for name in names}
     stats_interface = source[source.index("interface Stats"):]
     assert tuple(re.findall(r"^  (\w+): ", stats_interface, re.MULTILINE)) == protocol.STATS_KEYS

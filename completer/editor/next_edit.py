@@ -158,6 +158,15 @@ def apply_edits(text: str, edits: list[TextEdit]) -> str:
     return "".join(pieces) + text[at:]
 
 
+def spanning_edit(text: str, edits: list[TextEdit]) -> TextEdit:
+    """One edit of `text` that makes all of `edits` (in order, not overlapping): from the
+    first one's start to the last one's end, the text between them kept. For clients that
+    apply an answer's first edit only, as Copilot's do (it answers one edit a suggestion)."""
+    start, end = edits[0].start, edits[-1].end
+    inside = [TextEdit(edit.start - start, edit.end - start, edit.text) for edit in edits]
+    return TextEdit(start, end, apply_edits(text[start:end], inside))
+
+
 def _lines(text: str) -> list[str]:
     return LINE.findall(text)
 

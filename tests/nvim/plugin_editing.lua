@@ -9,8 +9,8 @@
 -- side computes what accepting should give from them, not from what the plugin drew.
 --
 -- Environment (besides harness.lua's): SECTIONS, the sections to run, comma-separated
--- (all when unset); ENCODING, a position encoding to put first in the client's
--- capabilities, so that the server negotiates it (Neovim offers utf-8 first).
+-- (all when unset); ENCODING, the one position encoding the client offers, so that the
+-- server negotiates it (Neovim offers utf-8, utf-16 and utf-32, and the server takes utf-16).
 local here = vim.fs.dirname(debug.getinfo(1, "S").source:sub(2))
 local H = dofile(vim.fs.joinpath(here, "harness.lua"))
 local scenario = dofile(vim.fs.joinpath(here, "next_edit_scenario.lua"))
@@ -194,9 +194,10 @@ H.run(function()
   end
   local encoding = os.getenv("ENCODING")
   if encoding then
-    -- Neovim deep-extends these over its own capabilities: the list's first entry, the
-    -- client's preference, becomes this one.
-    vim.lsp.config("completer", { capabilities = { general = { positionEncodings = { encoding } } } })
+    -- Set in the request itself: Neovim deep-extends a configured list over its own by index.
+    vim.lsp.config("completer", { before_init = function(params)
+      params.capabilities.general.positionEncodings = { encoding }
+    end })
   end
   -- The next-edit scenario's options: its small region, and the target decoding alone,
   -- whose answers are the same run after run.

@@ -5,7 +5,16 @@
 import * as vscode from "vscode";
 import { DidChangeConfigurationNotification, LanguageClient, State } from "vscode-languageclient/node";
 import { NextEditController } from "./nextEditController";
-import { DID_SHOW_COMPLETION, SERVER_NAME, SETTINGS_SECTION, STATS, type Stats, WARM } from "./protocol";
+import {
+  CLIENT_OPTIONS,
+  DID_SHOW_COMPLETION,
+  SERVER_NAME,
+  SETTINGS_SECTION,
+  SEVERAL_EDITS_OPTION,
+  STATS,
+  type Stats,
+  WARM,
+} from "./protocol";
 import {
   type Launch,
   launch,
@@ -118,7 +127,9 @@ class Extension {
       { command: how.command, args },
       {
         documentSelector: languages.flatMap((language) => SCHEMES.map((scheme) => ({ language, scheme }))),
-        initializationOptions: this.serverOptions(),
+        // The next-edit controller shows and applies every edit of an answer: the server
+        // need not join them into one, as it does for Copilot's clients.
+        initializationOptions: { ...this.serverOptions(), [CLIENT_OPTIONS]: { [SEVERAL_EDITS_OPTION]: true } },
         outputChannel: this.output,
         middleware: {
           // The server's completion item is for editors without inline suggestions: here it

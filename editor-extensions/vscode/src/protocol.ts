@@ -35,6 +35,12 @@ export const REJECT_EDIT_COMMAND = "completer.rejectEdit";
 // The key under the server's `experimental` capabilities that says INLINE_EDIT is answered.
 export const INLINE_EDIT_CAPABILITY = "copilotInlineEdit";
 
+// initializationOptions beside the server's option groups: { client: { several_edits: true } }
+// says the client shows and applies every edit of an INLINE_EDIT answer; without it the
+// server answers one edit spanning them, as Copilot's server does for its clients.
+export const CLIENT_OPTIONS = "client";
+export const SEVERAL_EDITS_OPTION = "several_edits";
+
 // Where workspace/didChangeConfiguration's settings nest the server options.
 export const SETTINGS_SECTION = "completer";
 

@@ -674,7 +674,9 @@ function M.setup(opts)
     cmd = cmd,
     filetypes = #M.config.filetypes > 0 and M.config.filetypes or nil,
     root_markers = M.config.root_markers,
-    init_options = as_object(init_options),
+    -- client.several_edits: next_edit.lua shows and applies every edit of an answer, so
+    -- the server need not join them into one, as it does for Copilot's clients.
+    init_options = as_object(vim.tbl_extend("force", init_options, { client = { several_edits = true } })),
     handlers = { ["window/showMessage"] = show_message },
     -- One server for every buffer, whatever its root: each server loads its own models.
     reuse_client = function(client, config)
