@@ -1,10 +1,12 @@
 """A team server that misbehaves: the real llama-server (`completer build`, the smol
 target) behind a proxy on 127.0.0.1 that, on demand, answers 400 or 500, answers slowly,
 sends a 100 MB body, sends a line that never ends, stalls /tokenize, or parses control
-text in /tokenize. The client cuts each at its cap or deadline or at the request's cancel
-flag, and the real `completer serve --stdio --backend llama-server --server-url PROXY`,
-driven by pytest-lsp, answers every request within a bound, says "down" only for a
-server that is, holds its memory, and answers again once the server behaves."""
+text in /tokenize; and a scripted server whose stream never ends (events of tokens,
+events of none, lines that are no events). The client cuts each at its cap or deadline
+or at the request's cancel flag, and the real `completer serve --stdio --backend
+llama-server --server-url PROXY`, driven by pytest-lsp, answers every request within a
+bound, says "down" only for a server that is, holds its memory, and answers again once
+the server behaves."""
 
 import asyncio
 import http.client
@@ -21,9 +23,11 @@ import pytest
 from lsprotocol import types
 from pytest_lsp import LanguageClient
 
-from completer.decoders.clients import MAX_BODY_BYTES, MAX_LINE_BYTES, CancelFlag, LlamaServerClient
+from completer.decoders.clients import (MAX_BODY_BYTES, MAX_LINE_BYTES, CancelFlag, LlamaServerClient, OpenAIClient,
+                                        RemoteGeneration)
 from completer.decoders.server import LlamaServerBackend
 from completer.errors import Cancelled, ServerError, ServerRefused
+from completer.requests import StopReason
 from llama_server_process import LlamaServer
 from lsp_session import inline, open_document, start, stats, wait_ready
 
@@ -217,6 +221,88 @@ def test_a_stalled_tokenize_returns_the_moment_its_request_is_cancelled(proxy):
     with pytest.raises(Cancelled):
         LlamaServerClient(proxy.url).tokenize("def f(", False, cancel)
     assert time.monotonic() - started < 1.0
+
+
+class EndlessStream:
+    """A server whose stream never ends: `event` over and over (a line `line` when given,
+    not an event) until the client hangs up, in llama-server's or OpenAI's format alike."""
+
+    def __init__(self, event: dict | None, line: bytes = b""):
+        self.line = line or f"data: {json.dumps(event)}\n\n".encode()
+        self.stopping = threading.Event()
+        endless = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                self.send_response(200)
+                self.send_header("Content-Type", "text/event-stream")
+                self.end_headers()
+                try:
+                    while not endless.stopping.is_set():
+                        self.wfile.write(endless.line * 16)
+                except OSError:  # the client hung up: where the stream ends
+                    pass
+
+            def log_message(self, *args):
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.url = f"http://127.0.0.1:{self.httpd.server_port}"
+        threading.Thread(target=self.httpd.serve_forever, daemon=True).start()
+
+    def stop(self) -> None:
+        self.stopping.set()
+        self.httpd.shutdown()
+        self.httpd.server_close()
+
+
+ASKED = 16  # max_tokens of the requests made of an endless stream
+LLAMA_EVENT = {"content": "x", "tokens": [7], "stop": False}
+OPENAI_EVENT = {"choices": [{"index": 0, "text": "x", "finish_reason": None}]}
+
+
+def ask(kind: str, url: str):
+    """A completion of ASKED tokens from `url` through the client of `kind`, within a 5 s
+    deadline: what it returned, or the ServerError it raised."""
+    try:
+        if kind == "llama-server":
+            return LlamaServerClient(url, total_timeout_s=5).complete([1, 2, 3], ASKED)
+        return OpenAIClient(url, total_timeout_s=5).complete("scripted", "def f(", ASKED)
+    except ServerError as error:
+        return error
+
+
+@pytest.mark.parametrize("kind, event, text, tokens", [
+    ("llama-server", LLAMA_EVENT, "x" * ASKED, [7] * ASKED),
+    ("llama-server", {"content": "xy", "tokens": [7, 8], "stop": False}, "xy" * (ASKED // 2), [7, 8] * (ASKED // 2)),
+    ("llama-server", {"content": "", "stop": False}, "", []),  # events of no token: cut by their number
+    ("openai", OPENAI_EVENT, "x" * ASKED, []),
+    ("openai", {"choices": []}, "", []),
+])
+def test_an_endless_stream_is_read_for_the_tokens_asked_and_its_closing_events_alone(kind, event, text, tokens):
+    server = EndlessStream(event)
+    tracemalloc.start()
+    try:
+        generation = ask(kind, server.url)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+        server.stop()
+    assert isinstance(generation, RemoteGeneration), f"{generation} ({peak >> 20} MiB held)"
+    assert (generation.text, generation.tokens, generation.stop_reason) == (text, tokens, StopReason.MAX_TOKENS)
+    assert peak < 1 << 20, f"{peak >> 20} MiB held for {ASKED} tokens"
+
+
+def test_an_endless_stream_of_lines_that_are_no_events_is_cut_at_its_bytes():
+    server = EndlessStream(None, b": keep-alive\n")
+    try:
+        error = ask("llama-server", server.url)
+    finally:
+        server.stop()
+    assert isinstance(error, ServerError) and "MiB for 16 tokens: not a stream this client asks for" in str(error), \
+        error
 
 
 def test_a_refused_request_is_the_requests_fault_and_a_failing_server_is_down(proxy, upstream):

@@ -38,6 +38,15 @@ MAX_BODY_BYTES = 8 << 20
 # One event of a stream: a token's few bytes, but llama-server's last event repeats the
 # whole prompt as text (`prompt`: about 4 bytes a token, up to twice that escaped).
 MAX_LINE_BYTES = 4 << 20
+# A stream brings an event (or fewer) a token asked for, then the events that close it:
+# llama-server's last (`stop`, its timings); OpenAI's finish and usage, and room for a
+# server that opens with an empty event. A server sending on past them (broken or
+# hostile) would be read, and held, until the request's deadline: it is cut there.
+CLOSING_EVENTS = 3
+# What an event of a token may take, on average, besides the one line of MAX_LINE_BYTES:
+# its text and the fields around it (an OpenAI-compatible server's names its model,
+# a path perhaps), with room to spare.
+TOKEN_EVENT_BYTES = 16 << 10
 # HTTP statuses that are one request's fault (its prompt too long, its body refused):
 # the server is up and the next request may well pass. Every other 4xx (a wrong key, a
 # wrong URL, a rate limit) would refuse every request alike, so it counts as down.
@@ -86,6 +95,40 @@ class RemoteGeneration:
 
 
 STOP_TYPES = {"eos": StopReason.END, "word": StopReason.STOP, "limit": StopReason.MAX_TOKENS}
+
+
+@dataclass(frozen=True)
+class EventFormat:
+    """How a server's stream carries its answer: each event's text, and its tokens (where
+    the format counts them; else at least one for an event with text)."""
+
+    text: Callable[[dict], str]
+    tokens: Callable[[dict], int]
+
+
+STREAM_END: dict = {}  # OpenAI's `[DONE]`, as _event reads it
+
+
+class _Allowance:
+    """What a stream asked for `max_tokens` tokens may still bring: those tokens (one when
+    none were asked: llama-server makes one all the same), CLOSING_EVENTS more events,
+    and TOKEN_EVENT_BYTES an event besides one line of MAX_LINE_BYTES."""
+
+    def __init__(self, max_tokens: int):
+        self.tokens = max(max_tokens, 1)
+        self.events = self.tokens + CLOSING_EVENTS
+        self.most_bytes = self.bytes = MAX_LINE_BYTES + self.events * TOKEN_EVENT_BYTES
+
+    def takes_line(self, size: int) -> bool:
+        self.bytes -= size
+        return self.bytes >= 0
+
+    def takes_event(self, tokens: int) -> bool:
+        """Whether one more event, carrying `tokens`, is within what is left (then spent)."""
+        if tokens > self.tokens or self.events < 1:
+            return False
+        self.tokens, self.events = self.tokens - tokens, self.events - 1
+        return True
 
 
 class _Watch:
@@ -226,15 +269,16 @@ class HttpClient:
         finally:
             exchange.close()
 
-    def _stream(self, path: str, body: dict, text_of: Callable[[dict], str], cancel: threading.Event | None,
+    def _stream(self, path: str, body: dict, form: EventFormat, max_tokens: int, cancel: threading.Event | None,
                 done: Callable[[str], bool] | None, time_budget_ms: float = 0
                 ) -> tuple[str, list[dict], str | None]:
-        """POST `body` and read its stream of events: (the text, `text_of` each event
-        joined; the events; "cancelled", "done" or "time" when it was stopped here, None
-        when the server ended it). It stops when `cancel` is set (at once for a
-        CancelFlag, else at the next event), when `done` says the text is complete, and
-        with `time_budget_ms` at the first line end past it (llama.vim's
-        t_max_predict_ms). Closing the stream is how the server learns the request is gone."""
+        """POST `body` and read its stream of events in `form`: (the text, each event's
+        joined; the events; "cancelled", "done", "time" or "max_tokens" when it was
+        stopped here, None when the server ended it). It stops when `cancel` is set (at
+        once for a CancelFlag, else at the next event), when `done` says the text is
+        complete, with `time_budget_ms` at the first line end past it (llama.vim's
+        t_max_predict_ms), and at an event past what `max_tokens` lets come (_Allowance:
+        that event left out). Closing the stream is how the server learns the request is gone."""
         try:
             exchange = self._open("POST", path, body, cancel)
         except Cancelled:
@@ -243,25 +287,24 @@ class HttpClient:
         events: list[dict] = []
         ended = None
         first_at = 0.0
+        allowance = _Allowance(max_tokens)
         try:
             while line := exchange.response.readline(MAX_LINE_BYTES + 1):
                 if cancel is not None and cancel.is_set():
                     break
-                if len(line) > MAX_LINE_BYTES:
-                    raise ServerError(f"{self.url}{path} sent a line of more than {MAX_LINE_BYTES >> 20} MiB: "
-                                      "not an event of a stream")
-                payload = line[6:].strip() if line.startswith(b"data: ") else b""
-                if not payload:
+                if not allowance.takes_line(len(line)):
+                    raise ServerError(f"{self.url}{path} sent more than {allowance.most_bytes >> 20} MiB "
+                                      f"for {max_tokens} tokens: not a stream this client asks for")
+                event = self._event(line, path)
+                if event is None:
                     continue
-                if payload == b"[DONE]":  # OpenAI's end of a stream
+                if event is STREAM_END:
                     break
-                event = json.loads(payload)
-                if not isinstance(event, dict):
-                    raise ServerError(f"{self.url}{path} sent an event that is not a JSON object")
-                if "error" in event:
-                    raise event_error(f"{self.url}{path}", event["error"])
+                if not allowance.takes_event(form.tokens(event)):
+                    ended = StopReason.MAX_TOKENS
+                    break
                 events.append(event)
-                text.append(piece := text_of(event))
+                text.append(piece := form.text(event))
                 if done is not None and done("".join(text)):
                     ended = StopReason.DONE
                     break
@@ -279,6 +322,25 @@ class HttpClient:
         if exchange.watch.expired and ended is None:  # the deadline shut the socket: the read saw its end
             raise self._failure(f"{self.url}{path} broke off", TimeoutError(), cancel, exchange.watch)
         return "".join(text), events, ended
+
+    def _event(self, line: bytes, path: str) -> dict | None:
+        """A stream's line as its event: None for a line that is none (a blank, a comment),
+        STREAM_END for OpenAI's end of a stream (`[DONE]`); ServerError for one that is
+        not an event, or carries the server's error."""
+        if len(line) > MAX_LINE_BYTES:
+            raise ServerError(f"{self.url}{path} sent a line of more than {MAX_LINE_BYTES >> 20} MiB: "
+                              "not an event of a stream")
+        payload = line[6:].strip() if line.startswith(b"data: ") else b""
+        if not payload:
+            return None
+        if payload == b"[DONE]":
+            return STREAM_END
+        event = json.loads(payload)
+        if not isinstance(event, dict):
+            raise ServerError(f"{self.url}{path} sent an event that is not a JSON object")
+        if "error" in event:
+            raise event_error(f"{self.url}{path}", event["error"])
+        return event
 
 
 def status_error(where: str, status: int, text: str) -> ServerError:
@@ -366,7 +428,7 @@ class LlamaServerClient(HttpClient):
         when it stops early); the server keeps the time budget itself. `max_tokens` 0
         only evaluates the prompt into the slot's cache (llama-server makes one token)."""
         body = completion_body(prompt, max_tokens, slot, stop, temperature, top_k, top_p, time_budget_ms)
-        text, events, ended = self._stream("/completion", body, _content, cancel, done)
+        text, events, ended = self._stream("/completion", body, LLAMA_EVENTS, max_tokens, cancel, done)
         try:
             return self._generation(text, events, ended, max_tokens, slot)
         except (TypeError, ValueError, AttributeError):
@@ -391,6 +453,16 @@ class LlamaServerClient(HttpClient):
 def _content(event: dict) -> str:
     content = event.get("content", "")
     return content if isinstance(content, str) else ""
+
+
+def _content_tokens(event: dict) -> int:
+    """The tokens of a llama-server event: its `tokens` (return_tokens), and one at least
+    where it has text."""
+    tokens = event.get("tokens")
+    return max(len(tokens) if isinstance(tokens, list) else 0, int(bool(_content(event))))
+
+
+LLAMA_EVENTS = EventFormat(_content, _content_tokens)
 
 
 def _object(value) -> dict:
@@ -434,7 +506,8 @@ class OpenAIClient(HttpClient):
             body["top_k"] = top_k
         if temperature > 0:  # llama-server's, for the local engine's order (vLLM's own is that order already)
             body["samplers"] = SAMPLERS
-        text, events, ended = self._stream("/v1/completions", body, _choice_text, cancel, done, time_budget_ms)
+        text, events, ended = self._stream("/v1/completions", body, OPENAI_EVENTS, max_tokens, cancel, done,
+                                           time_budget_ms)
         try:
             return self._generation(text, events, ended)
         except (TypeError, ValueError, AttributeError):
@@ -460,6 +533,17 @@ def _choice_text(event: dict) -> str:
     choices = event.get("choices")
     return "".join(choice.get("text") or "" for choice in choices if isinstance(choice, dict)) \
         if isinstance(choices, list) else ""
+
+
+def _choice_tokens(event: dict) -> int:
+    """The tokens of an OpenAI event, which does not count them: one for each choice with
+    text (a server's event holds a step's tokens, one at least)."""
+    choices = event.get("choices")
+    return sum(bool(choice.get("text")) for choice in choices if isinstance(choice, dict)) \
+        if isinstance(choices, list) else 0
+
+
+OPENAI_EVENTS = EventFormat(_choice_text, _choice_tokens)
 
 
 def _shut(sock: socket.socket | None) -> None:
