@@ -4,21 +4,28 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test
+.PHONY: demo test llama
 
 # The main job, offline, on an embedded model: what speculation buys on this project's
 # own sources. Gemma 3 270M rather than smol: on held-out code it completed better
 # (edit similarity 0.47 against 0.29-0.34) and gained as much from speculation
 # (README, "Set up and run").
-demo: $(INSTALLED)
+demo: llama
 	$(BIN)/completer bench --quick --preset gemma3-270m
 
 # The whole test suite; .ci/run calls this. The VS Code extension is built, unit-tested
 # and packaged first (its toolchain, code-server and chromium, is installed once per
 # machine); pytest then drives the .vsix in code-server and the Neovim plugin in nvim.
-test: $(INSTALLED)
+test: llama
 	editor-extensions/vscode/scripts/build.sh
 	$(BIN)/python -m pytest
+
+# The llama.cpp build the flags ask for now, the bindings linked to it: nothing to do
+# when they are. `COMPLETER_CPU_FEATURES=avx2 make test` runs the suite on the build an
+# AVX2 machine gets (models/cpu_flags.py), compiled once into the cache beside this
+# machine's, and a plain `make test` on this machine's again.
+llama: $(INSTALLED)
+	$(BIN)/python -m completer.models.llama_build
 
 # One compile of llama.cpp (models/llama_build.py): the library the bindings load,
 # llama-server and ggml-rpc-server, for the accelerator this machine has (COMPLETER_GPU

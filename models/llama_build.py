@@ -12,7 +12,9 @@ two, and the peer runs the very libraries our engine runs.
            run path), with no HTTPS, web UI, tests or examples; the folder is moved to
            <cache>/llama.cpp/<llama-cpp-python version>-<flags hash> only when finished,
            and a build or download whose process died is swept by the next. The version
-           is completer's pin, so the compile can run while pip installs the rest
+           is completer's pin, so the compile can run while pip installs the rest; the
+           flags' hash keeps builds for other flags beside it (COMPLETER_GPU,
+           COMPLETER_CPU_FEATURES), and `build` links the one the flags ask for now
     link   the installed llama_cpp package's `lib` folder, where `import llama_cpp`
            loads libllama from, becomes a link to that folder. The package itself is
            installed with -DLLAMA_BUILD=OFF, so it compiles nothing (and not the
@@ -36,6 +38,7 @@ from pathlib import Path
 
 from completer.models.accelerator import BuildChoiceError, choose
 from completer.models.atomic import process_alive
+from completer.models.cpu_flags import CpuFeaturesError
 from completer.models.errors import ModelError
 from completer.models.paths import LLAMA_BUILDS_FOLDER, cache_dir
 
@@ -66,7 +69,7 @@ class LlamaBuildError(ModelError):
 def cmake_args() -> list[str]:
     try:
         return choose().cmake_args + FEATURES_OFF + SHARED
-    except BuildChoiceError as error:  # COMPLETER_GPU names what this machine cannot build
+    except (BuildChoiceError, CpuFeaturesError) as error:  # COMPLETER_GPU or _CPU_FEATURES asks the impossible
         raise LlamaBuildError(str(error)) from None
 
 

@@ -1,5 +1,7 @@
 """Which accelerator the build picks, with stand-in tools on PATH and a stand-in root
-for /proc, /dev and /usr/include: a compiler alone is never taken for a GPU."""
+for /proc, /dev and /usr/include: a compiler alone is never taken for a GPU. And the CPU's
+flags from a stand-in /proc/cpuinfo: AMX never, AVX-512 where the CPU has it unless
+COMPLETER_CPU_FEATURES=avx2 asks for an AVX2 machine's build, cached beside the other."""
 
 import os
 import subprocess
@@ -8,8 +10,10 @@ from pathlib import Path
 
 import pytest
 
+from completer.models import llama_build
 from completer.models.accelerator import ALWAYS, VULKAN_HEADERS_NEEDED, BuildChoiceError, choose
-from completer.models.cpu_flags import cmake_cpu_args
+from completer.models.cpu_flags import FEATURES_ENV, cmake_cpu_args
+from completer.models.llama_build import LlamaBuildError
 
 
 def cpu_build() -> list[str]:
@@ -149,3 +153,56 @@ def test_the_script_prints_the_flags_and_says_what_it_chose(machine, tmp_path):
     assert done.stderr.startswith("llama.cpp build: cpu: COMPLETER_GPU=cpu")
     refused = subprocess.run(script, capture_output=True, text=True, env={**environ, "COMPLETER_GPU": "vulkan"})
     assert refused.returncode == 2 and refused.stdout == "" and "Vulkan headers" in refused.stderr
+
+
+def cpuinfo_with(tmp_path: Path, flags: str) -> Path:
+    cpuinfo = tmp_path / "cpuinfo"
+    cpuinfo.write_text(f"processor\t: 0\nflags\t\t: {flags}\n")
+    return cpuinfo
+
+
+# A CPU with AVX-512 (and AMX, which some virtual machines advertise and fault on).
+AVX512_CPU = "fpu avx avx2 fma f16c bmi2 avx_vnni avx512f avx512vbmi avx512_vnni avx512_bf16 amx_tile amx_int8"
+AVX2_OPTIONS = {"-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_FMA=ON", "-DGGML_F16C=ON", "-DGGML_BMI2=ON"}
+NEWER_OPTIONS = ("GGML_AVX_VNNI", "GGML_AVX512", "GGML_AVX512_VBMI", "GGML_AVX512_VNNI", "GGML_AVX512_BF16")
+AMX_OFF = {"-DGGML_NATIVE=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF", "-DGGML_AMX_BF16=OFF"}
+
+
+def test_the_cpu_flags_name_each_simd_feature_and_never_amx(tmp_path):
+    cpuinfo = cpuinfo_with(tmp_path, "fpu avx avx2 fma amx_tile amx_int8 avx512f")
+    args = cmake_cpu_args(cpuinfo, {})
+    assert {"-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_AVX512=ON", "-DGGML_AVX512_BF16=OFF"} <= set(args)
+    assert AMX_OFF <= set(args)
+    assert cmake_cpu_args(tmp_path / "no-such-file", {}) == ["-DGGML_NATIVE=ON"]
+
+
+def test_the_avx2_build_turns_avx512_off_where_the_cpu_has_it(tmp_path):
+    cpuinfo = cpuinfo_with(tmp_path, AVX512_CPU)
+    native = cmake_cpu_args(cpuinfo, {FEATURES_ENV: "native"})
+    avx2 = cmake_cpu_args(cpuinfo, {FEATURES_ENV: "AVX2"})
+    assert cmake_cpu_args(cpuinfo, {}) == native
+    assert AVX2_OPTIONS | AMX_OFF <= set(native) & set(avx2)
+    assert set(native) - set(avx2) == {f"-D{option}=ON" for option in NEWER_OPTIONS}
+    assert set(avx2) - set(native) == {f"-D{option}=OFF" for option in NEWER_OPTIONS}
+    with pytest.raises(ValueError, match=f"{FEATURES_ENV}='avx512': one of native, avx2"):
+        cmake_cpu_args(cpuinfo, {FEATURES_ENV: "avx512"})
+    with pytest.raises(ValueError, match="is for x86-64 Linux"):  # no /proc/cpuinfo: macOS
+        cmake_cpu_args(tmp_path / "no-such-file", {FEATURES_ENV: "avx2"})
+
+
+def test_the_avx2_build_is_cached_beside_the_native_one(machine, tmp_path, monkeypatch):
+    """`COMPLETER_CPU_FEATURES=avx2 make test` on a machine with AVX-512: the build
+    (`python -m completer.models.llama_build`, which the Makefile runs first) is another
+    folder of the cache, and the native one stays for the next plain `make test`."""
+    _, root = machine
+    cpuinfo = cpuinfo_with(tmp_path, AVX512_CPU)
+    monkeypatch.setattr(llama_build, "choose", lambda: choose({}, root, "Linux", "x86_64", cpuinfo))
+    monkeypatch.delenv(FEATURES_ENV, raising=False)
+    native = llama_build.build_path()
+    monkeypatch.setenv(FEATURES_ENV, "avx2")
+    avx2 = llama_build.build_path()
+    assert "-DGGML_AVX512=OFF" in llama_build.cmake_args()
+    assert avx2.parent == native.parent and avx2.name != native.name
+    monkeypatch.setenv(FEATURES_ENV, "avx512")
+    with pytest.raises(LlamaBuildError, match=f"{FEATURES_ENV}='avx512': one of native, avx2"):
+        llama_build.build_path()

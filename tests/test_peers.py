@@ -19,20 +19,10 @@ from completer.config import Config, GenerationOptions
 from completer.loading import Pair
 from completer.models import llama_build
 from completer.models.backend import LlamaModel
-from completer.models.cpu_flags import cmake_cpu_args
 from completer.models.llama_build import PROGRAMS, SERVER_ENV, LlamaBuildError, find
 from conftest import REPO, run_completer
 
 FOUR_TOKENS = Config(generation=GenerationOptions(max_tokens=4))
-
-
-def test_the_cpu_flags_name_each_simd_feature_and_never_amx(tmp_path):
-    cpuinfo = tmp_path / "cpuinfo"
-    cpuinfo.write_text("processor\t: 0\nflags\t\t: fpu avx avx2 fma amx_tile amx_int8 avx512f\n")
-    args = cmake_cpu_args(cpuinfo)
-    assert {"-DGGML_AVX=ON", "-DGGML_AVX2=ON", "-DGGML_AVX512=ON", "-DGGML_AVX512_BF16=OFF"} <= set(args)
-    assert {"-DGGML_NATIVE=OFF", "-DGGML_AMX_TILE=OFF", "-DGGML_AMX_INT8=OFF"} <= set(args)
-    assert cmake_cpu_args(tmp_path / "no-such-file") == ["-DGGML_NATIVE=ON"]
 
 
 def test_the_source_is_downloaded_once_and_a_dead_download_is_swept(monkeypatch, tmp_path):
