@@ -14,6 +14,7 @@ complete`, `completer bench` and the benchmarks all load through here.
     engine_for      another engine over a pair already loaded: its KV caches made to fit
                     the GPU, its threads models.threads (every engine is built here)
     needs_reload    which option changes the loaded engine cannot take without loading
+    hub_downloads   the Hub files loading the options would download (none when cached)
 """
 
 import gc
@@ -35,13 +36,13 @@ from completer.models.errors import ModelError
 from completer.models.gguf_file import check_same_vocabulary
 from completer.models.pairing import suitability_notes
 from completer.models.paths import distilled_draft_path
-from completer.models.presets import Preset
-from completer.models.resolve import ModelFiles, resolve
+from completer.models.presets import HubFile, Preset
+from completer.models.resolve import ModelFiles, cached_path, resolve
 from completer.workspace import Workspace
 
 # ModelError is what every loading failure raises, with what to run.
-__all__ = ["Loaded", "ModelError", "Pair", "engine_for", "load_completer", "load_distilled", "load_engine",
-           "load_pair", "needs_reload", "server_backend"]
+__all__ = ["Loaded", "ModelError", "Pair", "engine_for", "hub_downloads", "load_completer", "load_distilled",
+           "load_engine", "load_pair", "needs_reload", "server_backend"]
 
 # (what is happening, percent done): $/progress in the server, nothing elsewhere.
 Report = Callable[[str, int], None]
@@ -265,3 +266,14 @@ def needs_reload(loaded: Config, new: Config) -> bool:
     only then is the draft loaded and the verify cost measured). Other options apply
     from the next request on."""
     return loaded.models != new.models or loaded.generation.speculates != new.generation.speculates
+
+
+def hub_downloads(options: ModelOptions, with_draft: bool) -> list[HubFile]:
+    """The preset's Hub files that load_pair would download, as resolve picks them: none
+    when the options name a target of their own, the draft only `with_draft` and unless
+    the options name one; those already in the cache left out. Looks at the disk only."""
+    if options.target or options.backend != LOCAL:
+        return []
+    preset = Preset.from_name(options.preset)
+    sources = [preset.target, *([preset.draft] if with_draft and not options.draft else [])]
+    return [source for source in sources if isinstance(source, HubFile) and cached_path(source) is None]

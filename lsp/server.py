@@ -61,7 +61,8 @@ from completer.lsp.completing import (Answer, after_acceptance, answer_for, comp
                                       document_position, edit_items, inline_edit_params, inline_items, next_edit,
                                       request_at)
 from completer.lsp.documents import Document, as_lf, characters
-from completer.lsp.loading import LoadProgress, load_models
+from completer.lsp.loading import DOWNLOAD, Downloads, LoadProgress, download_question, load_models
+from completer.models.presets import HubFile, Preset
 from completer.requests import CompleterStats
 
 log = logging.getLogger("completer.lsp")
@@ -199,6 +200,7 @@ class CompleterServer(LanguageServer):
         self.workers = ThreadPoolExecutor(max_workers=4, thread_name_prefix="completer")
         self.loop: asyncio.AbstractEventLoop | None = None  # pygls's, known from `initialize` on
         self.loads = 0  # model loads started: a load finishing after a newer one started is dropped
+        self.downloads = Downloads()  # which presets named in the editor's settings may download
         # The last completer/warm that came while the models loaded (the file the editor
         # opened first, which started the server): it runs once they are ready.
         self.pending_warm: tuple[str, types.Position] | None = None
@@ -380,11 +382,47 @@ def apply_options(ls: CompleterServer, data: Any) -> bool:
     config, problems = config_from_dict(data, ls.config)
     for problem in problems:
         ls.tell(types.MessageType.Warning, problem, show=True)
+    config = without_unallowed_download(ls, config)
     reload = needs_reload(ls.config, config)
     ls.config = config
     if ls.completer is not None and not reload:
         ls.completer.configure(config)
     return reload
+
+
+def without_unallowed_download(ls: CompleterServer, config: Config) -> Config:
+    """`config`, its preset kept at the current one where the new one would download files
+    the user has not allowed (Downloads); the user is asked once per preset."""
+    config, files = ls.downloads.held_back(config, ls.config)
+    if not files:
+        return config
+    preset = ls.downloads.wanted
+    if preset in ls.downloads.asked:
+        ls.tell(types.MessageType.Info, f"models.preset {preset} waits for your word to download: keeping "
+                f"{config.models.preset}")
+    else:
+        ls.downloads.asked.add(preset)
+        asyncio.ensure_future(ask_to_download(ls, preset, files, config.models.preset))
+    return config
+
+
+async def ask_to_download(ls: CompleterServer, preset: str, files: list[HubFile], keeping: str) -> None:
+    """Ask the user (window/showMessageRequest) whether `preset` may download `files`; on
+    Download, load it if the editor's settings still name it."""
+    question = download_question(Preset.from_name(preset), files, keeping)
+    log.info(question)
+    try:
+        answer = await ls.window_show_message_request_async(types.ShowMessageRequestParams(
+            types.MessageType.Warning, question, [types.MessageActionItem(DOWNLOAD)]))
+    except JsonRpcException as error:  # a client without the request: the log keeps the question
+        log.warning("the question to download %s was not answered: %s", preset, error)
+        return
+    if answer is None or answer.title != DOWNLOAD:
+        return
+    ls.downloads.allowed.add(preset)
+    if ls.downloads.wanted == preset and apply_options(ls, {"models": {"preset": preset}}):
+        ls.tell(types.MessageType.Info, f"downloading {preset}, as you said")
+        start_loading(ls)
 
 
 @server.feature(types.INITIALIZE)
@@ -395,6 +433,7 @@ def initialize(ls: CompleterServer, params: types.InitializeParams) -> None:
     if not folders and params.root_uri:
         folders = [params.root_uri]
     ls.roots = [Path(path) for uri in folders if uri and (path := to_fs_path(uri))]
+    ls.downloads.allowed.add(ls.config.models.preset)  # the flags': the user's own machine chose it
     ls.several_edits = takes_several_edits(ls, params.initialization_options)
     apply_options(ls, params.initialization_options)
 

@@ -5,9 +5,11 @@ workspace/didChangeConfiguration carry what a checked-in .vscode/settings.json o
 Neovim project-local config says). It refuses each with a warning naming it, completes
 locally, and nothing connects to the host they name. The same values as the server's
 own flags are used. An option under its old name is taken with a warning naming the new
-one, and refused when the new name says otherwise."""
+one, and refused when the new name says otherwise. A preset whose files are not here
+downloads only once the user says so."""
 
 import asyncio
+import shutil
 import time
 
 import pytest
@@ -15,6 +17,9 @@ from lsprotocol import types
 
 from completer.config import machine_options
 from completer.lsp import protocol
+from completer.lsp.loading import DOWNLOAD
+from completer.models.presets import Preset
+from hub_server import FakeHub
 from listener import Listener
 from lsp_session import inline, open_document, start, stats, wait_ready
 
@@ -119,3 +124,64 @@ async def test_an_old_option_name_is_taken_with_a_warning_and_refused_when_the_n
     await stats(client)  # answered after the settings change: any warning it made came before
     assert warnings(client) == []
     await client.shutdown_session()
+
+
+BIG = Preset.from_name("qwen3-coder-30b-a3b")  # some 32 GB from the Hub
+ALLOWED = Preset.from_name("qwen2.5-coder-3b")
+
+
+def change_preset(client, preset: str, **generation) -> None:
+    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+        {protocol.SETTINGS_SECTION: {"models": {"preset": preset}, "generation": {"max_tokens": 16, **generation}}}))
+
+
+@pytest.mark.slow  # a server of its own, and the models loaded twice
+async def test_a_preset_from_the_editors_settings_downloads_only_on_the_users_word(smol, smol_cache, tmp_path,
+                                                                                   monkeypatch):
+    """The Hub (HF_ENDPOINT) has the presets' files (the smol draft under their names). Named
+    in the settings, the big one is asked about in one window/showMessageRequest; dismissed,
+    nothing reaches the Hub and smol serves on. Another one, answered Download, is downloaded
+    and loaded."""
+    cache = tmp_path / "cache"
+    shutil.copytree(smol_cache / "derived", cache / "derived")  # smol's files: converted and derived
+    served = {(file.repo, file.filename): smol.draft for preset in (BIG, ALLOWED)
+              for file in (preset.target, preset.draft)}
+    questions: list[types.ShowMessageRequestParams] = []
+    answers = iter([None, types.MessageActionItem(DOWNLOAD)])
+    with FakeHub(served) as hub:
+        monkeypatch.setenv("HF_ENDPOINT", hub.url)
+        client = await start(cache)
+
+        @client.feature(types.WINDOW_SHOW_MESSAGE_REQUEST)
+        def answer(params):
+            questions.append(params)
+            return next(answers)
+
+        smol_target = (await wait_ready(client))["target"]
+        change_preset(client, BIG.name)
+        for _ in range(100):
+            if questions:
+                break
+            await asyncio.sleep(0.1)
+        assert hub.requests == []
+        assert [question.message for question in questions] == [
+            f"completer: models.preset {BIG.name} from the editor's settings is not on this machine: loading it "
+            f"downloads {BIG.target.describe()} and {BIG.draft.describe()} (size not recorded; {BIG.why}). A "
+            "workspace's settings may name it, so it waits for your word: keeping smol. Download it now, or run "
+            f"`completer models pull {BIG.name}` (it then loads when the server starts again)."]
+        assert [action.title for action in questions[0].actions] == [DOWNLOAD]
+        # Named again (VS Code sends every setting at each change): not asked again.
+        change_preset(client, BIG.name, max_tokens=8)
+        current = await stats(client)
+        assert current["ready"] and current["target"] == smol_target and len(questions) == 1
+        assert hub.requests == []  # smol serves on, and nothing was asked of the Hub
+
+        change_preset(client, ALLOWED.name)
+        deadline = time.monotonic() + 120
+        while (current := await stats(client))["target"] != ALLOWED.target.filename or not current["ready"]:
+            assert not current["error"] and time.monotonic() < deadline, current
+            await asyncio.sleep(0.2)
+        assert len(questions) == 2
+        assert {path for _, path in hub.requests} == {f"/{file.repo}/resolve/{file.revision}/{file.filename}"
+                                                      for file in (ALLOWED.target, ALLOWED.draft)}
+        await client.shutdown_session()
