@@ -11,6 +11,7 @@ in models/derive.py, the writer.
 import hashlib
 import json
 import mmap
+import re
 import struct
 from collections import Counter
 from dataclasses import dataclass
@@ -27,6 +28,24 @@ DEFAULT_ALIGNMENT = 32
 # llama.cpp's own speculative example accepts drafts whose vocabulary is at most
 # this many entries longer or shorter (padding rows), if the shared ids agree.
 MAX_VOCAB_SIZE_DIFFERENCE = 128
+
+# What a header may cost before it is refused: any file from a catalogue can claim
+# arrays of billions of entries, and listing a store reads every header. The largest
+# vocabularies (Gemma's 262,144 tokens) with their scores, types and merges hold about
+# a million entries, and a few MiB of text.
+MAX_ARRAY_ENTRIES = 2**21  # strings walked, and entries kept, in all of a header's arrays together
+MAX_KEPT_BYTES = 2**26  # of the file, kept as strings and numbers
+MAX_FIELDS = 2**16  # models have about fifty
+MAX_TENSORS = 2**16  # the largest models have a few thousand
+MIN_FIELD_BYTES = 8 + 4 + 1  # a key's length, a type, the smallest value
+MIN_TENSOR_BYTES = 8 + 4 + 4 + 8  # a name's length, its dimensions, type and offset
+
+# gguf-split (tools/gguf-split, llama_split_path in src/llama.cpp) writes a model as
+# <prefix>-00001-of-0000n.gguf and on: the metadata in the first shard only, each shard
+# with its number (split.no, from 0) and the count; llama.cpp loads the first.
+SPLIT_NO = "split.no"
+SPLIT_COUNT = "split.count"
+SHARD_NAME = re.compile(r"(?P<prefix>.+)-(?P<number>\d{5})-of-(?P<count>\d{5})\.gguf")
 
 _SCALARS = {
     GGUFValueType.UINT8: "<B",
@@ -89,11 +108,14 @@ class GGUFContents:
 
 
 class _Cursor:
-    """Reads little-endian GGUF values from a buffer, refusing to read past its end."""
+    """Reads little-endian GGUF values from a buffer, refusing to read past its end, and
+    to keep more than a header's share (MAX_ARRAY_ENTRIES, MAX_KEPT_BYTES)."""
 
     def __init__(self, buffer: memoryview):
         self.buffer = buffer
         self.offset = 0
+        self.entries_left = MAX_ARRAY_ENTRIES
+        self.kept_bytes_left = MAX_KEPT_BYTES
 
     def take(self, n: int) -> memoryview:
         if n < 0 or self.offset + n > len(self.buffer):
@@ -103,15 +125,57 @@ class _Cursor:
         self.offset += n
         return view
 
+    def keep(self, n_bytes: int) -> memoryview:
+        self.spend(n_bytes)
+        return self.take(n_bytes)
+
+    def spend(self, n_bytes: int) -> None:
+        self.kept_bytes_left -= n_bytes
+        if self.kept_bytes_left < 0:
+            raise _Malformed(f"its header holds more than {MAX_KEPT_BYTES:,} bytes of metadata, which no model has",
+                             "corrupt: more metadata than any model's")
+
+    def count(self, what: str, n: int, min_bytes: int, most: int) -> int:
+        """`n`, read as the number of something of at least `min_bytes` each, refused
+        when it is more than `most` or than the rest of the file holds."""
+        left = len(self.buffer) - self.offset
+        if n > most or n * min_bytes > left:
+            problem = f"{what} of {n:,} entries, more than {'the file holds' if n <= most else 'any model has'}"
+            raise _Malformed(f"it claims {problem}", f"corrupt: {problem}")
+        return n
+
     def scalar(self, fmt: str):
         return struct.unpack(fmt, self.take(struct.calcsize(fmt)))[0]
 
     def string(self) -> str:
-        raw = self.take(self.scalar("<Q"))
+        raw = self.keep(self.scalar("<Q"))
         try:
             return str(raw, "utf-8")
         except UnicodeDecodeError as error:
             raise _Malformed(f"a string is not UTF-8 ({error})") from None
+
+    def strings(self, n: int, keep: bool) -> list[str] | None:
+        """`n` strings, decoded when `keep`. Their lengths are walked first, so that what
+        they hold is checked against the file's end and MAX_KEPT_BYTES before any is built."""
+        unpack, start, offset = struct.Struct("<Q").unpack_from, self.offset, self.offset
+        for _ in range(n):
+            if offset > len(self.buffer) - 8:
+                self.offset = offset
+                self.take(8)  # refused: past the end
+            offset += 8 + unpack(self.buffer, offset)[0]
+        self.take(offset - start)  # refused if the last string ends past the end
+        if not keep:
+            return None
+        self.spend(offset - start - 8 * n)
+        items, offset = [], start
+        try:
+            for _ in range(n):
+                size = unpack(self.buffer, offset)[0]
+                items.append(str(self.buffer[offset + 8 : offset + 8 + size], "utf-8"))
+                offset += 8 + size
+        except UnicodeDecodeError as error:
+            raise _Malformed(f"a string is not UTF-8 ({error})") from None
+        return items
 
     def value_type(self) -> GGUFValueType:
         raw = self.scalar("<I")
@@ -125,16 +189,25 @@ class _Cursor:
             return self.string()
         if vtype != GGUFValueType.ARRAY:
             return self.scalar(_SCALARS[vtype])
+        return self.array(keep)
+
+    def array(self, keep: bool) -> list | None:
+        """An array's entries when `keep`, else None; either way the cursor is past it. Only
+        what is kept or walked (strings, whose lengths vary) counts against MAX_ARRAY_ENTRIES."""
         sub_type = self.value_type()
-        count = self.scalar("<Q")
         if sub_type == GGUFValueType.ARRAY:
             raise _Malformed("nested arrays are not used by any model format")
+        entry_bytes = 8 if sub_type == GGUFValueType.STRING else struct.calcsize(_SCALARS[sub_type])
+        walked = keep or sub_type == GGUFValueType.STRING
+        count = self.count("an array", self.scalar("<Q"), entry_bytes, self.entries_left if walked else 2**64)
+        if walked:
+            self.entries_left -= count
         if sub_type == GGUFValueType.STRING:
-            items = [self.string() for _ in range(count)]
-            return items if keep else None
-        fmt = _SCALARS[sub_type]
-        raw = self.take(struct.calcsize(fmt) * count)
-        return [item for (item,) in struct.iter_unpack(fmt, raw)] if keep else None
+            return self.strings(count, keep)
+        if not keep:
+            self.take(entry_bytes * count)
+            return None
+        return [item for (item,) in struct.iter_unpack(_SCALARS[sub_type], self.keep(entry_bytes * count))]
 
 
 def _n_elements(shape: tuple[int, ...]) -> int:
@@ -159,6 +232,14 @@ def read_gguf(path: str | Path, keep_arrays: bool = False) -> GGUFContents:
     Arrays (vocabulary, merges) are skipped unless keep_arrays is set.
     """
     path = Path(path)
+    try:
+        return _read(path, keep_arrays)
+    except OSError as error:  # a file or folder this user may not read (Path.exists raises on those)
+        raise NotAModel(f"{path} cannot be read ({error.strerror}). Check its permissions and its folder's, "
+                        "or pass another GGUF file.", f"cannot be read ({error.strerror})") from None
+
+
+def _read(path: Path, keep_arrays: bool) -> GGUFContents:
     if not path.exists():
         raise NotAModel(f"model file not found: {path}. Run `completer models pull PRESET`, or check the path.",
                         "not found")
@@ -185,7 +266,8 @@ def _parse(path: Path, buffer: memoryview, size: int, keep_arrays: bool) -> GGUF
     version = cursor.scalar("<I")
     if version not in (2, 3):
         raise _Malformed(f"GGUF version {version} (llama.cpp reads 2 and 3)")
-    n_tensors, n_fields = cursor.scalar("<Q"), cursor.scalar("<Q")
+    n_tensors = cursor.count("a tensor table", cursor.scalar("<Q"), MIN_TENSOR_BYTES, MAX_TENSORS)
+    n_fields = cursor.count("a metadata table", cursor.scalar("<Q"), MIN_FIELD_BYTES, MAX_FIELDS)
     fields: dict[str, Field] = {}
     for _ in range(n_fields):
         key = cursor.string()
@@ -260,9 +342,71 @@ def _file_type(tensors: list[TensorLocation]) -> str:
     return matrix_types.most_common(1)[0][0] if matrix_types else "none"
 
 
+def _shard_name(path: Path, number: int, count: int, wanted: int) -> Path | None:
+    """Shard `wanted` of the split model whose shard `number` is `path`, named as
+    llama.cpp finds it (llama_split_prefix): None when `path` is not named so."""
+    postfix = f"-{number:05d}-of-{count:05d}.gguf"
+    if not path.name.endswith(postfix) or path.name == postfix:
+        return None
+    return path.with_name(f"{path.name.removesuffix(postfix)}-{wanted:05d}-of-{count:05d}.gguf")
+
+
+def first_shard(path: Path) -> Path | None:
+    """The first shard of the split model whose later shard `path` is, by its name; None
+    for any other file."""
+    named = SHARD_NAME.fullmatch(path.name)
+    if named is None or int(named["number"]) <= 1:
+        return None
+    return path.with_name(f"{named['prefix']}-00001-of-{named['count']}.gguf")
+
+
+def model_shards(contents: GGUFContents) -> list[GGUFContents]:
+    """The headers of every file of the model whose first file `contents` is: itself, or
+    each shard of a split model in order. NotAModel for a later shard, or a shard missing
+    or not of this model (llama.cpp would refuse them)."""
+    path, count = contents.path, int(contents.get(SPLIT_COUNT, 0))
+    number = int(contents.get(SPLIT_NO, 0)) + 1
+    if count <= 1:
+        return [contents]
+    first = _shard_name(path, number, count, 1)
+    if first is None:
+        raise NotAModel(f"{path} is shard {number} of {count} of a split model, but not named "
+                        f"NAME-{number:05d}-of-{count:05d}.gguf, by which llama.cpp finds the others. Rename it.",
+                        f"shard {number} of {count} of a split model, not named as llama.cpp finds the others")
+    if number != 1:
+        raise NotAModel(f"{path} is shard {number} of {count} of a split model: pass its first shard, {first}.",
+                        f"shard {number} of {count} of a split model: llama.cpp loads it through the first, "
+                        f"{first.name}")
+    shards = [contents]
+    for number in range(2, count + 1):
+        shards.append(_shard(path, _shard_name(path, 1, count, number), number, count))
+    return shards
+
+
+def _shard(first: Path, path: Path, number: int, count: int) -> GGUFContents:
+    """Shard `number` of the split model whose first shard is `first`, or NotAModel."""
+    try:
+        contents = read_gguf(path)
+    except NotAModel as problem:
+        reason = problem.reason
+    else:
+        found = (int(contents.get(SPLIT_NO, -1)) + 1, int(contents.get(SPLIT_COUNT, 0)))
+        if found == (number, count):
+            return contents
+        reason = f"it says it is shard {found[0]} of {found[1]}"
+    raise NotAModel(f"{first} is the first of {count} shards of a split model; shard {number} ({path}): {reason}. "
+                    f"{_fix_hint(first)}", f"shard {number} of {count} ({path.name}): {reason}")
+
+
+def _size_bytes(shards: list[GGUFContents]) -> int:
+    return sum(shard.path.stat().st_size for shard in shards)
+
+
 def check_gguf(path: str | Path) -> GGUFHeader:
-    """Validate a GGUF model file and return its header, or raise ModelError saying what to do."""
+    """Validate a GGUF model file (every shard of a split one) and return its header, or
+    raise ModelError saying what to do."""
     contents = read_gguf(path)
+    shards = model_shards(contents)
     architecture, layers = _model_architecture(contents)
     return GGUFHeader(
         path=contents.path,
@@ -272,8 +416,8 @@ def check_gguf(path: str | Path) -> GGUFHeader:
         n_embd=int(contents.get(f"{architecture}.embedding_length", 0)),
         context_length=int(contents.get(f"{architecture}.context_length", 0)),
         tokenizer_model=contents.get("tokenizer.ggml.model"),
-        file_type=_file_type(contents.tensors),
-        size_bytes=contents.path.stat().st_size,
+        file_type=_file_type([tensor for shard in shards for tensor in shard.tensors]),
+        size_bytes=_size_bytes(shards),
     )
 
 
@@ -363,6 +507,7 @@ class ModelFacts:
     vocabulary_id: str  # equal for files whose token ids mean the same: a target and its drafts
     kv_bytes_per_token: int  # an f16 KV cache, all layers
     sliding_window: int  # tokens some layers attend to; 0 when every layer sees the whole context
+    shards: int  # files: more than one for a split model, loaded through the first (its path)
 
 
 def model_facts(path: str | Path) -> ModelFacts:
@@ -372,16 +517,18 @@ def model_facts(path: str | Path) -> ModelFacts:
     if contents.get("general.architecture") == "clip":
         raise NotAModel(f"{path} is a vision projector (clip), not a language model. Pass the model itself.",
                         "a vision projector (clip), not a language model")
-    if not contents.tensors:
+    shards = model_shards(contents)
+    tensors = [tensor for shard in shards for tensor in shard.tensors]
+    if not tensors:
         raise NotAModel(f"{path} holds a vocabulary only, no weights. Pass a model file.",
                         "vocabulary only, no weights")
     architecture, _ = _model_architecture(contents)
     fim = [fim_token_id(contents, keys, spellings) for keys, spellings in (FIM_PREFIX, FIM_SUFFIX, FIM_MIDDLE)]
     return ModelFacts(
         architecture=architecture,
-        parameters=sum(_n_elements(t.shape) for t in contents.tensors),
-        quantization=_file_type(contents.tensors),
-        size_bytes=path.stat().st_size,
+        parameters=sum(_n_elements(t.shape) for t in tensors),
+        quantization=_file_type(tensors),
+        size_bytes=_size_bytes(shards),
         context_length=int(contents.get(f"{architecture}.context_length", 0)),
         has_fim=has_fim_tokens(*fim),
         is_chat=contents.get("tokenizer.chat_template") is not None,
@@ -390,6 +537,7 @@ def model_facts(path: str | Path) -> ModelFacts:
         vocabulary_id=vocabulary_id(contents),
         kv_bytes_per_token=kv_bytes_per_token(contents, architecture),
         sliding_window=int(contents.get(f"{architecture}.attention.sliding_window", 0)),
+        shards=len(shards),
     )
 
 

@@ -10,6 +10,7 @@ used becomes one line of Scan.skipped that names it and says why.
 """
 
 import difflib
+import errno
 import json
 import os
 import re
@@ -19,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from completer.models.errors import ModelError
-from completer.models.gguf_file import ModelFacts, NotAModel, model_facts
+from completer.models.gguf_file import ModelFacts, NotAModel, first_shard, model_facts
 from completer.models.paths import HUB_FOLDER, LLAMA_BUILDS_FOLDER, cache_dir, hub_cache_dir
 
 STORES = ("ollama", "lmstudio", "hf", "llama.cpp", "cache")
@@ -38,12 +39,16 @@ OLLAMA_PARTS = (re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.:-]{0,349}"), re.compile(r"
 
 HUB_REPO_PREFIX = "models--"  # the hub cache's folder for repository owner/name is models--owner--name
 
+# Folders below a store walked at most: the deepest layout is a hub repository's own
+# folders in a snapshot; a tree deeper than this is one line, not a crash.
+MAX_FOLDER_DEPTH = 32
+
 
 @dataclass(frozen=True)
 class FoundModel:
     name: str  # how a user names it: "ollama:qwen2.5-coder:1.5b-base", "hf:owner/repo/file.gguf"
     store: str  # one of STORES
-    path: Path  # the real file, links resolved
+    path: Path  # the real file, links resolved; a split model's first shard as its store names it
     facts: ModelFacts
 
 
@@ -60,6 +65,11 @@ class _Entry:
     name: str
     store: str
     path: Path  # resolved
+    named: Path  # as the store names it: a split model's other shards are found beside this name
+
+
+def _entry(name: str, store: str, file: Path) -> _Entry:
+    return _Entry(name, store, _real(file), file)
 
 
 # What a store's reader yields: its entries, and a line for each thing it cannot use.
@@ -109,11 +119,19 @@ def scan(environ: Mapping[str, str] = os.environ, home: Path | None = None) -> S
     """Every store's models with their facts, and a line for each file that could not be used."""
     listed = list(_listed(environ, home or Path.home()))
     entries = sorted((e for e in listed if isinstance(e, _Entry)), key=lambda e: (STORES.index(e.store), e.name))
-    unique, hidden = _unique(entries)
+    unique, hidden = _unique(_without_later_shards(entries))
     models = [_found_model(entry) for entry in unique]
     found = [model for model in models if isinstance(model, FoundModel)]
-    skipped = [line for line in [*listed, *hidden, *models] if isinstance(line, str)]
+    # The links of a loop each say the same line.
+    skipped = list(dict.fromkeys(line for line in [*listed, *hidden, *models] if isinstance(line, str)))
     return Scan(found, skipped)
+
+
+def _without_later_shards(entries: list[_Entry]) -> list[_Entry]:
+    """The entries but for a split model's shards after the first, where the first is one
+    too: they are read with it."""
+    named = {entry.named for entry in entries}
+    return [entry for entry in entries if first_shard(entry.named) not in named]
 
 
 def _unique(entries: list[_Entry]) -> tuple[list[_Entry], list[str]]:
@@ -136,11 +154,16 @@ def _unique(entries: list[_Entry]) -> tuple[list[_Entry], list[str]]:
 def _found_model(entry: _Entry) -> FoundModel | str:
     """The entry with its facts, or the line saying why it is not a usable model."""
     try:
-        return FoundModel(entry.name, entry.store, entry.path, model_facts(entry.path))
+        return _read_model(entry)
     except NotAModel as problem:
         return f"{entry.name} ({entry.path}): {problem.reason}"
-    except OSError as error:
-        return f"{entry.name} ({entry.path}): cannot be read ({error.strerror})"
+
+
+def _read_model(entry: _Entry) -> FoundModel:
+    """The entry with its facts, or NotAModel. llama.cpp finds a split model's other shards
+    by the first one's name, which its path keeps (a hub blob's name is its digest)."""
+    facts = model_facts(entry.named)
+    return FoundModel(entry.name, entry.store, entry.named if facts.shards > 1 else entry.path, facts)
 
 
 def locate(name: str, environ: Mapping[str, str] = os.environ, home: Path | None = None) -> Path:
@@ -151,11 +174,10 @@ def locate(name: str, environ: Mapping[str, str] = os.environ, home: Path | None
     if match is None:
         raise ModelError(_unknown_name_message(name, [e.name for e in entries]))
     try:
-        model_facts(match.path)
+        return _read_model(match).path
     except NotAModel as problem:
         raise ModelError(f"{name} is {match.path}, which cannot be used: {problem.reason}. "
                          f"Run `{LIST_COMMAND}` to see the models that can.") from None
-    return match.path
 
 
 def is_store_name(text: str) -> bool:
@@ -183,27 +205,80 @@ def _unknown_name_message(name: str, names: list[str]) -> str:
 def _listed(environ: Mapping[str, str], home: Path) -> Iterator[_Listed]:
     """Every store's entries and lines, store by store; a missing store is nothing."""
     for store, root in store_roots(environ, home):
-        if root.is_dir():
-            yield from _READERS[store](root.resolve())
+        is_store = _looked_at(root, Path.is_dir)
+        if isinstance(is_store, str):
+            yield is_store
+        elif is_store:
+            yield from _READERS[store](_real(root))
 
 
-# Walking a store: every reader lists folders through these two.
+# Walking a store: every reader lists folders through _listing, which looks at each entry
+# (so that Path's tests of it raise nothing after), and _at_depth and _files_below.
+
+def _real(path: Path) -> Path:
+    """The path, links resolved. Unlike Path.resolve, it raises no RuntimeError on a loop
+    (Python 3.11 and 3.12): a loop is left unresolved, and _listing makes it a line."""
+    return Path(os.path.realpath(path))
+
+
+def _looked_at(path: Path, test: Callable[[Path], bool]) -> bool | str:
+    """test(path) (Path.is_dir, Path.is_file), or the line saying why the path cannot be
+    looked at: those tests raise on a folder that can be listed but not entered."""
+    try:
+        return test(path)
+    except OSError as error:
+        return f"{path}: cannot be read ({error.strerror})"
+
 
 def _listing(folder: Path, root: Path) -> Iterator[Path | str]:
-    """A folder's entries by name; a link that leads out of the store (`root`) is a line, not an entry."""
-    if not folder.is_dir():
+    """A folder's entries by name; a link that leads out of the store (`root`) or into a
+    loop, an entry that cannot be looked at, and a folder that cannot be entered are a line."""
+    is_folder = _looked_at(folder, Path.is_dir)
+    if isinstance(is_folder, str):
+        yield is_folder
+    if is_folder is not True:
         return
     try:
         names = sorted(os.listdir(folder))
+        for name in names:
+            os.lstat(folder / name)  # listed is not entered: a folder without x (`chmod -R 644`)
     except OSError as error:
-        yield f"{folder}: cannot be read ({error.strerror})"
+        verb = "entered" if error.errno == errno.EACCES else "read"
+        yield f"{folder}: cannot be {verb} ({error.strerror})"
         return
     for name in names:
         entry = folder / name
-        if entry.resolve().is_relative_to(root):
-            yield entry
-        else:
-            yield f"{entry}: a link out of the store (to {entry.resolve()}), not followed"
+        yield _link_problem(entry, root) or entry
+
+
+def _link_problem(entry: Path, root: Path) -> str | None:
+    """Why an entry is not to be followed: it leads out of the store or into a loop, or
+    what it leads to cannot be looked at. None for a link to a missing file."""
+    try:
+        entry.stat()
+    except OSError as error:
+        if error.errno == errno.ELOOP:
+            return f"{_loop(entry) or entry}: links in a loop, not followed"
+        if error.errno not in (errno.ENOENT, errno.ENOTDIR):
+            return f"{entry}: cannot be read ({error.strerror})"
+    real = _real(entry)
+    return None if real.is_relative_to(root) else f"{entry}: a link out of the store (to {real}), not followed"
+
+
+def _loop(link: Path) -> str | None:
+    """The loop a link leads into, `a -> b -> a` from the first path by name, so that each
+    of its links says the same; None when it is no loop of links alone."""
+    chain: list[Path] = []
+    while link not in chain:
+        try:
+            target = os.readlink(link)
+        except OSError:  # not a link: a loop through folders, or a chain too long
+            return None
+        chain.append(link)
+        link = Path(os.path.normpath(link.parent / target))
+    loop = chain[chain.index(link):]
+    start = loop.index(min(loop))
+    return " -> ".join(str(path) for path in [*loop[start:], *loop[:start], loop[start]])
 
 
 def _at_depth(folder: Path, root: Path, depth: int) -> Iterator[Path | str]:
@@ -215,14 +290,19 @@ def _at_depth(folder: Path, root: Path, depth: int) -> Iterator[Path | str]:
             yield from _at_depth(entry, root, depth - 1)
 
 
-def _files_below(folder: Path, root: Path, leave_out: frozenset[Path] = frozenset()) -> Iterator[Path | str]:
+def _files_below(folder: Path, root: Path, leave_out: frozenset[Path] = frozenset(),
+                 depth: int = MAX_FOLDER_DEPTH) -> Iterator[Path | str]:
     """Every file below a folder (a link to a missing file included), and the lines of _listing.
     A link to a folder is not walked: the folder it leads to is in the store and walked as itself."""
     for entry in _listing(folder, root):
         if isinstance(entry, str) or not entry.is_dir():
             yield entry
-        elif not entry.is_symlink() and entry not in leave_out:
-            yield from _files_below(entry, root, leave_out)
+        elif entry.is_symlink() or entry in leave_out:
+            continue
+        elif depth == 0:
+            yield f"{entry}: more than {MAX_FOLDER_DEPTH} folders deep below the store, not read"
+        else:
+            yield from _files_below(entry, root, leave_out, depth - 1)
 
 
 def _is_gguf(path: Path) -> bool:
@@ -253,15 +333,18 @@ def _ollama_entry(root: Path, manifest: Path) -> _Listed:
     if not isinstance(digest, str) or not OLLAMA_DIGEST.fullmatch(digest):
         return f"{where}: manifest names no valid blob digest ({digest!r})"
     blob = root / "blobs" / digest.replace(":", "-")
-    if not blob.is_file():
+    is_file = _looked_at(blob, Path.is_file)
+    if isinstance(is_file, str):
+        return f"{where}: {is_file}"
+    if not is_file:
         return f"{where}: manifest names blob {blob.name}, which is missing"
-    if not blob.resolve().is_relative_to(root):
-        return f"{where}: blob {blob.name} is a link out of the store (to {blob.resolve()}), not followed"
+    if not _real(blob).is_relative_to(root):
+        return f"{where}: blob {blob.name} is a link out of the store (to {_real(blob)}), not followed"
     size, expected = blob.stat().st_size, layer.get("size")
     if isinstance(expected, int) and size != expected:
         truncated = "truncated: " if size < expected else ""
         return f"{where}: {truncated}blob {blob.name} has {size} bytes, the manifest says {expected}"
-    return _Entry(name, "ollama", blob.resolve())
+    return _entry(name, "ollama", blob)
 
 
 def _ollama_model_layer(manifest: Path) -> dict | str:
@@ -323,7 +406,7 @@ def _lmstudio_repo(root: Path, repo: Path) -> Iterator[_Listed]:
     if not files and not lines:
         yield f"{repo}: no .gguf file in this LM Studio folder (other formats, such as MLX, are not read)"
     for file in files:
-        yield _Entry(f"lmstudio:{file.relative_to(root).as_posix()}", "lmstudio", file.resolve())
+        yield _entry(f"lmstudio:{file.relative_to(root).as_posix()}", "lmstudio", file)
 
 
 def _hub_entries(root: Path, store: str) -> Iterator[_Listed]:
@@ -345,7 +428,7 @@ def _hub_repo(repo: Path, store: str) -> Iterator[_Listed]:
     """A repository's .gguf files, each from the newest revision that holds it."""
     repo_id = repo.name.removeprefix(HUB_REPO_PREFIX).replace("--", "/")
     newest: dict[str, Path] = {}
-    for item in _snapshot_files(repo.resolve()):
+    for item in _snapshot_files(_real(repo)):
         if isinstance(item, str):
             yield item
             continue
@@ -354,9 +437,9 @@ def _hub_repo(repo: Path, store: str) -> Iterator[_Listed]:
             newest[relative] = file
     for relative, file in sorted(newest.items()):
         if file.is_file():
-            yield _Entry(f"{store}:{repo_id}/{relative}", store, file.resolve())
+            yield _entry(f"{store}:{repo_id}/{relative}", store, file)
         elif file.is_symlink():
-            yield f"{file}: a link to {file.resolve()}, which is missing"
+            yield f"{file}: a link to {_real(file)}, which is missing"
         else:
             yield f"{file}: not a regular file"
 
@@ -386,7 +469,7 @@ def _llama_cpp_entries(root: Path) -> Iterator[_Listed]:
         elif _is_hub_repo(entry):
             yield from _hub_repo(entry, "llama.cpp")
         elif entry.is_file() and _is_gguf(entry):
-            yield _Entry(f"llama.cpp:{entry.name}", "llama.cpp", entry.resolve())
+            yield _entry(f"llama.cpp:{entry.name}", "llama.cpp", entry)
 
 
 def _cache_entries(root: Path) -> Iterator[_Listed]:
@@ -397,7 +480,7 @@ def _cache_entries(root: Path) -> Iterator[_Listed]:
         if isinstance(file, str):
             yield file
         elif _is_gguf(file):
-            yield _Entry(f"cache:{file.relative_to(root).as_posix()}", "cache", file.resolve())
+            yield _entry(f"cache:{file.relative_to(root).as_posix()}", "cache", file)
 
 
 _READERS: dict[str, Callable[[Path], Iterator[_Listed]]] = {

@@ -1,9 +1,14 @@
 """Model files: validation, derivation, vocabulary checks. Bad files give one clear error."""
 
 import hashlib
+import json
 import shutil
+import struct
+import subprocess
+import sys
 
 import pytest
+from gguf import GGUFValueType
 
 from completer.models.backend import LlamaModel, ran_out_of_memory
 from completer.models.derive import derive_draft, rewrite_gguf
@@ -121,3 +126,47 @@ def test_running_out_of_memory_is_told_apart_from_other_load_failures():
     assert ran_out_of_memory(["alloc_tensor_range: failed to allocate RPC0[127.0.0.1:50112] buffer of size 15"])
     assert ran_out_of_memory(["ggml_cuda_device_malloc: CUDA error: out of memory"])
     assert not ran_out_of_memory(["llama_model_load: error loading model: missing tensor 'output_norm.weight'"])
+
+
+# A header crafted to cost memory: an array that claims far more entries than any model
+# has. Each is read in a child process, its memory bounded so that the old cost (a
+# Python object per entry) fails there rather than on the machine.
+READ_HEADER = """
+import json, resource, sys, time
+resource.setrlimit(resource.RLIMIT_AS, (3 * 2**30, 3 * 2**30))
+from completer.models.gguf_file import NotAModel, model_facts
+before, start = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss, time.perf_counter()
+try:
+    model_facts(sys.argv[1])
+    refused = None
+except NotAModel as problem:
+    refused = problem.reason
+seconds = time.perf_counter() - start
+grown = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) * 1024
+print(json.dumps({"refused": refused, "seconds": seconds, "grown": grown}))
+"""
+
+
+def crafted_header(path, sub_type: GGUFValueType, count: int, size: int):
+    """A GGUF of one field, an array of `count` entries of `sub_type`, in a sparse file of
+    `size` bytes (zeros after the header: empty strings, or zero numbers)."""
+    key = b"tokenizer.ggml.tokens"
+    with open(path, "wb") as file:
+        file.write(b"GGUF" + struct.pack("<IQQ", 3, 0, 1) + struct.pack("<Q", len(key)) + key)
+        file.write(struct.pack("<IIQ", GGUFValueType.ARRAY, sub_type, count))
+        file.truncate(size)
+    return path
+
+
+@pytest.mark.parametrize("sub_type, count, size", [
+    (GGUFValueType.UINT8, 10**9, 2**30),  # it fits the file: refused as larger than any model's arrays
+    (GGUFValueType.STRING, 10**9, 2**30),  # an empty string is 8 bytes: it cannot fit the file
+    (GGUFValueType.STRING, 2**40, 64 * 2**20),
+], ids=["u8 array", "strings", "2^40 strings"])
+def test_a_header_claiming_a_huge_array_is_refused_at_once(tmp_path, sub_type, count, size):
+    path = crafted_header(tmp_path / "crafted.gguf", sub_type, count, size)
+    run = subprocess.run([sys.executable, "-c", READ_HEADER, str(path)], capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout)
+    assert result["refused"] and "array" in result["refused"], result
+    assert result["seconds"] < 2 and result["grown"] < 50 * 2**20, result

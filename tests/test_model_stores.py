@@ -10,6 +10,9 @@ import os
 import re
 import shutil
 import string
+import subprocess
+import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -26,6 +29,8 @@ from completer.models.gguf_file import FIM_PREFIX, Field, GGUFContents, fim_toke
 from completer.models.gguf_file import read_gguf
 from completer.models.stores import OLLAMA_PARTS, STORES, Scan, is_store_name, locate, ollama_name, ollama_parts
 from completer.models.stores import scan, store_roots
+from tests.conftest import REPO
+from tests.synthetic_gguf import write_qwen2_gguf
 
 OLLAMA_MANIFEST = "application/vnd.docker.distribution.manifest.v2+json"
 
@@ -414,3 +419,159 @@ def test_missing_stores_are_nothing_and_are_not_made(tmp_path):
     home.mkdir()
     assert scan({}, home) == Scan([], [])
     assert list(home.iterdir()) == []
+
+
+# What a careless or hostile store holds: each is one line, and the other models are still found.
+
+def test_a_link_loop_is_one_line_and_the_other_models_are_found(layout, files):
+    repo = layout.home / ".lmstudio" / "models" / "me" / "circle"
+    good = place(files.draft, repo / "good.gguf")
+    (repo / "loop1.gguf").symlink_to("loop2.gguf")
+    (repo / "loop2.gguf").symlink_to("loop1.gguf")
+    result = scan(layout.environ, layout.home)
+    first, second = repo / "loop1.gguf", repo / "loop2.gguf"
+    assert result.skipped == [f"{first} -> {second} -> {first}: links in a loop, not followed"]
+    assert {m.name: m.path for m in result.found} == {**layout.expected, "lmstudio:me/circle/good.gguf": good}
+    assert locate("lmstudio:me/circle/good.gguf", layout.environ, layout.home) == good
+
+
+def test_a_tree_too_deep_is_one_line_and_the_other_models_are_found(layout):
+    deep = layout.home / ".cache" / "completer" / "deep"
+    folder = deep
+    for _ in range(1000):  # os.makedirs recurses as deep as the tree
+        folder = folder / "d"
+        folder.mkdir(parents=folder.parent == deep)
+    try:
+        result = scan(layout.environ, layout.home)
+        assert len(result.skipped) == 1 and "folders deep below the store, not read" in result.skipped[0]
+        assert result.skipped[0].startswith(str(deep))
+        assert {m.name: m.path for m in result.found} == layout.expected
+    finally:
+        subprocess.run(["rm", "-rf", str(deep)], check=True)  # shutil.rmtree recurses as deep as the tree
+
+
+# As a user whose files these are, not as root (root enters any folder and reads any file).
+SCAN_AS_USER = """
+import json, sys
+from pathlib import Path
+from completer.models.errors import ModelError
+from completer.models.stores import locate, scan
+home = Path(sys.argv[1])
+result = scan({}, home)
+try:
+    located = str(locate(sys.argv[2], {}, home))
+except ModelError as error:
+    located = str(error)
+print(json.dumps({"found": [m.name for m in result.found], "skipped": result.skipped, "located": located}))
+"""
+
+
+def unprivileged() -> list[str]:
+    """The command prefix that runs a program as a user without root's right to read anything."""
+    if os.geteuid() != 0:
+        return []
+    if not shutil.which("setpriv"):
+        pytest.skip("running as root without setpriv: permissions would not be checked")
+    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"]
+
+
+@pytest.fixture
+def shared_home():
+    """A home folder that another user can read (pytest's own tmp_path is root's alone)."""
+    home = Path(tempfile.mkdtemp(prefix="completer-stores-"))
+    home.chmod(0o755)
+    yield home
+    subprocess.run(["chmod", "-R", "u+rwx", str(home)], check=True)
+    shutil.rmtree(home)
+
+
+def qwen_at(path: Path) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return write_qwen2_gguf(path)
+
+
+def test_a_folder_or_file_that_cannot_be_read_is_one_line(shared_home):
+    lmstudio = shared_home / ".lmstudio" / "models"
+    good, locked, shut = (qwen_at(lmstudio / "me" / repo / "qwen.gguf") for repo in ("good", "locked", "shut"))
+    derived = qwen_at(shared_home / ".cache" / "completer" / "derived" / "x.gguf")
+    subprocess.run(["chmod", "-R", "a+rX", str(shared_home)], check=True)
+    locked.parent.chmod(0o644)  # listed, not entered: what `chmod -R 644` leaves
+    derived.parent.chmod(0o600)  # neither listed nor entered
+    shut.chmod(0o000)
+    run = subprocess.run([*unprivileged(), sys.executable, "-c", SCAN_AS_USER, str(shared_home),
+                          "lmstudio:me/shut/qwen.gguf"], capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert run.returncode == 0, run.stderr[-2000:]
+    result = json.loads(run.stdout)
+    assert result["found"] == ["lmstudio:me/good/qwen.gguf"]
+    assert sorted(result["skipped"]) == [
+        f"{derived.parent}: cannot be entered (Permission denied)",
+        f"{locked.parent}: cannot be entered (Permission denied)",
+        f"lmstudio:me/shut/qwen.gguf ({shut}): cannot be read (Permission denied)"]
+    assert "\n" not in result["located"] and f"{shut}" in result["located"]
+    assert "cannot be read (Permission denied)" in result["located"]
+
+
+# A split model (gguf-split, or the gguf package's writer): the metadata in the first
+# shard only, the tensors spread over all, each shard <name>-0000k-of-0000n.gguf.
+
+def split_copy(source: Path, destination: Path, max_tensors: int) -> list[Path]:
+    """A float32 model rewritten as shards of at most `max_tensors` tensors each."""
+    contents = read_gguf(source, keep_arrays=True)
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    writer = GGUFWriter(destination, contents.get("general.architecture"), split_max_tensors=max_tensors)
+    for key, field in contents.fields.items():
+        if key != "general.architecture":
+            writer.add_key_value(key, field.value, field.type, field.sub_type)
+    data = np.memmap(source, dtype=np.float32, mode="r")
+    for tensor in contents.tensors:
+        start = tensor.offset // 4
+        writer.add_tensor(tensor.name, data[start : start + tensor.n_bytes // 4].reshape(tuple(reversed(tensor.shape))))
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    return sorted(destination.parent.glob(destination.stem + "-*-of-*.gguf"))
+
+
+def test_a_split_model_is_one_model_of_its_whole_size(layout, tmp_path):
+    whole = write_qwen2_gguf(tmp_path / "qwen.gguf")
+    shards = split_copy(whole, tmp_path / "split" / "qwen.gguf", max_tensors=10)
+    assert [s.name for s in shards] == [f"qwen-0000{k}-of-00003.gguf" for k in (1, 2, 3)]
+    repo = layout.home / ".lmstudio" / "models" / "me" / "qwen-split"
+    for shard in shards:
+        place(shard, repo / shard.name)
+    for shard in shards:  # and the same shards in the hub cache: snapshot links to sha256-named blobs
+        hub_file(layout.home / ".cache" / "huggingface" / "hub", "me/qwen-split", "f" * 40, shard.name, shard)
+    result = scan(layout.environ, layout.home)
+    assert result.skipped == []
+    split = {m.name: m for m in result.found if "qwen" in m.name}
+    lmstudio_name, hub_name = "lmstudio:me/qwen-split/qwen-00001-of-00003.gguf", "hf:me/qwen-split/qwen-00001-of-00003.gguf"
+    assert sorted(split) == [hub_name, lmstudio_name]
+    facts = model_facts(whole)
+    for model in split.values():
+        assert model.facts.size_bytes == sum(s.stat().st_size for s in shards)
+        assert (model.facts.parameters, model.facts.vocabulary_id) == (facts.parameters, facts.vocabulary_id)
+    # llama.cpp finds the other shards by the first one's name: the path keeps it.
+    path = locate(hub_name, layout.environ, layout.home)
+    assert path.name == shards[0].name
+    model = LlamaModel(path, n_gpu_layers=0)
+    try:
+        assert model.n_layers == 2
+    finally:
+        model.close()
+
+
+def test_a_split_model_missing_a_shard_is_one_line(layout, tmp_path):
+    shards = split_copy(write_qwen2_gguf(tmp_path / "qwen.gguf"), tmp_path / "split" / "qwen.gguf", max_tensors=10)
+    repo = layout.home / ".lmstudio" / "models" / "me" / "qwen-split"
+    for shard in shards[:2]:
+        place(shard, repo / shard.name)
+    result = scan(layout.environ, layout.home)
+    assert len(result.skipped) == 1
+    assert result.skipped[0].startswith(f"lmstudio:me/qwen-split/qwen-00001-of-00003.gguf ({repo / shards[0].name}): ")
+    assert "shard 3 of 3" in result.skipped[0] and "not found" in result.skipped[0]
+    # A later shard alone is named as one: llama.cpp loads a split model from its first shard.
+    (repo / shards[0].name).unlink()
+    assert scan(layout.environ, layout.home).skipped == [
+        f"lmstudio:me/qwen-split/qwen-00002-of-00003.gguf ({repo / shards[1].name}): "
+        f"shard 2 of 3 of a split model: llama.cpp loads it through the first, {shards[0].name}"]
