@@ -236,8 +236,10 @@ class CacheOptions:
         "models with recurrent layers (hybrid or recurrent: Qwen3.5, Granite 4.0-H, Mamba-2), whose state cannot "
         "be cut back to where an edit is: memory for copies of the live document's state at the lines around "
         "the last edit and the prompt's end, so that an edit evaluates the text from the nearest copy before it, "
-        "not the whole prompt. Each copy is one recurrent state: 20 to 52 MB at half a billion parameters (random "
-        "qwen35, granitehybrid and mamba2 of those shapes). 0 = no copies: every edit re-reads the prompt",
+        "not the whole prompt. The target's and a recurrent draft model's copies share it: past it, the one "
+        "holding more loses its oldest. Each copy is one recurrent state: 20 to 52 MB at half a billion "
+        "parameters (random qwen35, granitehybrid and mamba2 of those shapes). Lowered, what is over it is freed "
+        "at once. 0 = no copies: every edit re-reads the prompt",
     )
 
 

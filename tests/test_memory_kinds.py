@@ -9,19 +9,24 @@ evaluation's."""
 
 import json
 import threading
+from dataclasses import replace
 
 import numpy as np
 import pytest
 
 from completer.bench.run import target_copy, with_every_nth_changed
-from completer.config import CacheOptions
+from completer.config import CacheOptions, Config
+from completer.decoders.local import LocalDecoder
+from completer.decoders.protocol import Decode, Decoded
 from completer.engine.drafts import ModelDrafter
 from completer.engine.generation import MAX_TREE_BRANCHES, PROMPT_PIECE, Engine, generate
 from completer.engine.kv import CHECKPOINT_SPACING, KVSequence, evaluate_in_pieces
 from completer.engine.speculative import Sampling
+from completer.engine.tuning import CostModel
 from completer.models.backend import (HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES, SLIDING_WINDOW, LlamaContext,
                                      LlamaModel)
 from completer.models.synthetic import write_model
+from completer.requests import CancelFlag
 from conftest import run_completer
 
 pytestmark = pytest.mark.slow  # minutes of real models, the synthetic ones written first
@@ -153,7 +158,7 @@ def test_a_verify_batch_cut_back_leaves_a_fresh_evaluations_logits(model):
     its first 5 (qwen35: within llama.cpp's rollback snapshots; the others: to a
     checkpoint, and the 5 evaluated again), then the next tokens' logits."""
     prompt, drafted, after = prompt_of(model, 200), prompt_of(model, 260)[200:212], prompt_of(model, 280)[265:275]
-    sequence = KVSequence(LlamaContext(model, n_ctx=512, rollback_tokens=16), checkpoint_mb=256)
+    sequence = KVSequence(LlamaContext(model, n_ctx=512, rollback_tokens=16), budget=256)
     sequence.extend(prompt)
     sequence.expect_cut(len(drafted))
     sequence.extend(drafted, logits_at=range(len(drafted)))
@@ -284,3 +289,69 @@ def test_a_prompt_cancelled_mid_evaluation_leaves_a_state_the_next_request_can_u
     fresh = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
     edited = prompt[:50] + prompt[60:] + prompt[:20]
     assert generate(engine, edited, 12, mode="target").tokens == generate(fresh, edited, 12, mode="target").tokens
+
+
+def fim_keystroke_decoder(model: LlamaModel):
+    """A decoder whose target and draft are `model` (a recurrent draft beside a recurrent
+    target), and a fill-in-the-middle prompt at a cursor, as a function of the prefix."""
+    special, text = model.special, prompt_of(model, 1200)
+
+    def fim(prefix: list[int]) -> list[int]:
+        return [special.fim_prefix, *prefix, special.fim_suffix, *text[700:1000], special.fim_middle]
+    # A flat verify curve and a nearly free draft (as on a GPU): the tuner drafts with the model.
+    costs = CostModel(verify_ms={n: 10.0 for n in range(1, 65)}, draft_token_ms={"draft": 0.1}, smoothing=0.0)
+    return LocalDecoder(Engine(model, model, n_ctx=2048, exact=True, costs=costs)), text, fim
+
+
+def keystroke(decoder: LocalDecoder, prompt: list[int]) -> Decoded:
+    return decoder.decode(Decode("a.py", "python", prompt, len(prompt), 8, 0, Sampling(), "draft", False, [],
+                                 lambda text: False, CancelFlag()))
+
+
+def test_a_keystroke_after_warming_a_document_goes_back_to_a_checkpoint_at_the_cursor_not_to_the_start(
+        synthetic_models):
+    """completer/warm (a document opened or made active) evaluates the prompt ahead, in
+    pieces: it keeps the checkpoints a request's evaluation would, so that the first
+    keystroke at the cursor goes back to one there, in the target and in the draft."""
+    model = synthetic_models["granitehybrid"]  # starcoder's vocabulary: FIM tokens
+    decoder, text, fim = fim_keystroke_decoder(model)
+    engine, prompt = decoder.engine, fim(text[:600])
+
+    def prompt_for() -> list[int]:
+        decoder.enter("a.py", None, None, None)
+        return prompt
+    assert decoder.warm("a.py", prompt_for) == len(prompt) - 1
+    draft_evaluated = engine.drafter.sequence.evaluated
+    typed = keystroke(decoder, fim(text[:600] + text[1100:1101]))
+    assert typed.result.stats.rewound == 0, f"the target went back {typed.result.stats.rewound} tokens"
+    # From the cursor: the 300 tokens of the suffix and the draft's steps, not the 900 of the prompt.
+    assert typed.result.stats.drafted > 0
+    assert engine.drafter.sequence.evaluated - draft_evaluated < 600, "the draft went back to the start"
+
+
+def test_checkpoints_of_target_and_draft_share_one_budget_that_a_lowered_option_frees_at_once(synthetic_models):
+    """cache.checkpoint_mb is the live document's: its target's and draft's checkpoints
+    together stay within it, and configuring a smaller one (didChangeConfiguration)
+    frees what is over it at once, 0 everything."""
+    model = synthetic_models["granitehybrid"]
+    context = LlamaContext(model, n_ctx=256)
+    context.eval(prompt_of(model, 8), 0)
+    state_mb = len(context.checkpoint()) / 2**20
+    decoder, text, fim = fim_keystroke_decoder(model)
+    engine = decoder.engine
+
+    def held() -> list[int]:
+        return [sequence.checkpoints.nbytes for sequence in engine.sequences]
+
+    def budget(checkpoint_mb: float) -> None:
+        decoder.configure(replace(Config(), cache=CacheOptions(checkpoint_mb=checkpoint_mb)))
+    budget(5.5 * state_mb)
+    keystroke(decoder, fim(text[:600]))
+    keystroke(decoder, fim(text[:600] + text[1100:1101]))
+    assert all(held()) and sum(held()) <= 5.5 * state_mb * 2**20, f"held {held()} of {state_mb * 2**20:.0f} each"
+    budget(2 * state_mb)
+    assert 0 < sum(held()) <= 2 * state_mb * 2**20, held()
+    budget(0)
+    assert held() == [0, 0]
+    keystroke(decoder, fim(text[:600] + text[1100:1102]))
+    assert held() == [0, 0]

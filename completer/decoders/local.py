@@ -150,8 +150,7 @@ class LocalDecoder:
         self.index.options = config.drafting
         self.engine.ngram.use_index(self.index if config.drafting.index_mb > 0 else None)
         self.caches.budget_bytes = int(config.cache.budget_mb * 2**20)
-        for sequence in self.engine.sequences:
-            sequence.checkpoints.budget_bytes = int(config.cache.checkpoint_mb * 2**20)
+        self.engine.checkpoints.limit(int(config.cache.checkpoint_mb * 2**20))
 
     @contextmanager
     def _engine(self):
@@ -252,7 +251,7 @@ class LocalDecoder:
                 have = self.engine.cached_length(prompt)
                 if have >= len(prompt) - 1:
                     break
-                self.engine.prefill(prompt[: have + PROMPT_PIECE + 1])
+                self.engine.prefill(prompt, have + PROMPT_PIECE)
                 if self.engine.cached_length(prompt) <= have:
                     break  # nothing went in (a failed evaluation, logged): leave it to the request
                 warmed += self.engine.cached_length(prompt) - have

@@ -13,7 +13,7 @@ import numpy as np
 from completer.config import DRAFT_MODES, CacheOptions, DraftingOptions
 from completer.engine.drafts import NO_PROPOSAL, CopyDrafter, ModelDrafter, NgramDrafter, Proposal
 from completer.engine.healing import Healing, mask_to
-from completer.engine.kv import KVSequence, common_prefix_length, evaluate_in_pieces
+from completer.engine.kv import CheckpointBudget, KVSequence, common_prefix_length, evaluate_in_pieces
 from completer.engine.speculative import (Branch, Sampling, TreeVerdict, accept_greedy, accept_tree, probabilities,
                                           verify_greedy, verify_sampled)
 from completer.engine.tuning import (MAX_DRAFT, Candidate, Continuation, CostModel, Plan, Tuner, calibrate,
@@ -149,8 +149,8 @@ class Engine:
                  threads: int = 0, calibrate_s: float = 1.0, exact: bool = False, costs: CostModel | None = None,
                  drafting: DraftingOptions = DraftingOptions(), checkpoint_mb: float = CacheOptions().checkpoint_mb):
         """`costs`: another engine's measured cost model, shared instead of measuring one.
-        `checkpoint_mb`: each cache's budget for checkpoints, where the model's state
-        cannot be cut anywhere (cache.checkpoint_mb)."""
+        `checkpoint_mb`: the budget of the caches' checkpoints together, where the model's
+        state cannot be cut anywhere (cache.checkpoint_mb; `checkpoints.limit` changes it)."""
         self.model = target
         # exact: the target decodes one token per llama_decode, so that a verify batch
         # scores as plain steps do and greedy speculation equals plain decoding bit for bit.
@@ -160,9 +160,10 @@ class Engine:
         # rollback snapshot (with 16, four more made a random qwen35 of 0.5B shapes 1.3 GB larger).
         branches = MAX_TREE_BRANCHES if target.memory in CUT_ANYWHERE else 0
         rollback_tokens = ROLLBACK_TOKENS if target.gpu_layers > 0 else 0
+        self.checkpoints = CheckpointBudget(int(checkpoint_mb * 2**20))
         self.target = KVSequence(LlamaContext(target, n_ctx=n_ctx, n_threads=threads or None,
                                               single_token_eval=exact, branches=branches,
-                                              rollback_tokens=rollback_tokens), checkpoint_mb)
+                                              rollback_tokens=rollback_tokens), self.checkpoints)
         measure = costs is None and calibrate_s > 0
         if costs is None:
             costs = calibrate(self.target.context, calibrate_s) if measure else CostModel()
@@ -170,7 +171,7 @@ class Engine:
         self.drafter = None
         if draft is not None:
             self.drafter = ModelDrafter(
-                KVSequence(LlamaContext(draft, n_ctx=n_ctx, n_threads=threads or None), checkpoint_mb),
+                KVSequence(LlamaContext(draft, n_ctx=n_ctx, n_threads=threads or None), self.checkpoints),
                 target.n_vocab
             )
             if measure:
@@ -211,11 +212,13 @@ class Engine:
         """How much of `prompt` the target's cache already holds."""
         return common_prefix_length(self.target.tokens, prompt)
 
-    def prefill(self, prompt: list[int]) -> None:
-        """Evaluate `prompt` but its last token into every cache now, as generation would
-        first: for timing generation apart from prompt evaluation."""
+    def prefill(self, prompt: list[int], until: int | None = None) -> None:
+        """Evaluate `prompt` but its last token into every cache now (with `until`, its
+        first `until` tokens: a later call goes on), as generation would first, keeping
+        the checkpoints generation would: for warming a document ahead of its first
+        keystroke, and for timing generation apart from prompt evaluation."""
         for sequence in self.sequences:
-            sequence.sync(prompt[:-1])
+            evaluate_in_pieces(sequence, prompt[:-1], PROMPT_PIECE, None, until=until)
 
     def reset(self) -> None:
         """Empty every cache."""

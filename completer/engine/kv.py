@@ -3,6 +3,7 @@
 import itertools
 import logging
 import threading
+import weakref
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -65,17 +66,50 @@ class SavedSequence(NamedTuple):
         return len(self.state) + sum(len(state) for state in self.checkpoints.values())
 
 
-@dataclass
+class CheckpointBudget:
+    """The memory for the checkpoints of a document's live sequences, the target's and
+    the draft model's together (cache.checkpoint_mb). Past it, the sequence holding the
+    most checkpoints gives up its oldest (of two holding as many, the one that joined
+    later: the draft's, made after the target's), so that neither's evaluation of a
+    prompt pushes out all the other's."""
+
+    def __init__(self, limit_bytes: int):
+        self.limit_bytes = limit_bytes
+        # Weak: a draft model dropped mid-session takes its checkpoints with it.
+        self._members: list[weakref.ref[Checkpoints]] = []
+
+    @property
+    def members(self) -> list["Checkpoints"]:
+        return [member for ref in self._members if (member := ref()) is not None]
+
+    def join(self, checkpoints: "Checkpoints") -> None:
+        self._members.append(weakref.ref(checkpoints))
+
+    def limit(self, limit_bytes: int) -> None:
+        """A new budget (the option changed): what is over it goes now, not at the next checkpoint."""
+        self.limit_bytes = limit_bytes
+        self.evict()
+
+    def evict(self) -> None:
+        members = self.members[::-1]  # latest first: max() keeps the first of equals
+        while sum(member.nbytes for member in members) > self.limit_bytes:
+            max(members, key=lambda member: len(member.states)).drop_oldest()
+
+
+@dataclass(eq=False)
 class Checkpoints:
     """States of a sequence whose memory cannot be cut anywhere (recurrent layers), each
-    at the length it was taken (LlamaContext.checkpoint), within `budget_bytes`. A cut
-    goes back to the latest one at or before it and evaluates the rest again. A round's
-    checkpoint (not `lasting`) serves that round alone: the next one replaces it. Past
-    the budget, the oldest go first."""
+    at the length it was taken (LlamaContext.checkpoint), within a `budget` shared with
+    the document's other sequences. A cut goes back to the latest one at or before it and
+    evaluates the rest again. A round's checkpoint (not `lasting`) serves that round
+    alone: the next one replaces it."""
 
-    budget_bytes: int
+    budget: CheckpointBudget
     states: dict[int, Checkpoint] = field(default_factory=dict)  # length -> state, oldest first
     lasting: set[int] = field(default_factory=set)  # the lengths placed for edits, not for a round
+
+    def __post_init__(self):
+        self.budget.join(self)
 
     @property
     def nbytes(self) -> int:
@@ -87,9 +121,12 @@ class Checkpoints:
         self.states[length] = state
         if lasting:
             self.lasting.add(length)
-        while self.nbytes > self.budget_bytes:
-            del self.states[next(iter(self.states))]
-        self.lasting &= set(self.states)
+        self.budget.evict()
+
+    def drop_oldest(self) -> None:
+        oldest = next(iter(self.states))
+        del self.states[oldest]
+        self.lasting.discard(oldest)
 
     def latest(self, n: int) -> tuple[int, Checkpoint] | None:
         """The checkpoint of greatest length at most n."""
@@ -112,12 +149,16 @@ class KVSequence:
     goes back to a checkpoint before it, or to llama.cpp's rollback within the last
     batch, and evaluates the tokens between again (`replayed` counts them)."""
 
-    def __init__(self, context: LlamaContext, checkpoint_mb: float = 0.0):
+    def __init__(self, context: LlamaContext, budget: CheckpointBudget | float = 0.0):
+        """`budget`: its checkpoints' memory, shared with the document's other sequences,
+        or MB of its own."""
         self.context = context
         self.tokens: list[int] = []
         self.evaluated = 0  # tokens run through the model since creation: what caching saves
         self.replayed = 0  # of those, tokens evaluated again after going back to a checkpoint
-        self.checkpoints = Checkpoints(int(checkpoint_mb * 2**20))
+        if not isinstance(budget, CheckpointBudget):
+            budget = CheckpointBudget(int(budget * 2**20))
+        self.checkpoints = Checkpoints(budget)
         context.truncate(0)
 
     @property
@@ -171,7 +212,7 @@ class KVSequence:
         """Keep the state at the current length to come back to, where the model's memory
         cannot be cut anywhere. `lasting`: placed where edits happen, kept over the
         checkpoints rounds take."""
-        if not self.context.cuts_anywhere and self.tokens and self.checkpoints.budget_bytes > 0:
+        if not self.context.cuts_anywhere and self.tokens and self.checkpoints.budget.limit_bytes > 0:
             self.checkpoints.add(len(self.tokens), self.context.checkpoint(), lasting)
 
     def expect_cut(self, width: int, one_batch: bool = True) -> None:
@@ -264,22 +305,24 @@ class KVSequence:
 
 
 def evaluate_in_pieces(sequence: KVSequence, tokens: list[int], piece: int, cancel: threading.Event | None,
-                       checkpoints_when_appended: bool = True) -> int:
+                       checkpoints_when_appended: bool = True, until: int | None = None) -> int:
     """sequence.sync(tokens), `piece` tokens at a time; once `cancel` is set, no further
-    piece (what went in stays, for the request that comes next). Where the model's state
-    cannot be cut anywhere, it goes back to the checkpoint before the first change, and
-    keeps checkpoints on the way where the next change is likely (checkpoint_lengths);
-    without `checkpoints_when_appended`, only where `tokens` changed what the sequence
-    held, not where they add to it (a draft's rounds, which keep checkpoints of their
-    own). Returns how many tokens before the first change it had to evaluate again."""
+    piece (what went in stays, for the request that comes next); with `until`, no further
+    than tokens[:until] (a later call goes on). Where the model's state cannot be cut
+    anywhere, it goes back to the checkpoint before the first change, and keeps
+    checkpoints on the way where the next change is likely (checkpoint_lengths, of all
+    of `tokens`); without `checkpoints_when_appended`, only where `tokens` changed what
+    the sequence held, not where they add to it (a draft's rounds, which keep checkpoints
+    of their own). Returns how many tokens before the first change it had to evaluate again."""
     edited = common_prefix_length(sequence.tokens, tokens)
     appended = 0 < edited == len(sequence.tokens)
     end = sequence.rewind(edited)
     rewound = edited - end
     marked = not sequence.context.cuts_anywhere and (checkpoints_when_appended or not appended)
     marks = checkpoint_lengths(tokens, edited, end, sequence.context.model) if marked else []
-    while not (cancel is not None and cancel.is_set()) and end < len(tokens):
-        end = min(end + piece, len(tokens), *(mark for mark in marks if mark > end))
+    last = len(tokens) if until is None else min(until, len(tokens))
+    while not (cancel is not None and cancel.is_set()) and end < last:
+        end = min(end + piece, last, *(mark for mark in marks if mark > end))
         sequence.sync(tokens[:end])
         if end in marks:
             sequence.checkpoint()
