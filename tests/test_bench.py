@@ -162,6 +162,24 @@ def test_the_summary_arithmetic_on_hand_made_records():
     assert summarize_mode(target, target, costs, speculative=False)["decode_ms_per_pass"] is None  # not measured
 
 
+def test_a_peer_untimed_on_a_hole_is_summed_over_the_rest_against_target_there_and_says_why():
+    """A peer that answered a hole but could not be timed fairly there keeps its row,
+    over the other holes, beside target's on those same holes, and one line says why."""
+    target = [record(0, "target", 10, 100.0), record(1, "target", 10, 400.0)]
+    why = "llama-server evaluated 6 prompt tokens in the timed request, not the last one alone"
+    peer = [record(0, "peer:llama-server", 10, 50.0), {**record(1, "peer:llama-server", 0, 0.0), "untimed": why}]
+    summary = bench_report.summarize(target + peer, ("target", "peer:llama-server"), CostModel())
+    entry = summary["peer:llama-server"]
+    assert entry["failed"] is None and entry["holes"] == 1 and entry["untimed_holes"] == [1]
+    assert entry["tokens_per_s"] == pytest.approx(200.0) and entry["speedup_vs_target"] == pytest.approx(2.0)
+    assert bench_report.failures(summary) == [
+        f"peer:llama-server not timed on 1 of 2 holes (hole 2; its row is of the rest, against target's on them): "
+        f"{why}"]
+    nowhere = bench_report.summarize(target + [{**peer[1], "hole": 0}, peer[1]], ("target", "peer:llama-server"),
+                                     CostModel())["peer:llama-server"]
+    assert nowhere["failed"] == why and nowhere["tokens_per_s"] is None
+
+
 def test_figures_per_hole_kind_and_rounds_per_match_length_on_hand_made_records():
     records = [
         record(0, "auto", 10, 50.0, passes=4, drafted=12, accepted=6, kind="block",

@@ -166,6 +166,22 @@ def test_a_peers_time_holds_the_step_that_gave_its_first_token_as_ours_does(llam
     assert again.ms <= again.wall_ms
 
 
+def test_a_sliding_window_peer_is_timed_on_prompts_shorter_and_longer_than_the_window(llama_server, gemma):
+    """Gemma's window is 512 tokens. With window-sized caches (llama-server's default) the
+    server went back to a checkpoint 4 tokens before the primed prompt's end on every
+    prompt of at most 513 tokens, and the timed request evaluated 6 (Untimed). With the
+    window layers' cache full-size, as ours is, every timed request evaluates one."""
+    target = LlamaModel(gemma, n_gpu_layers=0, vocab_only=True)
+    text = (REPO / "completer" / "engine" / "generation.py").read_text()
+    tokens = [target.special.bos, *target.tokenize(text)]
+    peer = LlamaServer(llama_server, LLAMA_SERVER, target, None, 4096, 2)
+    try:
+        answers = [peer.generate(tokens[:n], 4, 0.0, 0).tokens for n in (1400, 408, 700, 300, 513, 514, 900)]
+    finally:
+        peer.close()
+    assert all(len(answer) == 4 for answer in answers)
+
+
 def test_the_peers_servers_stop_with_the_bench(llama_server, smol):
     pair = Pair(smol, LlamaModel(smol.target, n_gpu_layers=0), None)
     runner = Bench(pair, Settings(FOUR_TOKENS, ("target", LLAMA_SERVER)), llama_server=llama_server)

@@ -162,6 +162,8 @@ def bench_server(terminal: Terminal, models: ModelOptions, baseline_url: str | N
     summary = summarize(records, runner.modes)
     terminal.show_table(summary, f"{len(holes)} holes; {max_tokens} tokens; T={temperature}; {model.summary()} at "
                                  f"{decoder.url}" + (f"; baseline {baseline_url}" if baseline_url else ""))
+    for line in report.failures(summary):
+        terminal.notes.print(line, soft_wrap=True, highlight=False)
     report_path.write_text(json.dumps({"server": decoder.url, "model": model.summary(),
                                        "baseline": baseline_url, "summary": summary,
                                        "holes": [hole.to_json() for hole in holes], "records": records}, indent=1))

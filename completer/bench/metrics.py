@@ -143,3 +143,14 @@ def rounds_by_match(records: list[dict]) -> dict[str, dict[tuple[str, int], tupl
                 sums[2] += made
     return {mode: {bucket: (n, predicted / n, made / n) for bucket, (n, predicted, made) in sorted(buckets.items())}
             for mode, buckets in table.items()}
+
+
+def summarize_timed(target: list[dict], mode: list[dict], costs: CostModel | None, speculative: bool) -> dict:
+    """summarize_mode over the holes the mode was timed on (a peer's record marked
+    "untimed" is not), against target's on the same holes; `untimed_holes` and `untimed`
+    (the first reason) say what was left out."""
+    untimed = [r for r in (*mode, *target) if "untimed" in r]
+    left_out = {r["hole"] for r in untimed}
+    entry = summarize_mode([r for r in target if r["hole"] not in left_out],
+                           [r for r in mode if r["hole"] not in left_out], costs, speculative)
+    return {**entry, "untimed_holes": sorted(left_out), "untimed": untimed[0]["untimed"] if untimed else None}

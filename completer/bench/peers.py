@@ -9,7 +9,9 @@ first by a request of its own (`cache_prompt`), as the bench's `Engine.prefill` 
 for our modes; the timed request then evaluates that last token and generates. Its
 time is the server's own `timings.prompt_ms + predicted_ms`: the same steps our modes
 time. (`predicted_ms` alone leaves out the step that gave the first token, one step
-in 24 at `--quick`.) The timed request's wall clock adds HTTP.
+in 24 at `--quick`.) The timed request's wall clock adds HTTP. A hole where the server
+evaluated more than that last token is not timed (Untimed: the row says on how many,
+and why), and the peer goes on with the next.
 
 llama-cpp-python's LlamaPromptLookupDecoding: its Python prompt-lookup loop.
 """
@@ -52,6 +54,11 @@ REQUEST_TIMEOUT_S = 600
 
 class PeerFailed(Exception):
     """The peer could not start or stopped answering; the message says why (its stderr's last line)."""
+
+
+class Untimed(Exception):
+    """The peer answered a hole, but its time there would not compare with our modes'
+    (the message says why, in one line); it goes on with the next hole."""
 
 
 def _free_port() -> int:
@@ -109,8 +116,8 @@ class ServerPeer:
         timings = answer.get("timings", {})
         evaluated = timings.get("prompt_n", 1)
         if evaluated != 1:  # its time would hold prompt evaluation that our modes' leaves out
-            raise self.failure(f"llama-server evaluated {evaluated} prompt tokens in the timed request, not the "
-                               "last one alone: it did not keep the prompt from the request before")
+            raise Untimed(f"llama-server evaluated {evaluated} prompt tokens in the timed request, not the last one "
+                          "alone: it did not keep the prompt from the request before")
         ms = timings["prompt_ms"] + timings["predicted_ms"] if "predicted_ms" in timings else wall_ms
         return PeerResult(answer.get("tokens", []), ms, wall_ms, timings.get("draft_n", 0),
                           timings.get("draft_n_accepted", 0))
@@ -138,9 +145,14 @@ class LlamaServer(ServerPeer):
         self.url = f"http://127.0.0.1:{self.port}"
         # Flash attention as the bench's own contexts have it: off on the CPU (it rounds a
         # batch differently from one token at a time), on with GPU layers.
+        # A sliding-window model's window layers keep the whole context, as ours do
+        # (backend.LlamaContext, swa_full). With window-sized ones llama-server keeps
+        # checkpoints instead, and on a prompt of at most window + 1 tokens it went back
+        # to the one 4 tokens before the primed prompt's end: the timed request evaluated
+        # 6 tokens. (A model without a window: llama-server says so and ignores it.)
         gpu_layers = target.gpu_layers
         command = [str(binary), "-m", str(target.path), "-c", str(context_tokens), "-np", "1", "-t", threads,
-                   "-tb", threads, "-ngl", str(gpu_layers), "-fa", "on" if gpu_layers > 0 else "off",
+                   "-tb", threads, "-ngl", str(gpu_layers), "-fa", "on" if gpu_layers > 0 else "off", "--swa-full",
                    "--host", "127.0.0.1", "--port", str(self.port), "--no-webui", *drafting, *extra]
         self.log = tempfile.TemporaryFile(mode="w+b")
         self.process = subprocess.Popen(command, stdin=subprocess.DEVNULL, stdout=self.log, stderr=subprocess.STDOUT,

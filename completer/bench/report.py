@@ -11,7 +11,7 @@ from rich.table import Table
 
 from completer.bench import LLAMA_SERVER, LLAMA_SERVER_PEERS, PEERS
 from completer.bench.holes import Hole
-from completer.bench.metrics import acceptance_by_kind, figures_by_kind, rounds_by_match, summarize_mode
+from completer.bench.metrics import acceptance_by_kind, figures_by_kind, rounds_by_match, summarize_timed
 from completer.bench.run import Bench
 from completer.engine.tuning import MATCH_BUCKET_NAMES, CostModel
 from completer.engine.workspace_index import IndexStats
@@ -53,12 +53,14 @@ def document(bench: Bench, seed: int, roots: list[Path], distilled: Path | None,
 
 
 def summarize(records: list[dict], modes: tuple[str, ...], costs: CostModel) -> dict:
-    """The `summary` object: mode -> its entry. A peer that failed gets its reason and
-    no figures: part of a run would not compare with the other modes' whole."""
+    """The `summary` object: mode -> its entry. A peer that failed (or was timed on no
+    hole) gets its reason and no figures: part of a run would not compare with the other
+    modes' whole. One left untimed on some holes is summed over the rest (summarize_timed)."""
     by_mode = {mode: sorted((r for r in records if r["mode"] == mode), key=lambda r: r["hole"]) for mode in modes}
-    failed = {mode: next(r["failed"] for r in rows if "failed" in r)
-              for mode, rows in by_mode.items() if any("failed" in r for r in rows)}
-    summary = {mode: summarize_mode(by_mode["target"], rows, costs, speculative=mode not in ("target", *PEERS))
+    failed = {mode: next(r.get("failed") or r["untimed"] for r in rows if "failed" in r or "untimed" in r)
+              for mode, rows in by_mode.items()
+              if any("failed" in r for r in rows) or rows and all("untimed" in r for r in rows)}
+    summary = {mode: summarize_timed(by_mode["target"], rows, costs, speculative=mode not in ("target", *PEERS))
                for mode, rows in by_mode.items() if mode not in failed}
     for mode, reason in failed.items():
         done = sum("failed" not in r for r in by_mode[mode])
@@ -199,9 +201,16 @@ def json_rows(summary: dict, columns: list[tuple[str, str, str]] = COLUMNS) -> l
 
 
 def failures(summary: dict) -> list[str]:
-    """A line per peer that failed, with why (shown under the table, whose row for it is empty)."""
-    return [f"{mode} failed after {entry['holes']} holes: {entry['failed']}"
-            for mode, entry in summary.items() if entry["failed"]]
+    """A line per peer that failed, with why (shown under the table, whose row for it is
+    empty), and per peer left untimed on some holes, which and why (its row is of the rest)."""
+    failed = [f"{mode} failed after {entry['holes']} holes: {entry['failed']}"
+              for mode, entry in summary.items() if entry["failed"]]
+    untimed = [f"{mode} not timed on {len(entry['untimed_holes'])} of "
+               f"{len(entry['untimed_holes']) + entry['holes']} holes (hole "
+               f"{', '.join(str(hole + 1) for hole in entry['untimed_holes'])}; its row is of the rest, against "
+               f"target's on them): {entry['untimed']}"
+               for mode, entry in summary.items() if entry.get("untimed")]
+    return failed + untimed
 
 
 def table(summary: dict, title: str, columns: list[tuple[str, str, str]] = COLUMNS) -> Table:

@@ -15,7 +15,9 @@
 Every engine is built by completer.loading from the run's Config, as the editor's is
 (models.threads, the GPU fit). The peers (completer.bench.peers) get the same target
 file, prompts, token budget, temperature and threads. A peer that fails to start, or
-stops answering, is marked failed with its reason, and the run goes on without it.
+stops answering, is marked failed with its reason, and the run goes on without it; a
+hole a peer answered but cannot be timed on fairly is left out of its row, and a line
+under the table says why.
 """
 
 from dataclasses import dataclass, field, replace
@@ -25,7 +27,7 @@ import numpy as np
 
 from completer.bench import LOCAL, MODES, PEER, PEERS
 from completer.bench.holes import Hole
-from completer.bench.peers import LlamaServer, PeerFailed, PromptLookupPeer
+from completer.bench.peers import LlamaServer, PeerFailed, PromptLookupPeer, Untimed
 from completer.config import Config
 from completer.decoders.local import LocalDecoder
 from completer.editor.postprocess import CursorContext, postprocess
@@ -208,7 +210,7 @@ class Bench:
         greedy = self.settings.config.generation.temperature <= 0
         target_logits = None  # behind target's tokens and end token [n, V], once a mode parted from them
         for mode, record in records.items():
-            if "failed" in record:
+            if "failed" in record or "untimed" in record:
                 continue
             record["identical"] = "target" in records and record["tokens"] == records["target"]["tokens"]
             if greedy and "target" in records and not record["identical"]:
@@ -263,6 +265,8 @@ class Bench:
                 if mode in self.peers:
                     self.peers.pop(mode).close()
                 return {**base, "tokens": [], "failed": str(error)}, []
+            except Untimed as error:  # this hole only
+                return {**base, "tokens": [], "untimed": str(error)}, []
             return {**base, "tokens": result.tokens, "ms": result.ms, "wall_ms": result.wall_ms,
                     "drafted": result.drafted, "accepted": result.accepted}, result.tokens
         provider, _, draft = mode.partition(":")

@@ -15,8 +15,8 @@
 """
 
 from completer.bench.holes import Hole
-from completer.bench.metrics import summarize_mode
-from completer.bench.peers import ServerPeer
+from completer.bench.metrics import summarize_timed
+from completer.bench.peers import ServerPeer, Untimed
 from completer.bench.run import hidden_truth
 from completer.decoders.protocol import DecoderModel
 from completer.editor.completer import Completer
@@ -54,7 +54,11 @@ class ServerBench:
             base = {"hole": index, "kind": hole.kind, "language": hole.language, "mode": mode, "truth": hole.truth,
                     "prompt_tokens": len(prompt)}
             # A server that stops answering ends the run (PeerFailed): there is nothing to compare without it.
-            result = self.rows[mode].generate(prompt, self.max_tokens, self.temperature, index)
+            try:
+                result = self.rows[mode].generate(prompt, self.max_tokens, self.temperature, index)
+            except Untimed as error:  # this hole is left out of the row
+                records[mode] = {**base, "tokens": [], "untimed": str(error), "shown": ""}
+                continue
             records[mode] = {**base, "tokens": result.tokens, "ms": result.ms, "wall_ms": result.wall_ms,
                              "drafted": result.drafted, "accepted": result.accepted,
                              "shown": postprocess(self.rows[mode].detokenize(result.tokens), cursor)}
@@ -68,7 +72,7 @@ def summarize(records: list[dict], modes: tuple[str, ...]) -> dict:
     """The table's summary per row, against the baseline's where there is one."""
     by_mode = {mode: sorted((r for r in records if r["mode"] == mode), key=lambda r: r["hole"]) for mode in modes}
     baseline = by_mode.get(BASELINE, by_mode[SERVER])
-    summary = {mode: summarize_mode(baseline, rows, None, speculative=False) for mode, rows in by_mode.items()}
+    summary = {mode: summarize_timed(baseline, rows, None, speculative=False) for mode, rows in by_mode.items()}
     for entry in summary.values():  # without the model's logits here, a difference cannot be judged a near tie
         entry["near_tie_flips"] = entry["other_differences"] = None
     if BASELINE not in by_mode:  # a ratio to itself says nothing
