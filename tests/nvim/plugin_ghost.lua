@@ -24,13 +24,15 @@ local function last_line()
   return lines[#lines]
 end
 
--- textDocument/inlineCompletion requests the plugin sent.
-local inline_requests = 0
+-- textDocument/inlineCompletion requests the plugin sent, and the answers that came.
+local inline_requests, inline_answers = 0, 0
 vim.api.nvim_create_autocmd("LspRequest", {
   callback = function(args)
     local request = args.data.request
     if request.method == "textDocument/inlineCompletion" and request.type == "pending" then
       inline_requests = inline_requests + 1
+    elseif request.method == "textDocument/inlineCompletion" and request.type == "complete" then
+      inline_answers = inline_answers + 1
     end
   end,
 })
@@ -118,9 +120,9 @@ H.run(function()
     local shown = wait_ghost("a suggestion after def stdev(values)")
     local prefetching = pcall(H.wait, function()
       return stat("prefetches") > prefetch_before
-    end, 10000)
-    local hits_before = stat("prefetch_hits")
-    local count, presses = accepted(), vim.g.user_tab
+    end, 60000)
+    local _, stats_before = H.request(client, "completer/stats")
+    local count, presses, requests, answers = accepted(), vim.g.user_tab, inline_requests, inline_answers
     H.type("<Tab>")
     H.wait(function()
       return not vim.deep_equal(H.lines(buf), before)
@@ -135,12 +137,20 @@ H.run(function()
     })
     local counted = pcall(H.wait, function()
       return accepted() > count
-    end, 10000)
+    end, 60000)
     H.check("accept_all_counted", { before = count, after = accepted(), counted = counted })
-    local served = pcall(H.wait, function()
-      return stat("prefetch_hits") > hits_before
-    end, 10000)
-    H.check("accept_all_prefetched", { prefetching = prefetching, served = served })
+    -- What the server did for the request <Tab> made, read once that request is answered:
+    -- a prefetch still running holds its answer until it is done, however long a loaded
+    -- machine takes, so a fixed wait for the count would race it.
+    H.wait(function()
+      return inline_answers > answers
+    end, 120000, "the answer to the request after <Tab>")
+    local _, stats_after = H.request(client, "completer/stats")
+    local after_tab = { inline_requests = inline_requests - requests }
+    for _, name in ipairs({ "requests", "prefetch_hits", "forward_cache_hits", "superseded" }) do
+      after_tab[name] = stats_after[name] - stats_before[name]
+    end
+    H.check("accept_all_prefetched", { prefetching = prefetching, after_tab = after_tab })
   end)
 
   H.section("typing", function()
