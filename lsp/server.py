@@ -345,7 +345,7 @@ def chosen_encoding(capabilities: types.ClientCapabilities) -> str:
     and completer's own plugins count in what is, so UTF-16 serves both (Neovim offers
     UTF-8 first)."""
     offered = capabilities.general.position_encodings if capabilities.general else None
-    if not offered:
+    if not offered or types.PositionEncodingKind.Utf16 in offered:
         return types.PositionEncodingKind.Utf16.value
     encoding = ServerCapabilitiesBuilder.choose_position_encoding(capabilities)
     return str(getattr(encoding, "value", encoding))
