@@ -93,6 +93,11 @@ class CompletionRequest:
     text: str
     cursor: int  # an offset into `text`, in characters (code points)
     language: str = ""
+    # Set when the editor closes the document this request was made in (the language
+    # server's didClose): the work for it stops and keeps nothing of the document. One
+    # flag per opening, so that work for an earlier one, however late, never counts as a
+    # reopened document's.
+    closed: CancelFlag = field(default_factory=CancelFlag, compare=False, repr=False)
 
     def check_cursor(self) -> None:
         """PositionError when the cursor is outside the text."""

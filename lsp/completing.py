@@ -43,7 +43,7 @@ def request_at(document: Document | None, uri: str, position: types.Position, en
         cursor = document.offset_at(position, encoding, strict=True)
     except PositionError as error:
         raise JsonRpcInvalidParams(str(error)) from None
-    return CompletionRequest(uri, to_fs_path(uri) or uri, document.text, cursor, document.language)
+    return CompletionRequest(uri, to_fs_path(uri) or uri, document.text, cursor, document.language, document.closed)
 
 
 def document_position(params: Any) -> tuple[str, int | None, types.Position] | None:
@@ -138,7 +138,7 @@ def after_acceptance(answer: Answer) -> CompletionRequest | None:
         return None
     text = document.text[: answer.cursor] + answer.text + document.text[answer.cursor :]
     return CompletionRequest(document.uri, to_fs_path(document.uri) or document.uri, text,
-                             answer.cursor + len(answer.text), document.language)
+                             answer.cursor + len(answer.text), document.language, document.closed)
 
 
 def _accept_command(answer: Answer, item_id: int) -> types.Command:

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from lsprotocol import types
 
 from completer.errors import PositionError  # the one error for a cursor outside a document
+from completer.requests import CancelFlag
 
 LINE_END = re.compile(r"\r\n|\r|\n")
 # A UTF-16 surrogate on its own: JSON can carry one ("\ud800"), and no encoding can, so
@@ -66,6 +67,9 @@ class Document:
     version: int = 0
     language: str = ""
     eol: str = ""  # the line break the editor's text uses (its first): what answers are written in
+    # Set by didClose: every request made in this opening of the document carries it
+    # (CompletionRequest.closed), and the work for them stops, however late it starts.
+    closed: CancelFlag = field(default_factory=CancelFlag, repr=False, compare=False)
     _text: str | None = field(default=None, repr=False)  # computed when first needed, as the line starts
     _line_starts: list[int] | None = field(default=None, repr=False)
     _editor_line_starts: list[int] | None = field(default=None, repr=False)

@@ -36,7 +36,6 @@ import logging
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, replace
-from functools import partial
 from importlib.metadata import version
 from pathlib import Path
 from typing import Any
@@ -528,18 +527,16 @@ async def did_save(ls: CompleterServer, params: types.DidSaveTextDocumentParams)
 
 @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
 def did_close(ls: CompleterServer, params: types.DidCloseTextDocumentParams) -> None:
-    """Not a coroutine, so the session is gone before the next message is handled (a
-    reopen right after gets a new one); only the caches' release waits for the engine."""
+    """Not a coroutine, and nothing in it waits for the engine, so the document is closed
+    before the next message is handled (a reopen right after is a new opening): every
+    request made in it stops, also one that starts later, and its caches go before the
+    engine serves anyone again."""
     uri = params.text_document.uri
-    ls.documents.pop(uri, None)
+    document = ls.documents.pop(uri, None)
+    if document is not None:
+        document.closed.set()
     if ls.completer is not None:
-        releasing = ls.in_worker(ls.completer.release_caches, uri, ls.completer.end_session(uri))
-        releasing.add_done_callback(partial(log_failure, f"releasing the caches of {uri}"))
-
-
-def log_failure(what: str, done: asyncio.Future) -> None:
-    if not done.cancelled() and (error := done.exception()) is not None:
-        log.error("%s failed", what, exc_info=error)
+        ls.completer.close(uri)
 
 
 async def answer_at(ls: CompleterServer, uri: str, position: types.Position) -> Answer | None:

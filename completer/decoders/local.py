@@ -108,11 +108,14 @@ class LocalDecoder:
         self.caches = DocumentCaches(engine, 0)
         self.index = WorkspaceIndex()
         self._index_cancel = threading.Event()  # the index build's under way
-        self._state = threading.Lock()  # the options to apply, the count of requests waiting
+        self._state = threading.Lock()  # what waits for the engine, the count of requests waiting
         # One generation at a time; the engine's state, the caches and the options in use
         # change only under it.
         self._engine_lock = threading.Lock()
-        self._new_config: Config | None = None  # options configure() got, applied when the engine is free
+        # What configure() and close() got while the engine was busy: done by whoever has
+        # the engine, before it uses it and before it lets it go.
+        self._new_config: Config | None = None
+        self._closed: list[tuple[str, str | None]] = []  # (document, its file path)
         self._waiting = 0  # requests waiting for the engine: warming yields to them between its pieces
         self._no_request_waiting = threading.Condition(self._state)
         self._warm_generation = 0  # a newer warm() stops an older one
@@ -127,21 +130,40 @@ class LocalDecoder:
 
     def configure(self, config: Config) -> None:
         """The language server calls this on its event loop, which must not wait for a
-        generation: when the engine is busy, the options wait for whoever takes it next."""
+        generation: when the engine is busy, the options wait for whoever has it."""
         with self._state:
             self._new_config = config
-        if self._engine_lock.acquire(blocking=False):
-            try:
-                self._apply_new_config()
-            finally:
-                self._engine_lock.release()
+        self._if_free()
 
-    def _apply_new_config(self) -> None:
-        """Under the engine lock: the options configure() got, if any."""
+    def _if_free(self) -> None:
+        """What waits for the engine done now, if no one has the engine (else that one does it)."""
+        if self._engine_lock.acquire(blocking=False):
+            self._let_go()
+
+    def _do_what_waits(self) -> None:
+        """Under the engine lock: the options configure() got and the closes close() got, if any."""
         with self._state:
             config, self._new_config = self._new_config, None
+            closed, self._closed = self._closed, []
         if config is not None:
             self._apply(config)
+        for document, path in closed:
+            self._release(document, path)
+
+    def _let_go(self) -> None:
+        """Release the engine lock, what waits for the engine done first. What comes while
+        it is let go is done here when no one took the engine meanwhile, else by that one:
+        nothing waits for a next user."""
+        while True:
+            try:
+                self._do_what_waits()
+            finally:
+                self._engine_lock.release()
+            with self._state:
+                if self._new_config is None and not self._closed:
+                    return
+            if not self._engine_lock.acquire(blocking=False):
+                return
 
     def _apply(self, config: Config) -> None:
         """Under the engine lock (or before any other thread has the decoder)."""
@@ -154,11 +176,14 @@ class LocalDecoder:
 
     @contextmanager
     def _engine(self):
-        """The engine, with the newest options applied first: warming and every other
-        change of the engine's state take it through this."""
-        with self._engine_lock:
-            self._apply_new_config()
+        """The engine, with the newest options and closes applied first: warming and every
+        other change of the engine's state take it through this."""
+        self._engine_lock.acquire()
+        try:
+            self._do_what_waits()
             yield
+        finally:
+            self._let_go()
 
     @contextmanager
     def turn(self):
@@ -174,10 +199,10 @@ class LocalDecoder:
                 if not self._waiting:
                     self._no_request_waiting.notify_all()
         try:
-            self._apply_new_config()
+            self._do_what_waits()
             yield
         finally:
-            self._engine_lock.release()
+            self._let_go()
 
     def enter(self, document: str, path_in_workspace: str | None, left: tuple[str, str] | None,
               cancel: CancelFlag | None, edits: bool = False) -> None:
@@ -258,15 +283,22 @@ class LocalDecoder:
         return warmed
 
     def close(self, document: str, path: str | None) -> None:
-        """Its saved caches and acceptance curves go; n-gram lookup drafts from the file as
-        last saved again."""
-        with self._engine():
-            self.caches.forget(caches_name(document, edits=False))
-            self.caches.forget(caches_name(document, edits=True))
-            self.engine.ngram.remove_other_document(document)
-            self.engine.tuner.acceptance.forget(document)
-            if path is not None and not self.engine.ngram.has_saved_file(path):
-                self.index.show(path)
+        """Its caches and acceptance curves go; n-gram lookup drafts from the file as last
+        saved again. Never waits: with the engine busy, whoever has it does this before it
+        lets it go, so before any later request (a reopened document's included) uses it,
+        and whatever the closed document's last request kept there goes too."""
+        with self._state:
+            self._closed.append((document, path))
+        self._if_free()
+
+    def _release(self, document: str, path: str | None) -> None:
+        """Under the engine lock: close()'s work."""
+        self.caches.forget(caches_name(document, edits=False))
+        self.caches.forget(caches_name(document, edits=True))
+        self.engine.ngram.remove_other_document(document)
+        self.engine.tuner.acceptance.forget(document)
+        if path is not None and not self.engine.ngram.has_saved_file(path):
+            self.index.show(path)
 
     def file_saved(self, path: str, text: str) -> None:
         """N-gram lookup drafts from this text of the file from now on, not the index's older

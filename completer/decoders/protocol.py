@@ -133,7 +133,8 @@ class Decoder(Protocol):
         ...
 
     def close(self, document: str, path: str | None) -> None:
-        """The editor closed the document (`path`: its file, when it had a session)."""
+        """The editor closed the document (`path`: its file, when it had a session). Never
+        waits: the language server calls it on its event loop."""
         ...
 
     def file_saved(self, path: str, text: str) -> None:

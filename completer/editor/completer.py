@@ -40,7 +40,7 @@ from completer.editor.next_edit import (FORMATS, EditHistory, edits_between, eng
                                         rewrite_end, suggested_rewrite)
 from completer.editor.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
 from completer.editor.prefetch import Prefetch, PrefetchSlot
-from completer.editor.running import RunningRequests
+from completer.editor.running import RunningRequests, stopped_by_close
 from completer.engine.speculative import Sampling
 from completer.errors import Cancelled, PromptTooLong, Refused, Unavailable
 from completer.models.presets import PRESETS
@@ -210,14 +210,13 @@ class Completer:
         return self.warming.start(document)
 
     def close(self, document: str) -> None:
-        """The editor closed the document: its session and the decoder's caches of it go."""
-        self.release_caches(document, self.end_session(document))
-
-    def end_session(self, document: str) -> str | None:
-        """The first half of close(), which never waits: the document's requests are
-        cancelled and its session and edit history go. Returns the session's file path,
-        for release_caches(). The server runs this on its event loop, so a request or a
-        reopen that comes after the close finds the document closed."""
+        """The editor closed the document: its requests stop, its session and edit history
+        go, and so do the decoder's caches of it. Never waits, so the server runs it on its
+        event loop, in the order of the editor's messages: a request or a reopen after the
+        close finds the document closed, and the decoder releases the caches before anyone
+        uses its engine again (never after a reopened document's request filled them).
+        Work that starts after this for a request made before it stops by the flag the
+        request carries (CompletionRequest.closed, which the language server sets)."""
         self.running.cancel(document)
         self.running.cancel(EDITS + document)
         self.warming.cancel(document)
@@ -227,12 +226,7 @@ class Completer:
             session = self.sessions.pop(document, None)
             if self.current == document:
                 self.current = None
-        return session.path if session is not None else None
-
-    def release_caches(self, document: str, path: str | None) -> None:
-        """The second half of close(): the decoder's caches of the document go. This waits
-        for the engine's turn (seconds, if a request is decoding)."""
-        self.decoder.close(document, path)
+        self.decoder.close(document, session.path if session is not None else None)
 
     def forget_shown(self, document: str) -> None:
         """Forget the completion last shown in the document: the next request decodes."""
@@ -294,7 +288,7 @@ class Completer:
         model = self.decoder.connect()
         if model is None:
             return 0
-        with self.warming.request(request.document, cancel) as cancel:
+        with self.warming.request(request.document, cancel) as cancel, stopped_by_close(request, cancel):
             def prompt_for() -> list[int] | str:
                 # A warm that waited for the engine while the document closed brings no session back.
                 self._enter(request, cancel)
@@ -318,7 +312,7 @@ class Completer:
         already there is kept; another is replaced. Returns what it computed; None when it
         did not start."""
         request.check_cursor()
-        if self.running:
+        if self.running or request.closed.is_set():
             return None
         ahead = self.prefetches.begin(request, start)
         if ahead is None:
@@ -326,8 +320,9 @@ class Completer:
         with self._state:
             self.counters.prefetches += 1
         try:
-            ahead.completion = self._in_turn(ahead.cancel, lambda model: self._complete_in_turn(
-                request, model, ahead.cancel, ahead), empty_completion)
+            with stopped_by_close(request, ahead.cancel):
+                ahead.completion = self._in_turn(ahead.cancel, lambda model: self._complete_in_turn(
+                    request, model, ahead.cancel, ahead), empty_completion)
         finally:
             ahead.done.set()
         return ahead.completion
@@ -341,7 +336,7 @@ class Completer:
         """The completion at the request's cursor. `cancel` (from new_request_flag(), made
         here when not given) stops it; the answer is then empty (Source.SUPERSEDED)."""
         request.check_cursor()
-        with self.running.request(request.document, cancel) as cancel:
+        with self.running.request(request.document, cancel) as cancel, stopped_by_close(request, cancel):
             completion = self._complete(request, cancel)
         if completion.source == Source.SUPERSEDED:
             with self._state:
@@ -356,7 +351,7 @@ class Completer:
         cancels this one (new_request_flag(EDITS + document)); inline requests do not."""
         request.check_cursor()
         self.prefetches.drop(lambda ahead: not ahead.done.is_set())  # a running one would hold up this request
-        with self.running.request(EDITS + request.document, cancel) as cancel:
+        with self.running.request(EDITS + request.document, cancel) as cancel, stopped_by_close(request, cancel):
             edit = self._in_turn(cancel, lambda model: self._next_edit(request, model, cancel), no_edit)
         with self._state:
             self.counters.edit_requests += 1

@@ -1,11 +1,12 @@
 """The requests running now, by key (a document, or EDITS + document for its next
-edits): a new request for a key cancels the one before it, so the newest wins."""
+edits): a new request for a key cancels the one before it, so the newest wins; and a
+request stops once the document it was made in is closed."""
 
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
 
-from completer.requests import CancelFlag
+from completer.requests import CancelFlag, CompletionRequest
 
 
 class RunningRequests:
@@ -49,3 +50,15 @@ class RunningRequests:
         """Whether any request runs."""
         with self._lock:
             return bool(self._flags)
+
+
+@contextmanager
+def stopped_by_close(request: CompletionRequest, cancel: CancelFlag) -> Iterator[None]:
+    """For the block's length, `cancel` is set when the editor closes the document
+    `request` was made in; at once if it is closed already (work that starts after the
+    close, such as a next edit that waited for the completions before it)."""
+    unlink = request.closed.when_set(cancel.set)
+    try:
+        yield
+    finally:
+        unlink()
