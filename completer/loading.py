@@ -33,7 +33,7 @@ from completer.errors import ServerError
 from completer.models.backend import ContextError, LlamaModel
 from completer.models.devices import Device, add_rpc_servers, offload_devices
 from completer.models.errors import ModelError
-from completer.models.gguf_file import check_same_vocabulary
+from completer.models.gguf_file import check_gguf, check_same_vocabulary
 from completer.models.pairing import suitability_notes
 from completer.models.paths import distilled_draft_path
 from completer.models.presets import HubFile, Preset
@@ -153,9 +153,10 @@ def load_pair(options: ModelOptions, with_draft: bool = True, report: Report = _
 
 def check_fits_memory(path: Path, devices: list[Device]) -> None:
     """Refuse a model file larger than this machine's memory and its offload devices'
-    together: llama.cpp maps the file, so it would load, then read the disk at every token."""
+    together: llama.cpp maps the file, so it would load, then read the disk at every token.
+    A split model weighs all its shards (`path` is the first)."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") + sum(device.total_bytes for device in devices)
-    size = path.stat().st_size
+    size = check_gguf(path).size_bytes
     if size > memory:
         raise ModelError(f"{path} is {size / 2**30:.1f} GiB, more than this machine's memory and devices hold "
                          f"({memory / 2**30:.1f} GiB): it would be read from the disk at every token. Use a smaller "

@@ -22,6 +22,7 @@ from gguf import GGUFValueType, GGUFWriter
 from hypothesis import given
 from hypothesis import strategies as st
 
+from completer.loading import check_fits_memory
 from completer.models.backend import LlamaModel
 from completer.models.derive import rewrite_gguf
 from completer.models.errors import ModelError
@@ -575,3 +576,14 @@ def test_a_split_model_missing_a_shard_is_one_line(layout, tmp_path):
     assert scan(layout.environ, layout.home).skipped == [
         f"lmstudio:me/qwen-split/qwen-00002-of-00003.gguf ({repo / shards[1].name}): "
         f"shard 2 of 3 of a split model: llama.cpp loads it through the first, {shards[0].name}"]
+
+
+def test_the_memory_check_weighs_every_shard_of_a_split_model(tmp_path):
+    """The first shard is small; the last has a sparse tail past this machine's memory
+    (still a valid shard: its tensors lie inside). The model as a whole cannot fit."""
+    shards = split_copy(write_qwen2_gguf(tmp_path / "qwen.gguf"), tmp_path / "split" / "qwen.gguf", max_tensors=10)
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    os.truncate(shards[-1], 2 * memory)
+    assert shards[0].stat().st_size < memory
+    with pytest.raises(ModelError, match=f"^{re.escape(str(shards[0]))} is [0-9.]+ GiB, more than this machine's memory"):
+        check_fits_memory(shards[0], [])
