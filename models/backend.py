@@ -225,6 +225,7 @@ class LlamaModel:
         self.adds_bos = bool(llama_cpp.llama_vocab_get_add_bos(v)) and self.special.bos is not None
         self._piece_buffer = ctypes.create_string_buffer(256)
         self._breaks_line: dict[int, bool] = {}  # token -> whether its text holds "\n" (breaks_line)
+        self._ends: dict[int, bool] = {}  # token -> whether it ends generation (is_end_of_generation)
 
     def _fallback_message(self, beside: str) -> str:
         return (f"{self.path.name}: the GPU could not hold {self.asked_gpu_layers} layers{beside}; loaded with "
@@ -280,7 +281,11 @@ class LlamaModel:
         return (llama_cpp.llama_vocab_get_text(self._vocab, token) or b"").decode("utf-8", errors="replace")
 
     def is_end_of_generation(self, token: int) -> bool:
-        return bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+        """Known per token once asked: generation asks of every token it made, every round."""
+        known = self._ends.get(token)
+        if known is None:
+            known = self._ends[token] = bool(llama_cpp.llama_vocab_is_eog(self._vocab, token))
+        return known
 
     def breaks_line(self, token: int) -> bool:
         """Whether the token's text holds a line break: a line starts after it. Known per

@@ -14,10 +14,11 @@ from completer.bench.metrics import (compared, edit_similarity, exact_first_line
                                      summarize_mode)
 from completer.bench.run import Bench, Settings
 from completer.config import Config, GenerationOptions, ModelOptions
+from completer.engine.generation import Engine, generate
 from completer.engine.tuning import CostModel
 from completer.loading import Pair
 from completer.models.backend import default_threads
-from conftest import run_completer
+from conftest import REPO, run_completer
 
 # A thread count llama.cpp would not take without being told: it takes every core otherwise.
 THREADS = 1 if default_threads() > 1 else 2
@@ -126,6 +127,20 @@ def test_threads_reach_llama_cpp_in_every_engine_the_bench_builds(smol, target, 
                     for name, engine in runner.engines.items()}
     assert in_llama_cpp == {"main": [THREADS, THREADS], "local": [THREADS, THREADS]}
     assert runner.threads == in_llama_cpp  # what the report's settings record
+
+
+def test_plain_decoding_reads_the_texts_of_its_tokens_once_when_no_stop_string_asks(target, monkeypatch):
+    """Our `target` row is set against llama-server's plain decoding: its rounds do
+    nothing a round needs not. The text is read per round only for stop strings or `done`."""
+    engine = Engine(target, None, 2048, calibrate_s=0)
+    prompt = target.tokenize((REPO / "completer" / "engine" / "kv.py").read_text())[:200]
+    read = []
+    monkeypatch.setattr(target, "token_bytes", lambda token, special=False: read.append(token) or b"x")
+    made = generate(engine, prompt, 24, mode="target")
+    assert len(made.tokens) == 24 and len(read) == 24  # the answer's text, once
+    read.clear()
+    generate(engine, prompt, 24, stop=("never written",), mode="target")
+    assert len(read) == 24 * 25 // 2 + 24  # a stop string is looked for in the text every round
 
 
 def record(hole, mode, tokens, ms, **more):

@@ -496,13 +496,18 @@ def _kept_logits(engine: Engine, rows: list[np.ndarray], n: int) -> np.ndarray:
 
 def stop_after_round(engine: Engine, tokens: list[int], prompt_length: int, stop: tuple[str, ...],
                       done: Callable[[str], bool] | None, healing: Healing | None) -> tuple[str, str]:
-    """(why generation stops now, or "max_tokens" to go on; the text so far). An end
-    token is cut from `tokens` with what followed it; a stop string from the text."""
+    """(why generation stops now, or "max_tokens" to go on; the text so far, "" when
+    neither a stop string nor `done` reads it). An end token is cut from `tokens` with
+    what followed it; a stop string from the text. Without stop strings or `done` no
+    round reads the text: detokenizing the whole output every round costs plain
+    decoding's rounds more than anything else outside llama.cpp."""
     produced = tokens[prompt_length:]
     end = next((i for i, t in enumerate(produced) if engine.model.is_end_of_generation(t)), None)
     if end is not None:
         del tokens[prompt_length + end:]
         return StopReason.END, ""
+    if not any(stop) and done is None:
+        return StopReason.MAX_TOKENS, ""
     text = generated_text(engine, produced, healing)
     cut = min((text.find(s) for s in stop if s and s in text), default=-1)
     if cut >= 0:
