@@ -578,7 +578,7 @@ def serve(transport: str, port: int, models: ModelOptions) -> None:
     """Run the language server; editors start it as `completer serve --stdio`.
 
     Options come from the client's initializationOptions and didChangeConfiguration
-    (the names of the README's option table), but for the machine-level ones (where
+    (the names of docs/options.md's table), but for the machine-level ones (where
     code and keys go, which model files load): a workspace's settings reach the server
     that way, so those come from these flags only. Logs go to stderr and
     window/logMessage."""

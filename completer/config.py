@@ -1,7 +1,7 @@
 """All options, as one dataclass tree. Each default carries its reason in `doc`.
 
 The language server's initializationOptions and the editors' settings use these
-names; an option with a `flag` can also be given as that CLI flag. README.md's option
+names; an option with a `flag` can also be given as that CLI flag. docs/options.md's
 table is generated from this module (`python -m completer.config`) and a test keeps
 the two equal.
 """
@@ -598,7 +598,7 @@ def _deprecated_setting(new: str, schema: dict[str, Any]) -> dict[str, Any]:
 
 
 def options_table() -> str:
-    """The Markdown table of every option, as README.md shows it."""
+    """The Markdown table of every option, as docs/options.md shows it."""
     rows = ["| option | CLI flag | default | set by | meaning |", "|---|---|---|---|---|"]
     for group in fields(Config):
         for item in fields(group.default_factory):

@@ -1,7 +1,7 @@
 """Named target/draft pairs: one flat table, resolved by name in one place.
 
 A preset is what a user picks (`--preset NAME`); the table says where each file
-comes from and why that pair is the default for its size. README.md carries the
+comes from and why that pair is the default for its size. docs/presets.md carries the
 same table, kept equal to this one by tests/test_readme.py.
 """
 
@@ -222,7 +222,7 @@ def ran_here(preset: Preset) -> str:
 
 
 def presets_table() -> str:
-    """The Markdown table of every preset, as README.md shows it."""
+    """The Markdown table of every preset, as docs/presets.md shows it."""
     rows = ["| preset | target | draft | why | run here |", "|---|---|---|---|---|"]
     for preset in PRESETS.values():
         rows.append(f"| `{preset.name}` | {preset.target.describe()} | {preset.draft.describe()} | {preset.why} "

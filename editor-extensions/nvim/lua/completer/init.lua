@@ -30,7 +30,7 @@
 --   init_options:              The server's options, as nested tables, passed as they
 --                              are in the `initializationOptions` of `initialize`. The
 --                              groups are models, generation, prompt, drafting, cache,
---                              server and edits; completer's README lists every option.
+--                              server and edits; completer's docs/options.md lists every option.
 --                              The machine-level ones are left out, with a warning (see
 --                              completer-machine): they go in cmd, as the server's
 --                              flags.
