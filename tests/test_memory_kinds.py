@@ -26,7 +26,6 @@ from completer.engine.tuning import CostModel
 from completer.models.backend import (HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES, SLIDING_WINDOW, LlamaContext,
                                      LlamaModel)
 from completer.models.synthetic import write_model
-from completer.requests import CancelFlag
 from conftest import run_completer
 
 pytestmark = pytest.mark.slow  # minutes of real models, the synthetic ones written first
@@ -304,8 +303,8 @@ def fim_keystroke_decoder(model: LlamaModel):
 
 
 def keystroke(decoder: LocalDecoder, prompt: list[int]) -> Decoded:
-    return decoder.decode(Decode("a.py", "python", prompt, len(prompt), 8, 0, Sampling(), "draft", False, [],
-                                 lambda text: False, CancelFlag()))
+    return decoder.decode(Decode(document="a.py", language="python", prompt=prompt, prompt_length=len(prompt),
+                                 max_tokens=8, draft_mode="draft"))
 
 
 def test_a_keystroke_after_warming_a_document_goes_back_to_a_checkpoint_at_the_cursor_not_to_the_start(

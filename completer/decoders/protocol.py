@@ -15,7 +15,7 @@ request's cancel flag closed a call under way); the Completer turns each into it
 
 from collections.abc import Callable
 from contextlib import AbstractContextManager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 from completer.config import Config
@@ -34,22 +34,28 @@ class DecoderModel:
     context_name: str  # where those tokens are set, for a message saying no prompt fits
 
 
-@dataclass(frozen=True)
+def never_done(text: str) -> bool:
+    """Decode.done's default: decoding ends at max_tokens, a stop string or the end token."""
+    return False
+
+
+@dataclass(frozen=True, kw_only=True)
 class Decode:
-    """One request's decoding, as the Completer asks for it."""
+    """One request's decoding, as the Completer asks for it. Keyword-only: a dozen
+    fields of which several are numbers and flags read wrongly by position."""
 
     document: str
     language: str
     prompt: list[int] | str  # as the decoder's encode made it
     prompt_length: int  # in the decoder's tokens, as encode counted them
     max_tokens: int
-    time_budget_ms: float  # 0: no budget
-    sampling: Sampling
     draft_mode: str  # the local engine's drafting; a server drafts as it is configured
-    heal: bool  # token healing at the cursor, where the decoder has the vocabulary for it
-    stop: list[str]
-    done: Callable[[str], bool]  # the text is complete: decoding may end early
-    cancel: CancelFlag
+    time_budget_ms: float = 0.0  # 0: no budget
+    sampling: Sampling = Sampling()
+    heal: bool = False  # token healing at the cursor, where the decoder has the vocabulary for it
+    stop: list[str] = field(default_factory=list)
+    done: Callable[[str], bool] = never_done  # the text is complete: decoding may end early
+    cancel: CancelFlag = field(default_factory=CancelFlag)
     # The text the answer rewrites (a next edit's region), for a decoder that drafts from
     # it (the local engine's copy drafting); "" for an answer that writes new text.
     copy_from: str = ""

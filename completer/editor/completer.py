@@ -382,10 +382,11 @@ class Completer:
                            f"no next edit: {error}; edits.format {edit_format.family} is for another model's prompt")
         generation, ends, region = self.config.generation, fitted.prompt.ends, fitted.region.text
         decoded = self.decoder.decode(Decode(
-            request.document, request.language, prompt, length, fitted.answer_tokens, 0.0,
-            Sampling(generation.temperature, generation.top_k, generation.top_p), generation.draft_mode, False,
-            engine_stops(ends, region),
-            lambda text: rewrite_end(text, ends, region, edit_format.cursor_marker) is not None, cancel,
+            document=request.document, language=request.language, prompt=prompt, prompt_length=length,
+            max_tokens=fitted.answer_tokens, draft_mode=generation.draft_mode,
+            sampling=Sampling(generation.temperature, generation.top_k, generation.top_p),
+            stop=engine_stops(ends, region),
+            done=lambda text: rewrite_end(text, ends, region, edit_format.cursor_marker) is not None, cancel=cancel,
             copy_from=fitted.copy_from))
         stop_reason = StopReason(decoded.stop_reason)
         if stop_reason == StopReason.CANCELLED:
@@ -501,10 +502,13 @@ class Completer:
         """The decoder's answer to `prompt`, and the cursor it is post-processed at."""
         options = self.config.generation
         cursor = self.cursor_context(request, suffix)
-        decode = Decode(request.document, request.language, prompt, length, options.max_tokens,
-                        options.time_budget_ms, Sampling(options.temperature, options.top_k, options.top_p),
-                        options.draft_mode, self.config.prompt.heal, stops_for(cursor),
-                        lambda text: cut_to_scope(text, cursor) != text, cancel, candidates=options.candidates)
+        decode = Decode(document=request.document, language=request.language, prompt=prompt, prompt_length=length,
+                        max_tokens=options.max_tokens, draft_mode=options.draft_mode,
+                        time_budget_ms=options.time_budget_ms,
+                        sampling=Sampling(options.temperature, options.top_k, options.top_p),
+                        heal=self.config.prompt.heal, stop=stops_for(cursor),
+                        done=lambda text: cut_to_scope(text, cursor) != text, cancel=cancel,
+                        candidates=options.candidates)
         return self.decoder.decode(decode), cursor
 
     def _enter(self, request: CompletionRequest, cancel: CancelFlag | None, ahead: bool = False,
