@@ -397,7 +397,9 @@ def test_setup_leaves_machine_level_init_options_out_and_says_where_they_go(tmp_
     """A project-local config that names a team server, a key's variable and model files
     in init_options: none of them reach the server, and one warning names each flag."""
     answer = run_nvim("plugin_machine.lua", tmp_path, tmp_path / "cache", timeout_s=60, lua=True)
-    assert answer["init_options"] == {"models": {"preset": "smol"}, "generation": {"max_tokens": 8}}
+    # client: what the plugin says of itself (it applies every edit of a next edit's answer).
+    assert answer["init_options"] == {"models": {"preset": "smol"}, "generation": {"max_tokens": 8},
+                                      "client": {"several_edits": True}}
     assert answer["cmd"] == ["true"]
     [warning] = answer["notifications"]
     assert warning["level"] == WARN and ":help completer-machine" in warning["message"]
