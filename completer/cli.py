@@ -676,7 +676,8 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
     binary files are skipped. With --backend llama-server --server-url URL, the same
     holes and table on that server. With --edits, next edits from the repositories'
     git history instead (read without running git)."""
-    from completer.bench.command import BenchRefused, Terminal, bench_edits, bench_local, bench_server, holes_to_run
+    from completer.bench.command import (BenchPlan, BenchRefused, Terminal, bench_edits, bench_local, bench_server,
+                                         holes_to_run)
     from completer.bench.peers import PeerFailed
 
     max_tokens = max_tokens or (24 if quick else 48)
@@ -684,6 +685,8 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
     roots = list(paths) or [_repository_root()]
     # With --json, stdout holds the JSON alone: the notes go to stderr.
     terminal = Terminal(errors, errors if as_json else console, functools.partial(_show_bench_table, as_json=as_json))
+    plan = BenchPlan(roots=roots, modes=modes, llama_server_path=llama_server_path, profile=profile, seed=seed,
+                     temperature=temperature, report_path=report_path, exact=exact, models=models, drafting=drafting)
     try:
         if edit_holes:
             _refuse_given(EDIT_BENCH_REFUSES, "not with --edits: a rewrite's budget is its region's, and the bench "
@@ -691,8 +694,7 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
             if models.backend in SERVER_BACKENDS:
                 raise click.UsageError("--edits measures the local engines and llama-server beside them, not a team "
                                        "server")
-            bench_edits(terminal, roots, modes, llama_server_path, profile, count, seed, temperature, holes_file,
-                        report_path, exact, models, drafting, edits)
+            bench_edits(terminal, replace(plan, count=count, holes_file=holes_file, edits=edits))
             return
         _refuse_given(("format",), "only with --edits")
         holes = holes_to_run(roots, holes_file, count, seed)
@@ -706,8 +708,8 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
             bench_server(terminal, models, baseline_url, holes, max_tokens, temperature, report_path)
             return
         _refuse_given(("baseline_url",), "only with --backend llama-server, whose rows it adds to")
-        bench_local(terminal, roots, holes, modes, llama_server_path, profile, seed, max_tokens, temperature,
-                    report_path, plot_path, typing, exact, copy_target or 0.0, models, drafting)
+        bench_local(terminal, replace(plan, max_tokens=max_tokens, plot_path=plot_path, typing=typing,
+                                      copy_target=copy_target or 0.0), holes)
     except BenchRefused as error:
         if error.option:
             raise click.BadParameter(str(error), param_hint=error.option) from None

@@ -54,6 +54,29 @@ class Terminal:
     show_table: Callable[..., None]
 
 
+@dataclass(frozen=True, kw_only=True)
+class BenchPlan:
+    """What `completer bench` was asked to run, as the CLI parsed it."""
+
+    roots: list[Path]  # the repositories or folders the holes are cut from
+    modes: str | None  # --modes as given; None: every mode that can run
+    llama_server_path: Path | None  # the peers' llama-server; None: $COMPLETER_LLAMA_SERVER or the build's
+    profile: bool  # split each mode's time per target pass
+    seed: int  # for picking holes
+    temperature: float
+    report_path: Path  # the JSON of every record
+    exact: bool  # verify one token per decode: greedy speculation then equals target exactly
+    models: ModelOptions
+    drafting: DraftingOptions
+    max_tokens: int = 48  # each mode's tokens per hole (inline holes)
+    plot_path: Path | None = None  # a figure of the run (inline holes)
+    typing: bool = False  # the typing replay too (inline holes)
+    copy_target: float = 0.0  # n-gram modes draft target's own tokens, this share right; 0: off
+    count: int = 40  # holes to pick (next edits)
+    holes_file: Path | None = None  # an earlier report's holes to replay (next edits)
+    edits: NextEditOptions = NextEditOptions()
+
+
 def holes_to_run(roots: list[Path], holes_file: Path | None, count: int, seed: int) -> list:
     """The holes of an earlier report, or `count` new ones in the roots; BenchRefused
     naming a hole no longer cut from its file as it is, before any model loads."""
@@ -66,22 +89,21 @@ def holes_to_run(roots: list[Path], holes_file: Path | None, count: int, seed: i
     return holes
 
 
-def bench_local(terminal: Terminal, roots: list[Path], holes: list, modes: str | None, llama_server_path: Path | None,
-                profile: bool, seed: int, max_tokens: int, temperature: float, report_path: Path,
-                plot_path: Path | None, typing: bool, exact: bool, copy_target: float, models: ModelOptions,
-                drafting: DraftingOptions) -> None:
+def bench_local(terminal: Terminal, plan: BenchPlan, holes: list) -> None:
     """`bench` on the local engines, llama-server's configurations beside them: the
     table, its notes, the report (and with `typing` the typing replay, with `plot_path`
     the figure)."""
-    llama_server = find(llama_server_path)
+    modes, models, drafting, max_tokens, temperature = (plan.modes, plan.models, plan.drafting, plan.max_tokens,
+                                                          plan.temperature)
+    llama_server = find(plan.llama_server_path)
     pair = load_pair(models)
     asked = _without_a_draft(_chosen_modes(modes, llama_server, terminal.errors), pair.files, modes is not None,
                              terminal.errors)
     distilled = load_distilled(pair, models)
     config = Config(models=models, generation=GenerationOptions(max_tokens=max_tokens, temperature=temperature),
                     drafting=drafting)
-    settings = Settings(config, modes_to_run(asked, distilled is not None, drafting.index_mb > 0), exact,
-                        copy_target)
+    settings = Settings(config, modes_to_run(asked, distilled is not None, drafting.index_mb > 0), plan.exact,
+                        plan.copy_target)
     hole_roots = sorted({Path(h.root) for h in holes})
     with terminal.errors.status("indexing the workspace, measuring the verify cost, starting the peers"):
         runner = Bench(pair, settings, distilled, llama_server, hole_roots)
@@ -92,37 +114,37 @@ def bench_local(terminal: Terminal, roots: list[Path], holes: list, modes: str |
     finally:  # the peers' servers stop, also on Ctrl-C
         runner.close()
     summary = report.summarize(records, settings.modes, runner.engine.costs)
-    copying = f"; drafts copy target, {copy_target:g} of its tokens right" if copy_target else ""
+    copying = f"; drafts copy target, {plan.copy_target:g} of its tokens right" if plan.copy_target else ""
     terminal.show_table(summary, f"{len(holes)} holes in {', '.join(map(str, hole_roots))}; {max_tokens} tokens; "
                                  f"T={temperature}; {report.model_files(pair.files)}"
-                                 f"{'; exact verification' if exact else ''}{copying}")
-    for line in report.notes(summary, records, profile):
+                                 f"{'; exact verification' if plan.exact else ''}{copying}")
+    for line in report.notes(summary, records, plan.profile):
         notes.print(line, soft_wrap=True, highlight=False)
-    result = report.document(runner, seed, roots, distilled.path if distilled else None, summary, holes, records)
-    if typing:
+    result = report.document(runner, plan.seed, plan.roots, distilled.path if distilled else None, summary, holes,
+                             records)
+    if plan.typing:
         _replay_typing(result, runner.pair, models, holes, terminal)
-    report_path.write_text(json.dumps(result, indent=1))
-    notes.print(f"every record: {report_path}", soft_wrap=True)
-    if plot_path:
-        report.plot(plot_path, summary, records)
-        notes.print(f"figure: {plot_path}", soft_wrap=True)
+    plan.report_path.write_text(json.dumps(result, indent=1))
+    notes.print(f"every record: {plan.report_path}", soft_wrap=True)
+    if plan.plot_path:
+        report.plot(plan.plot_path, summary, records)
+        notes.print(f"figure: {plan.plot_path}", soft_wrap=True)
 
 
-def bench_edits(terminal: Terminal, roots: list[Path], modes: str | None, llama_server_path: Path | None,
-                profile: bool, count: int, seed: int, temperature: float, holes_file: Path | None, report_path: Path,
-                exact: bool, models: ModelOptions, drafting: DraftingOptions, edits: NextEditOptions) -> None:
+def bench_edits(terminal: Terminal, plan: BenchPlan) -> None:
     """`bench --edits`: every mode on next edits from the roots' history, a report."""
+    roots, modes, models, edits, holes_file = plan.roots, plan.modes, plan.models, plan.edits, plan.holes_file
     try:
         holes = (edit_holes_from_json(json.loads(holes_file.read_text())) if holes_file else
-                 pick_edit_holes(roots, count, seed, (edits.lines_above, edits.lines_below)))
+                 pick_edit_holes(roots, plan.count, plan.seed, (edits.lines_above, edits.lines_below)))
     except (ValueError, KeyError, TypeError) as error:
         raise BenchRefused(f"no edit holes: {error}") from None
-    llama_server = find(llama_server_path)
-    config = Config(models=models, generation=GenerationOptions(temperature=temperature), drafting=drafting,
+    llama_server = find(plan.llama_server_path)
+    config = Config(models=models, generation=GenerationOptions(temperature=plan.temperature), drafting=plan.drafting,
                     edits=edits)
     pair = load_pair(models)
     settings = Settings(config, _without_a_draft(_chosen_modes(modes, llama_server, terminal.errors, edits=True),
-                                                 pair.files, modes is not None, terminal.errors), exact)
+                                                 pair.files, modes is not None, terminal.errors), plan.exact)
     with terminal.errors.status("measuring the verify cost, starting the peers"):
         runner = EditBench(pair, settings, None, llama_server)
     try:
@@ -131,18 +153,18 @@ def bench_edits(terminal: Terminal, roots: list[Path], modes: str | None, llama_
         runner.close()
     summary = summarize_edits(records, settings.modes, runner.engine.costs)
     roots_named = ", ".join(sorted({h.root for h in holes}))
-    terminal.show_table(summary, f"{len(holes)} next edits from the history of {roots_named}; T={temperature}; "
-                                 f"{report.model_files(pair.files)}{'; exact verification' if exact else ''}",
+    terminal.show_table(summary, f"{len(holes)} next edits from the history of {roots_named}; T={plan.temperature}; "
+                                 f"{report.model_files(pair.files)}{'; exact verification' if plan.exact else ''}",
                         edits=True)
     for line in [*report.failures(summary), report.verdict(summary), providers_line(records),
-                 *(report.profile(summary) if profile else [])]:
+                 *(report.profile(summary) if plan.profile else [])]:
         if line:
             terminal.notes.print(line, soft_wrap=True, highlight=False)
-    result = report.document(runner, seed, roots, None, summary, holes, records)
+    result = report.document(runner, plan.seed, roots, None, summary, holes, records)
     result["settings"]["edits"] = {"lines_above": edits.lines_above, "lines_below": edits.lines_below,
                                    "context_lines": edits.context_lines, "format": edits.format}
-    report_path.write_text(json.dumps(result, indent=1))
-    terminal.notes.print(f"every record: {report_path}", soft_wrap=True)
+    plan.report_path.write_text(json.dumps(result, indent=1))
+    terminal.notes.print(f"every record: {plan.report_path}", soft_wrap=True)
 
 
 def bench_server(terminal: Terminal, models: ModelOptions, baseline_url: str | None, holes: list, max_tokens: int,
