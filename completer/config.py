@@ -297,7 +297,7 @@ SERVER_BACKENDS = (LLAMA_SERVER, OPENAI)
 BACKENDS = (LOCAL, *SERVER_BACKENDS)
 # The FIM families prompt.TEMPLATES formats and the next-edit formats editor.next_edit
 # writes, named here so that the options import no code that formats prompts
-# (tests/test_options.py keeps each list equal to what it names).
+# (tests/lsp/test_options.py keeps each list equal to what it names).
 FIM_FAMILIES = ("qwen2.5-coder", "deepseek-coder", "starcoder", "codellama", "codestral")
 EDIT_FORMATS = ("instruction", "zeta", "sweep", "instinct")
 # What models.prompt_family may say: found out, a family we format, or no FIM.
@@ -518,7 +518,7 @@ def _with_option(config: Config, name: str, value: Any) -> Config:
 def _without_conflicts(config: Config, base: Config) -> tuple[Config, list[str]]:
     """`config` with each broken rule's changed options back at `base`'s values, and a
     message for each. Should `base` itself break a rule (a Config made in code), the
-    options of that rule take their defaults, which break none (tests/test_options.py)."""
+    options of that rule take their defaults, which break none (tests/lsp/test_options.py)."""
     config, kept = _settle(config, base, "keeping")
     config, defaults = _settle(config, Config(), "using the default")
     return config, kept + defaults

@@ -76,7 +76,7 @@ class CompleterProtocol(LanguageServerProtocol):
 
     pygls has no public way to answer a request outside a handler, so `reject` calls its
     private `_send_response`; the rest overrides public methods. So pyproject.toml pins
-    pygls exactly, and tests/test_lsp_protocol.py checks that version has all used here."""
+    pygls exactly, and tests/lsp/test_lsp_protocol.py checks that version has all used here."""
 
     initialized = False
     shut_down = False  # ours, not pygls's private `_shutdown`: set once `shutdown` is handled

@@ -540,7 +540,7 @@ class LlamaContext:
         if not self.cuts_anywhere and 0 < n < self.length():
             # llama.cpp takes a rollback past the last batch's first token too, and its
             # snapshots then hold no state of those positions: a single-token batch
-            # rolled back by one token gave wrong logits on qwen35 (tests/test_memory_kinds.py).
+            # rolled back by one token gave wrong logits on qwen35 (tests/engine/test_memory_kinds.py).
             if n <= self._batch_start or self.length() - n > self.rollback_tokens:
                 return False
         return bool(llama_cpp.llama_memory_seq_rm(self._memory, SEQUENCE, n, -1))

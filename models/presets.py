@@ -2,7 +2,7 @@
 
 A preset is what a user picks (`--preset NAME`); the table says where each file
 comes from and why that pair is the default for its size. docs/presets.md carries the
-same table, kept equal to this one by tests/test_readme.py.
+same table, kept equal to this one by tests/unit/test_readme.py.
 """
 
 from dataclasses import dataclass

@@ -14,6 +14,11 @@ from completer.lsp import protocol
 
 SERVER = [str(Path(sys.executable).with_name("completer")), "serve", "--stdio"]
 FAST = {"generation": {"max_tokens": 16, "time_budget_ms": 0}}
+# The next-edit case the LSP and VS Code tests share: a parameter renamed at its definition,
+# the uses below it the next edit a model would make.
+RENAMED = ("import math\n\n\ndef area(w, height):\n    return width * height\n\n\n"
+           "def perimeter(width, height):\n    return 2 * (width + height)\n")
+NEXT_EDIT = {"edits": {"lines_above": 3, "lines_below": 3, "context_lines": 2}}
 
 
 async def start(cache: Path, options: dict[str, Any] | None = None, client: str = "visual-studio-code",

@@ -261,7 +261,7 @@ class Continuation:
     one token. Without it a position past the k a provider is drafted at is tried only
     when a plan reaches it, which its old failures there keep it from: copies that once
     failed at their 3rd token and then held on were drafted 3 tokens a round for 22
-    rounds in a simulation (tests/test_tuning.py checks 10), where with it k passed 16
+    rounds in a simulation (tests/unit/test_tuning.py checks 10), where with it k passed 16
     within 10."""
 
     provider: str

@@ -6,7 +6,7 @@
 // screen showed (ghost text by line, where it starts and where the cursor is), what the
 // file held on disk before and after, and the extension's log (the server's inline
 // completions with the document version they were asked for, the next edits, the
-// statistics); tests/test_vscode_editing.py, which prepares the workspace, checks them.
+// statistics); tests/editors/test_vscode_editing.py, which prepares the workspace, checks them.
 // Writes editing.json (and editing-code-server.log, editing-failure.png on failure) to
 // ARTIFACTS.
 //

@@ -10,7 +10,7 @@
 // and wait for the error notification. Writes result.json, vscode-inline-suggestion.png,
 // vscode-candidates.png, vscode-accepted.png, vscode-next-edit.png, vscode-suggest-widget.png,
 // vscode-load-error.png and code-server.log
-// to ARTIFACTS. Run by tests/test_vscode.py, which prepares the workspace and checks the
+// to ARTIFACTS. Run by tests/editors/test_vscode.py, which prepares the workspace and checks the
 // result.
 //
 // Environment: CODE_SERVER (its out/node/entry.js), VSIX, COMPLETER (the executable),

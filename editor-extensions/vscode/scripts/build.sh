@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Builds and checks the VS Code extension: the toolchain (cached per machine), the locked
 # npm packages, a strict type check, the unit tests, the bundle and the .vsix. Writes
-# .toolchain.json for tests/test_vscode.py, which drives the .vsix in code-server.
+# .toolchain.json for tests/editors/test_vscode.py, which drives the .vsix in code-server.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 

@@ -1,6 +1,6 @@
 """Writes the server's options (completer/config.py) into package.json's settings, after
 the extension's own: `python editor-extensions/vscode/scripts/sync-settings.py` from the
-repository root, with completer installed. tests/test_vscode.py fails until they agree."""
+repository root, with completer installed. tests/editors/test_vscode.py fails until they agree."""
 
 import json
 from pathlib import Path

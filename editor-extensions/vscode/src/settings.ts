@@ -11,7 +11,7 @@ export type ServerOptions = Record<string, Record<string, unknown>>;
 // model files load) as settings, each with the server's flag for it. A workspace must not
 // choose them: they are `"scope": "machine"` in package.json, read from the user's own
 // settings only, and reach the server only as these flags, never in initializationOptions
-// or didChangeConfiguration (where the server refuses them). tests/test_vscode.py keeps
+// or didChangeConfiguration (where the server refuses them). tests/editors/test_vscode.py keeps
 // this table equal to the server's.
 export const MACHINE_FLAGS: Readonly<Record<string, string>> = {
   "models.target": "--target",
@@ -26,7 +26,7 @@ export const MACHINE_FLAGS: Readonly<Record<string, string>> = {
 export const PROGRAM_SETTINGS = ["command", "pythonPath"] as const;
 
 // Settings the server knows under a new name (completer/config.py's RENAMED, which
-// tests/test_vscode.py keeps this equal to): old name -> new name.
+// tests/editors/test_vscode.py keeps this equal to): old name -> new name.
 export const RENAMED: Readonly<Record<string, string>> = { "prompt.contextTokens": "prompt.crossFileTokens" };
 
 // `values` as they should reach the server: an old name the user set is sent, and its new

@@ -10,7 +10,7 @@
 -- keys below accept or dismiss them, and do what they did before when nothing is shown.
 --
 -- Options (every one optional; each meaning is `:help completer-options`' own words,
--- and tests/test_nvim_plugin.py checks that this list, `defaults` below and
+-- and tests/editors/test_nvim_plugin.py checks that this list, `defaults` below and
 -- doc/completer.txt agree):
 --
 --   enabled:                   Show suggestions from the start. :CompleterToggle! turns
@@ -91,7 +91,7 @@ local WARM = "completer/warm"
 -- The server's machine-level options (completer/config.py) and its flag for each: where
 -- code and keys go, which model files load. A project's files must not choose them, so
 -- the server refuses them over LSP; setup() leaves them out of init_options and says to
--- put the flag in cmd. tests/test_nvim_plugin.py keeps this table equal to the server's.
+-- put the flag in cmd. tests/editors/test_nvim_plugin.py keeps this table equal to the server's.
 local MACHINE_OPTIONS = {
   ["models.target"] = "--target",
   ["models.draft"] = "--draft",

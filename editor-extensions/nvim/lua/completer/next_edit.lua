@@ -21,7 +21,7 @@ M.ns = vim.api.nvim_create_namespace("completer.next_edit")
 M.hl_delete = "CompleterNextEditDelete"
 M.hl_insert = "CompleterNextEditInsert"
 
--- The server's names for them (lsp/protocol.py); tests/test_nvim_plugin.py keeps them equal.
+-- The server's names for them (lsp/protocol.py); tests/editors/test_nvim_plugin.py keeps them equal.
 local INLINE_EDIT = "textDocument/copilotInlineEdit"
 local DID_SHOW_INLINE_EDIT = "textDocument/didShowInlineEdit"
 local REJECT_EDIT_COMMAND = "completer.rejectEdit"
