@@ -1,5 +1,5 @@
 """Latency as the editor shows it, in real editors with the real server: keystroke to ghost
-text over a scripted typing session, and Tab to the next suggestion, with server.prefetch on
+text over a scripted typing session, and Tab to the next suggestion, with lsp.prefetch on
 and off, in headless Neovim with the plugin and in VS Code (code-server in headless
 Chromium, with the built .vsix: editor-extensions/vscode/scripts/build.sh first).
 
@@ -24,7 +24,7 @@ and time, in the editor):
         each, wait for the ghost text (Neovim: entering Insert mode at the end asks; VS
         Code: the document's last character typed asks), read it 1 s, press Tab, time to
         the next ghost text (Neovim: within 30 s; VS Code: within 5 s)
-    one editor (and server) per case, server.prefetch on and off, so that neither finds
+    one editor (and server) per case, lsp.prefetch on and off, so that neither finds
         the other's caches; options
         {"models": {"preset": P}, "generation": {"max_tokens": 16, "time_budget_ms": 0}}
 Reports p50 / p95 / p99 of each, beside Zed's 300 ms budget for a keystroke.
@@ -65,7 +65,7 @@ def session(text: str, lines: int, holes: int) -> tuple[str, str, list[str]]:
 
 def options(preset: str, prefetch: bool) -> dict:
     return {"models": {"preset": preset}, "generation": {"max_tokens": 16, "time_budget_ms": 0},
-            "server": {"prefetch": prefetch}}
+            "lsp": {"prefetch": prefetch}}
 
 
 def run_neovim(prefetch: bool, prefix: str, typed: str, holes: list[str], preset: str, seed: int) -> dict:

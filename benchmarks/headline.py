@@ -7,7 +7,7 @@ Algorithm:
                  of the standard library (seed 1: `completer bench STDLIB --n N` picks the
                  same), `max_tokens` tokens each, T=0, the MODES below alternating per hole;
                  `auto` drafts from the workspace index of the standard library as well,
-                 `auto:local` from the document alone
+                 `auto:no-index` from the document alone
     typing       completer.bench.keystrokes' replay (what `completer bench --typing` runs) on
                  the first 7,000 characters of `typed_files`: keystrokes the model
                  answered against the same requests from empty caches
@@ -34,7 +34,7 @@ from pytest_lsp import ClientServerConfig
 
 from benchmarks import warm
 from benchmarks.lsp_typing import initialize_as_vscode
-from completer.bench import LLAMA_SERVER, LOCAL, report
+from completer.bench import LLAMA_SERVER, NO_INDEX, report
 from completer.bench.holes import pick_holes
 from completer.bench.keystrokes import replay
 from completer.bench.run import Bench, Settings
@@ -48,7 +48,7 @@ STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # are left out for time: on the smol pair (whose draft is untrained) they ran at
 # 0.35-0.36x plain decoding (docs/bench.md, 2 cores of an Intel Xeon, 2026-12-02).
 SERVER_MODES = (LLAMA_SERVER, f"{LLAMA_SERVER}:ngram-mod", f"{LLAMA_SERVER}:ngram-simple")
-MODES = ("target", "auto", LOCAL, *SERVER_MODES)
+MODES = ("target", "auto", NO_INDEX, *SERVER_MODES)
 TYPED_CHARACTERS = 7000  # of each typed file: prompts of about 1,800 tokens, as docs/typing.md
 WAIT_S = 3.0  # between opening the long file and asking (a user reading before typing)
 SEED = 1  # completer bench's default: the same holes as its runs on the standard library
@@ -152,8 +152,8 @@ def speculation_rows(summary: dict, index: dict) -> list[tuple[str, str, str]]:
     rows = [("`auto` against plain decoding (`target`): tokens/s, and the median of the per-hole ratios",
              f"{faster(auto['speedup_vs_target'])}; median {faster(auto['median_speedup_vs_target'])}", BENCH_PAGE),
             (f"the workspace index ({index['files']:,} files, {index['tokens']:,} tokens): `auto` against "
-             f"`{LOCAL}`, which drafts from the document alone",
-             faster(auto["tokens_per_s"] / summary[LOCAL]["tokens_per_s"]), INDEX_PAGE)]
+             f"`{NO_INDEX}`, which drafts from the document alone",
+             faster(auto["tokens_per_s"] / summary[NO_INDEX]["tokens_per_s"]), INDEX_PAGE)]
     servers = {mode: entry for mode, entry in summary.items() if mode in SERVER_MODES}
     ran = {mode: entry for mode, entry in servers.items() if not entry["failed"]}
     if ran:

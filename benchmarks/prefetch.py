@@ -1,11 +1,11 @@
 """Tab to the next suggestion: the completion after an accepted one, with and without
-server.prefetch, through the real server process.
+lsp.prefetch, through the real server process.
 
     python -m benchmarks.prefetch [--holes 20] [--read 1.0] [--file difflib.py] [--preset smol]
 
 Algorithm:
     start two `completer serve --stdio` with pytest-lsp's client (as VS Code), one per
-        case (server.prefetch on, off), so that neither case finds in its caches what the
+        case (lsp.prefetch on, off), so that neither case finds in its caches what the
         other evaluated; options
         {"models": {"preset": P}, "generation": {"max_tokens": 16, "time_budget_ms": 0}}
     holes: `holes` cuts inside non-blank lines of a standard-library module, spread
@@ -95,7 +95,7 @@ async def run(args: argparse.Namespace) -> None:
         clients[case] = await ClientServerConfig(server_command=server).start()
         await initialize_as_vscode(clients[case], args.preset)
         clients[case].workspace_did_change_configuration(types.DidChangeConfigurationParams(
-            {"completer": {"server": {"prefetch": case == "prefetch"}}}))
+            {"completer": {"lsp": {"prefetch": case == "prefetch"}}}))
     times: dict[str, list[float]] = {case: [] for case in CASES}
     served = {case: 0 for case in CASES}
     skipped = 0

@@ -68,7 +68,7 @@ def server_for(binary: Path, files, log: Path, slots: int, *args: str) -> LlamaS
 
 
 def completer_on(url: str, slot_choice: str) -> Completer:
-    config, problems = config_from_dict({**OPTIONS, "models": {"backend": "llama-server", "server_url": url,
+    config, problems = config_from_dict({**OPTIONS, "models": {"decoder": "llama-server", "server_url": url,
                                                                 "server_slots": slot_choice}}, Config())
     assert not problems, problems
     decoder = ServerDecoder(server_backend(config.models, {}))
@@ -143,7 +143,7 @@ def measure_cancel(binary: Path, files, folder: Path, repeats: int = 3) -> dict:
 async def typing_client(url: str, cache: Path, word: str, requests: int) -> dict:
     # Where decoding runs is machine-level: the server's flags, never initializationOptions.
     server = [str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "completer"), "serve", "--stdio",
-              "--backend", "llama-server", "--server-url", url]
+              "--decoder", "llama-server", "--server-url", url]
     client = await ClientServerConfig(server_command=server, server_env={"COMPLETER_CACHE_DIR": str(cache)}).start()
     await client.initialize_session(types.InitializeParams(
         capabilities=client_capabilities("visual-studio-code"), initialization_options=OPTIONS))

@@ -16,8 +16,8 @@ from rich.console import Console
 from completer import tables
 from completer.bench import LLAMA_SERVER_PEERS
 from completer.bench import MODES as BENCH_MODES
-from completer.config import (CHOICES, LLAMA_SERVER, SERVER_BACKENDS, CacheOptions, Config, DraftingOptions,
-                              GenerationOptions, ModelOptions, NextEditOptions, machine_options)
+from completer.config import (CHOICES, LLAMA_SERVER, RENAMED_FLAGS, SERVER_DECODERS, CacheOptions, Config,
+                              DraftingOptions, GenerationOptions, ModelOptions, NextEditOptions, machine_options)
 from completer.models.distill_settings import INITS, LOSSES, PRECISIONS, QUANTIZE_TYPES, TEACHERS, DistillSettings
 from completer.models.errors import ModelError
 from completer.models.llama_build import BUILD_COMMAND
@@ -70,23 +70,43 @@ def _flag_type(group: str, item: Field) -> click.ParamType:
 def _config_flags(group: str, only: tuple[str, ...] | None = None):
     """The Config group's options that have a CLI flag (config.py names it), as click
     options with the option's default and reason; the command receives the group's
-    dataclass as `group` (fields without a flag, or not in `only`, at their defaults)."""
+    dataclass as `group` (fields without a flag, or not in `only`, at their defaults).
+    A flag's old name (RENAMED_FLAGS) is taken too, hidden, with a warning."""
     kind = next(item.default_factory for item in fields(Config) if item.name == group)
     chosen = [item for item in fields(kind) if item.metadata["flag"] and (only is None or item.name in only)]
+    old_flags = {item.name: old for item in chosen for old, new in RENAMED_FLAGS.items() if new == item.metadata["flag"]}
 
     def decorate(command):
         @functools.wraps(command)
         def wrapper(*args, **kwargs):
             values = {item.name: kwargs.pop(item.name) for item in chosen}
+            for name, old in old_flags.items():
+                values[name] = _under_old_flag(old, kwargs.pop(f"old_{name}"), name, values[name])
             return command(*args, **{group: kind(**values)}, **kwargs)
 
         for item in reversed(chosen):
             wrapper = click.option(item.metadata["flag"], item.name, default=item.default, show_default=True,
                                    type=_flag_type(group, item), help=item.metadata["doc"][0].upper()
                                    + item.metadata["doc"][1:] + ".")(wrapper)
+            if item.name in old_flags:
+                wrapper = click.option(old_flags[item.name], f"old_{item.name}", hidden=True,
+                                       type=_flag_type(group, item))(wrapper)
         return wrapper
 
     return decorate
+
+
+def _under_old_flag(old: str, value, name: str, current):
+    """The value of option `name` given (`current`), or its old flag's `value` with a
+    warning naming the new flag; both given, a usage error."""
+    if value is None:
+        return current
+    new = RENAMED_FLAGS[old]
+    if click.get_current_context().get_parameter_source(name) is ParameterSource.COMMANDLINE:
+        raise click.UsageError(f"{old} and {new} are one option, under its old name and its new one: give {new} alone")
+    errors.print(f"warning: {old} is deprecated: its value is read as {new}, its new name", highlight=False,
+                 soft_wrap=True)
+    return value
 
 
 @click.group()
@@ -176,7 +196,7 @@ def models_pull(preset: str) -> None:
 
 def _describe_file(path: Path) -> list[tuple[str, str]]:
     """(field, value) rows about a GGUF file."""
-    from completer.models.backend import LlamaModel
+    from completer.models.decoder import LlamaModel
     from completer.models.gguf_file import check_gguf
     from completer.models.pairing import suitability_notes
 
@@ -203,7 +223,7 @@ def _memory_rows(path: Path, memory: str) -> list[tuple[str, str]]:
     """The model's attention, how the engine cuts what it holds (a rejected draft, an
     edit), and what its KV cache takes at the default context."""
     from completer.engine.generation import ROLLBACK_TOKENS
-    from completer.models.backend import HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES
+    from completer.models.decoder import HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES
     from completer.models.gguf_file import model_facts
 
     facts = model_facts(path)
@@ -308,7 +328,7 @@ def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...],
         raise click.ClickException("distillation needs torch: pip install torch==2.13.0 (the CPU wheel), "
                                    "or pip install 'completer[distill]'") from None
     from completer.bench.holes import LANGUAGES
-    from completer.models.backend import LlamaModel
+    from completer.models.decoder import LlamaModel
     from completer.models.distill import (Distiller, LlamaCppTeacher, TorchTeacher, build_corpus, corpus_files,
                                           export_draft, llama_cpp_agreement, load_student, uses_bfloat16)
     from completer.models.paths import distilled_draft_path
@@ -414,7 +434,7 @@ def _build_rows() -> list[tuple[str, str]]:
 def _doctor_rows(rpc_servers: str) -> list[tuple[str, str]]:
     from completer.models.accelerator import BuildChoiceError
     from completer.models.accelerator import choose as choose_accelerator
-    from completer.models.backend import default_threads, system_info
+    from completer.models.decoder import default_threads, system_info
     from completer.models.devices import add_rpc_servers, backends, devices
 
     build = system_info()
@@ -460,17 +480,17 @@ def _server_row(models: ModelOptions) -> tuple[str, str]:
     from completer.loading import server_backend
 
     try:
-        backend = server_backend(models, os.environ)
-        return f"server ({models.backend})", f"{backend.url}: {backend.connect().summary()}"
+        api = server_backend(models, os.environ)
+        return f"server ({models.decoder})", f"{api.url}: {api.connect().summary()}"
     except ServerError as error:
-        return f"server ({models.backend})", f"cannot be used: {error}"
+        return f"server ({models.decoder})", f"cannot be used: {error}"
 
 
 def _target_rows(models: ModelOptions) -> list[tuple[str, str]]:
     """The target the options name (with --target, that file; else the preset's, if in
     the cache: doctor downloads nothing): its file, attention and KV memory, and what
     it is good for as a completer."""
-    from completer.models.backend import LlamaModel
+    from completer.models.decoder import LlamaModel
     from completer.models.pairing import suitability_notes
     from completer.models.resolve import resolve
 
@@ -488,16 +508,16 @@ def _target_rows(models: ModelOptions) -> list[tuple[str, str]]:
 
 @main.command()
 @JSON_OPTION
-@_config_flags("models", only=("rpc_servers", "backend", "server_url", "preset", "target"))
+@_config_flags("models", only=("rpc_servers", "decoder", "server_url", "preset", "target"))
 def doctor(as_json: bool, models: ModelOptions) -> None:
     """llama.cpp build, GPU offload, threads, cache directory and each preset's state, the
     target (--preset or --target; from the cache only): its attention, KV memory and
     what it is good for, and the devices llama.cpp sees (with --rpc, RPC servers' too);
-    with --backend and --server-url, the server: its model, slots and speculative
+    with --decoder and --server-url, the server: its model, slots and speculative
     settings."""
 
     rows = _doctor_rows(models.rpc_servers)
-    if models.backend in SERVER_BACKENDS:
+    if models.decoder in SERVER_DECODERS:
         rows.insert(0, _server_row(models))
     else:
         rows += _target_rows(models)
@@ -655,7 +675,7 @@ def _show_bench_table(summary: dict, title: str, as_json: bool, edits: bool = Fa
               "FRACTION of them right (one in round(1 / (1 - FRACTION)) changed: 0.8, every 5th), so what is accepted "
               "is set by the run, not by the models (a random-weight model's text is in no prompt). Measures what "
               "rejections cost on the target; with --exact, the copy stays in step with the output.")
-@click.option("--baseline-url", help="With --backend llama-server: a server of the same model without "
+@click.option("--baseline-url", help="With --decoder llama-server: a server of the same model without "
               "speculation, the `target` row the server's speedup is over.")
 @click.option("--edits", "edit_holes", is_flag=True, help="Measure next-edit suggestions: edits cut from the "
               "repositories' git history (a commit's changes to a file in two or more places within the editable "
@@ -673,7 +693,7 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
 
     PATHS are repositories or folders (default: the current repository). Holes are
     spread over their source files by language; .gitignore, generated, vendored and
-    binary files are skipped. With --backend llama-server --server-url URL, the same
+    binary files are skipped. With --decoder llama-server --server-url URL, the same
     holes and table on that server. With --edits, next edits from the repositories'
     git history instead (read without running git)."""
     from completer.bench.command import (BenchPlan, BenchRefused, Terminal, bench_edits, bench_local, bench_server,
@@ -691,23 +711,23 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
         if edit_holes:
             _refuse_given(EDIT_BENCH_REFUSES, "not with --edits: a rewrite's budget is its region's, and the bench "
                           "has no typing replay, figure or baseline server for next edits")
-            if models.backend in SERVER_BACKENDS:
+            if models.decoder in SERVER_DECODERS:
                 raise click.UsageError("--edits measures the local engines and llama-server beside them, not a team "
                                        "server")
             bench_edits(terminal, replace(plan, count=count, holes_file=holes_file, edits=edits))
             return
         _refuse_given(("format",), "only with --edits")
         holes = holes_to_run(roots, holes_file, count, seed)
-        if models.backend in SERVER_BACKENDS:
-            if models.backend != LLAMA_SERVER:
+        if models.decoder in SERVER_DECODERS:
+            if models.decoder != LLAMA_SERVER:
                 raise click.UsageError("bench measures a server through llama-server's own API (its tokens and "
-                                       "timings): --backend llama-server")
-            _refuse_given(SERVER_BENCH_REFUSES, "not with --backend llama-server, which times the server's own "
+                                       "timings): --decoder llama-server")
+            _refuse_given(SERVER_BENCH_REFUSES, "not with --decoder llama-server, which times the server's own "
                           "decoding alone (its row, and target with --baseline-url): no local modes, peers, typing "
                           "replay, exact verification, profile or figure")
             bench_server(terminal, models, baseline_url, holes, max_tokens, temperature, report_path)
             return
-        _refuse_given(("baseline_url",), "only with --backend llama-server, whose rows it adds to")
+        _refuse_given(("baseline_url",), "only with --decoder llama-server, whose rows it adds to")
         bench_local(terminal, replace(plan, max_tokens=max_tokens, plot_path=plot_path, typing=typing,
                                       copy_target=copy_target or 0.0), holes)
     except BenchRefused as error:

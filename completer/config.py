@@ -34,7 +34,7 @@ def option(default, doc: str, flag: str | None = None, machine: bool = False):
 
 
 # Machine-level, because a repository's settings must not choose them:
-#   models.backend, models.server_url  where the prompt, the user's code, is sent;
+#   models.decoder, models.server_url  where the prompt, the user's code, is sent;
 #   models.api_key_env                 which environment variable's value goes out as a
 #                                      bearer token (GITHUB_TOKEN would do);
 #   models.rpc_servers                 hosts sent the model's tensors and activations;
@@ -69,14 +69,15 @@ class ModelOptions:
         4096, "KV cache size in tokens: room for the prompt and the answer on a laptop's memory", "--context"
     )
     threads: int = option(0, "CPU threads for llama.cpp; 0 = every core this process may use", "--threads")
-    backend: str = option(
+    decoder: str = option(
         "local", "where decoding runs: local (llama.cpp in this process, on the models above), llama-server (a "
         "llama-server at models.server_url, its own /completion API: its slots, prompt cache and speculative "
         "settings) or openai (an OpenAI-compatible /v1/completions there, as vLLM serves). The prompt, "
-        "post-processing and the forward cache stay here either way", "--backend", machine=True
+        "post-processing and the forward cache stay here either way. Its old name, models.backend (flag "
+        "--backend), is still taken, with a warning", "--decoder", machine=True
     )
     server_url: str = option(
-        "", "the server of the llama-server and openai backends, as http://host:port (or https://)",
+        "", "the server of the llama-server and openai decoders, as http://host:port (or https://)",
         "--server-url", machine=True
     )
     server_slots: str = option(
@@ -111,6 +112,12 @@ class ModelOptions:
         machine=True
     )
 
+    @property
+    def backend(self) -> str:
+        """models.decoder under its old name, for lsp/server.py until it reads the new one
+        (the rename's last step deletes this)."""
+        return self.decoder
+
 
 @dataclass(frozen=True)
 class GenerationOptions:
@@ -143,7 +150,7 @@ class GenerationOptions:
     candidates: int = option(
         1, "suggestions offered at once, as llama.vim's n_cmpl: the completion, and others that part from it "
         "where the target's two most likely tokens were close, each greedy after its first token (one batch a "
-        "round decodes them all); the editor cycles through them. The local engine only: a server backend offers one",
+        "round decodes them all); the editor cycles through them. The local engine only: a server decoder offers one",
     )
 
     @property
@@ -244,7 +251,7 @@ class CacheOptions:
 
 
 @dataclass(frozen=True)
-class ServerOptions:
+class LanguageServerOptions:
     debounce_ms: float = option(
         0.0, "language server: wait this long after a request before generating; a newer request in the "
         "meantime replaces it without touching the model. Editors debounce already, and the newest request "
@@ -286,15 +293,21 @@ class Config:
     prompt: PromptOptions = field(default_factory=PromptOptions)
     drafting: DraftingOptions = field(default_factory=DraftingOptions)
     cache: CacheOptions = field(default_factory=CacheOptions)
-    server: ServerOptions = field(default_factory=ServerOptions)
+    lsp: LanguageServerOptions = field(default_factory=LanguageServerOptions)
     edits: NextEditOptions = field(default_factory=NextEditOptions)
 
+    @property
+    def server(self) -> LanguageServerOptions:
+        """The lsp group under its old name, for lsp/server.py until it reads the new one
+        (the rename's last step deletes this)."""
+        return self.lsp
 
-# Where decoding runs (models.backend): the one list of their names. loading maps each to
+
+# Where decoding runs (models.decoder): the one list of their names. loading maps each to
 # what loads its decoder.
 LOCAL, LLAMA_SERVER, OPENAI = "local", "llama-server", "openai"
-SERVER_BACKENDS = (LLAMA_SERVER, OPENAI)
-BACKENDS = (LOCAL, *SERVER_BACKENDS)
+SERVER_DECODERS = (LLAMA_SERVER, OPENAI)
+DECODERS = (LOCAL, *SERVER_DECODERS)
 # The FIM families prompt.TEMPLATES formats and the next-edit formats editor.next_edit
 # writes, named here so that the options import no code that formats prompts
 # (tests/lsp/test_options.py keeps each list equal to what it names).
@@ -306,12 +319,17 @@ SERVER_SLOTS = ("server", "pin")
 
 # Options whose values are one of a set.
 CHOICES: dict[str, tuple[str, ...]] = {"models.preset": tuple(PRESETS), "generation.draft_mode": tuple(DRAFT_MODES),
-                                       "models.backend": BACKENDS, "models.prompt_family": PROMPT_FAMILIES,
+                                       "models.decoder": DECODERS, "models.prompt_family": PROMPT_FAMILIES,
                                        "models.server_slots": SERVER_SLOTS, "edits.format": ("auto", *EDIT_FORMATS)}
 
-# Options still taken under an old name, old -> new. The old name gets a warning naming
-# the new one; both given with different values, neither is taken.
-RENAMED: dict[str, str] = {"prompt.context_tokens": "prompt.cross_file_tokens"}
+# Options still taken under an old name, old -> new, in their group or another. The old
+# name gets a warning naming the new one; both given with different values, neither is
+# taken. `server.*` was the language server's group beside `models.server_*`, the
+# decoding server's; models.backend named what the code calls a decoder.
+RENAMED: dict[str, str] = {"prompt.context_tokens": "prompt.cross_file_tokens", "models.backend": "models.decoder",
+                           "server.debounce_ms": "lsp.debounce_ms", "server.prefetch": "lsp.prefetch"}
+# The CLI flags of RENAMED's options that had one, old -> new: taken, with the same warning.
+RENAMED_FLAGS: dict[str, str] = {"--backend": "--decoder"}
 
 # llama.cpp and llama-server read counts as C ints: no count option goes past this.
 INT_MAX = 2**31 - 1
@@ -344,7 +362,7 @@ RANGES: dict[str, tuple[float, float]] = {
     "drafting.index_mb": (0.0, 1_048_576.0),  # 1 TB: beyond, bytes overflow what the budget is counted in
     "cache.budget_mb": (0.0, 1_048_576.0),
     "cache.checkpoint_mb": (0.0, 1_048_576.0),
-    "server.debounce_ms": (0.0, 10_000.0),  # after 10 s the user has typed on: the answer would be thrown away
+    "lsp.debounce_ms": (0.0, 10_000.0),  # after 10 s the user has typed on: the answer would be thrown away
     "edits.lines_above": (0, 200),  # a region is rewritten whole: 400 lines are minutes of decoding
     "edits.lines_below": (0, 200),
     "edits.context_lines": (0, 10_000),
@@ -404,9 +422,9 @@ def config_from_dict(data: Any, base: Config | None = None) -> tuple[Config, lis
     do values that each fit but cannot work together (`conflicts`): those that changed
     keep the values they had."""
     config = base or Config()
-    problems: list[str] = []
     if not isinstance(data, dict):
         return config, [] if data is None else [f"options must be an object, not {_brief(data)}: using the defaults"]
+    data, problems = _under_new_names(data, config)
     groups = {group.name: group for group in fields(Config)}
     for group_name, values in data.items():
         if group_name not in groups:
@@ -417,8 +435,6 @@ def config_from_dict(data: Any, base: Config | None = None) -> tuple[Config, lis
             continue
         current = getattr(config, group_name)
         items = {item.name: item for item in fields(current)}
-        values, renames = _under_new_names(group_name, values, current)
-        problems += renames
         changes = {}
         for key, value in values.items():
             name = f"{group_name}.{key}"
@@ -434,28 +450,40 @@ def config_from_dict(data: Any, base: Config | None = None) -> tuple[Config, lis
     return config, problems + kept
 
 
-def _under_new_names(group_name: str, values: dict, current: Any) -> tuple[dict, list[str]]:
-    """One group's `values` with each old name (RENAMED) given under its new one, and a
-    message for each: a warning naming the new name or, when both names are given with
-    different values, why neither is taken (`current` keeps its value). A null under an
-    old name is no value: VS Code sends its deprecated setting, unset, as null."""
-    values, messages = dict(values), []
+def _under_new_names(data: dict, config: Config) -> tuple[dict, list[str]]:
+    """`data` with each old name (RENAMED) given under its new one, in its new group, and
+    a message for each: a warning naming the new name or, when both names are given with
+    different values, why neither is taken (`config` keeps its value). A null under an
+    old name is no value: VS Code sends its deprecated setting, unset, as null. A group
+    left empty that is no group of Config's any more (`server`) goes. The old name of a
+    machine-level option is not taken: config_from_dict reads what an editor sends, which
+    a workspace's settings may choose, and the language server refuses the new name there
+    before it gets here (see `option`)."""
+    data, messages = {name: dict(values) if isinstance(values, dict) else values for name, values in data.items()}, []
     for old, new in RENAMED.items():
-        (group, old_key), new_key = old.split("."), new.split(".")[1]
-        if group != group_name or old_key not in values:
+        (old_group, old_key), (new_group, new_key) = old.split("."), new.split(".")
+        values = data.get(old_group)
+        if not isinstance(values, dict) or old_key not in values:
             continue
         value = values.pop(old_key)
-        if value is None:
+        if not values and old_group not in {group.name for group in fields(Config)}:
+            del data[old_group]
+        if value is not None and new in machine_options():
+            messages.append(f"{old} is the old name of {new}, a machine-level option, which only the server's flag "
+                            f"sets (`completer serve --stdio {machine_options()[new]} ...`): not taken here")
             continue
-        if new_key in values and values[new_key] != value:
-            messages.append(f"{old} = {_brief(value)} and {new} = {_brief(values.pop(new_key))} are one option, "
+        target = data.setdefault(new_group, {})
+        if value is None or not isinstance(target, dict):  # not a group: config_from_dict says so
+            continue
+        if new_key in target and target[new_key] != value:
+            messages.append(f"{old} = {_brief(value)} and {new} = {_brief(target.pop(new_key))} are one option, "
                             f"under its old name and its new one, given two values: set {new} alone; keeping "
-                            f"{getattr(current, new_key)!r}")
+                            f"{_option(config, new)!r}")
         else:
-            values[new_key] = value
+            target[new_key] = value
             messages.append(f"{old} is deprecated: its value is read as {new}, its new name; rename it where "
                             "it is set")
-    return values, messages
+    return data, messages
 
 
 def conflicts(config: Config) -> list[tuple[tuple[str, ...], str]]:
@@ -592,9 +620,12 @@ def _deprecated_setting(new: str, schema: dict[str, Any]) -> dict[str, Any]:
     setting, and an old name's default would otherwise be a value."""
     kinds = [schema["type"]] if isinstance(schema["type"], str) else schema["type"]
     use = f"completer.{setting_name(new)}"
-    return {"type": [*kinds, "null"], "default": None,
-            "markdownDescription": f"The old name of `{use}`, still taken with a warning; null = unset.",
-            "deprecationMessage": f"Renamed: use {use}."}
+    setting = {"type": [*kinds, "null"], "default": None,
+               "markdownDescription": f"The old name of `{use}`, still taken with a warning; null = unset.",
+               "deprecationMessage": f"Renamed: use {use}."}
+    if "scope" in schema:  # a machine-level option's: under its old name a workspace may not choose it either
+        setting["scope"] = schema["scope"]
+    return setting
 
 
 def options_table() -> str:

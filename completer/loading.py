@@ -4,7 +4,7 @@ complete`, `completer bench` and the benchmarks all load through here.
     load_pair       RPC servers added as devices; preset and paths -> files (downloaded,
                     converted or derived into the cache when needed, one vocabulary
                     checked) -> llama.cpp models
-    load_completer  the decoder models.backend names: the pair and the engine
+    load_completer  the decoder models.decoder names: the pair and the engine
                     (its KV caches made to fit the GPU, its verify cost measured when it
                     speculates), or a server's client; and the Completer over it and
                     the workspace roots
@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from completer.config import BACKENDS, LLAMA_SERVER, LOCAL, OPENAI, Config, ModelOptions, problems
+from completer.config import DECODERS, LLAMA_SERVER, LOCAL, OPENAI, Config, ModelOptions, problems
 from completer.decoders.local import LocalDecoder
 from completer.decoders.server import Backend, LlamaServerBackend, OpenAIBackend, ServerDecoder
 from completer.editor.completer import Completer
@@ -174,16 +174,16 @@ def load_distilled(pair: Pair, options: ModelOptions) -> LlamaModel | None:
 
 
 def load_completer(config: Config, roots: Sequence[Path] = (), report: Report = _silent) -> Loaded:
-    """The decoder models.backend names, and the Completer that serves requests over the
+    """The decoder models.decoder names, and the Completer that serves requests over the
     workspace `roots` with it: the local pair loaded (its verify pass measured), or a
     server's client, connected when the server answers (else it tries again as requests
     come). Options that cannot work (config.problems: a Config made from flags) are a
     ModelError naming them, before anything loads."""
     if found := problems(config):
         raise ModelError("options that cannot work: " + "; ".join(found))
-    if config.models.backend not in BACKENDS:
-        raise ModelError(f"models.backend {config.models.backend!r} is none of {', '.join(BACKENDS)}")
-    decoder, pair = (_load_local if config.models.backend == LOCAL else _load_server)(config, report)
+    if config.models.decoder not in DECODERS:
+        raise ModelError(f"models.decoder {config.models.decoder!r} is none of {', '.join(DECODERS)}")
+    decoder, pair = (_load_local if config.models.decoder == LOCAL else _load_server)(config, report)
     return Loaded(completer_over(decoder, config, roots), decoder, pair, "" if pair is not None else decoder.warning)
 
 
@@ -210,33 +210,33 @@ def load_engine(config: Config, report: Report = _silent) -> tuple[Engine, Pair]
 
 def _load_server(config: Config, report: Report) -> tuple[ServerDecoder, None]:
     try:
-        backend = server_backend(config.models, os.environ)
+        api = server_backend(config.models, os.environ)
     except ServerError as error:
         raise ModelError(str(error)) from None
-    report(f"connecting to {backend.url}", 50)
-    decoder = ServerDecoder(backend)
+    report(f"connecting to {api.url}", 50)
+    decoder = ServerDecoder(api)
     decoder.server_model()  # connected now if the server answers
     return decoder, None
 
 
-# The servers' APIs, by models.backend.
+# The servers' APIs, by models.decoder.
 SERVER_APIS: dict[str, type[LlamaServerBackend] | type[OpenAIBackend]] = {
     LLAMA_SERVER: LlamaServerBackend, OPENAI: OpenAIBackend}
 
 
 def server_backend(options: ModelOptions, environ: Mapping[str, str]) -> Backend:
     """The configured server's client; ServerError for settings that cannot work."""
-    if options.backend not in SERVER_APIS:
-        raise ServerError(f"models.backend {options.backend} is not a server's: one of {', '.join(SERVER_APIS)}")
+    if options.decoder not in SERVER_APIS:
+        raise ServerError(f"models.decoder {options.decoder} is not a server's: one of {', '.join(SERVER_APIS)}")
     if not options.server_url:
-        raise ServerError(f"models.backend {options.backend} needs models.server_url (http://host:port)")
+        raise ServerError(f"models.decoder {options.decoder} needs models.server_url (http://host:port)")
     api_key = ""
     if options.api_key_env:
         api_key = environ.get(options.api_key_env, "")
         if not api_key:
             raise ServerError(f"models.api_key_env names {options.api_key_env}, which is not set in the "
                               "environment completer runs in")
-    return SERVER_APIS[options.backend].from_options(options, api_key)
+    return SERVER_APIS[options.decoder].from_options(options, api_key)
 
 
 def engine_for(pair: Pair, config: Config, exact: bool = False, costs: CostModel | None = None) -> tuple[Engine, Pair]:
@@ -273,7 +273,7 @@ def hub_downloads(options: ModelOptions, with_draft: bool) -> list[HubFile]:
     """The preset's Hub files that load_pair would download, as resolve picks them: none
     when the options name a target of their own, the draft only `with_draft` and unless
     the options name one; those already in the cache left out. Looks at the disk only."""
-    if options.target or options.backend != LOCAL:
+    if options.target or options.decoder != LOCAL:
         return []
     preset = Preset.from_name(options.preset)
     sources = [preset.target, *([preset.draft] if with_draft and not options.draft else [])]

@@ -6,8 +6,11 @@ loading llama.cpp."""
 PEER = "peer:llama-cpp-python"
 # `auto` without the workspace index (drafting from the document alone), beside `auto`:
 # what the index buys, in the same run.
-LOCAL = "auto:local"
-MODES = ("target", "ngram", "draft", "hybrid", "auto", LOCAL, PEER)
+NO_INDEX = "auto:no-index"
+MODES = ("target", "ngram", "draft", "hybrid", "auto", NO_INDEX, PEER)
+# Modes still taken under an old name, old -> new, with a warning. "local" names the
+# decoder in this process (models.decoder), not a mode without the index.
+RENAMED_MODES = {"auto:local": NO_INDEX}
 # llama-server's configurations (completer.bench.peers says which is which): they run
 # when a llama-server is found (`completer build` makes one).
 LLAMA_SERVER = "peer:llama-server"
@@ -24,8 +27,8 @@ DRAFT_MODEL_MODES = ("draft", "hybrid", f"{LLAMA_SERVER}:draft", f"{LLAMA_SERVER
 
 def modes_to_run(asked: tuple[str, ...], distilled: bool, indexed: bool = True) -> tuple[str, ...]:
     """The distilled draft's modes run beside the preset draft's they match; without a
-    distilled draft, none of them. Without the workspace index, auto:local is auto."""
-    chosen = asked if indexed else tuple(m for m in asked if m != LOCAL)
+    distilled draft, none of them. Without the workspace index, auto:no-index is auto."""
+    chosen = asked if indexed else tuple(m for m in asked if m != NO_INDEX)
     if not distilled:
         return tuple(m for m in chosen if m not in DISTILLED_MODES)
     return tuple(dict.fromkeys(chosen + tuple(m for m in DISTILLED_MODES if m.partition(":")[0] in chosen)))

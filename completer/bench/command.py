@@ -18,7 +18,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
-from completer.bench import DISTILLED_MODES, DRAFT_MODEL_MODES, LLAMA_SERVER_PEERS, MODES, modes_to_run, report
+from completer.bench import (DISTILLED_MODES, DRAFT_MODEL_MODES, LLAMA_SERVER_PEERS, MODES, RENAMED_MODES, modes_to_run,
+                             report)
 from completer.bench.edit_holes import edit_holes_from_json, pick_edit_holes
 from completer.bench.edit_run import EDIT_MODES, EDIT_PEERS, EditBench, providers_line, summarize_edits
 from completer.bench.holes import holes_from_json, pick_holes
@@ -169,7 +170,7 @@ def bench_edits(terminal: Terminal, plan: BenchPlan) -> None:
 
 def bench_server(terminal: Terminal, models: ModelOptions, baseline_url: str | None, holes: list, max_tokens: int,
                  temperature: float, report_path: Path) -> None:
-    """`bench --backend llama-server`: the holes on the server, and on the baseline server when given."""
+    """`bench --decoder llama-server`: the holes on the server, and on the baseline server when given."""
     try:
         decoder = ServerDecoder(server_backend(models, os.environ))
     except ServerError as error:  # no URL, a key's variable unset, a key to send unsafely
@@ -203,7 +204,11 @@ def _chosen_modes(modes: str | None, llama_server: Path | None, errors: Console,
             errors.print(f"llama-server's configurations skipped: no llama-server (`{BUILD_COMMAND}` builds one, "
                          "or --llama-server PATH)", highlight=False, soft_wrap=True)
         return ours + (peers if llama_server else ())
-    chosen = tuple(dict.fromkeys(["target", *(m.strip() for m in modes.split(",") if m.strip())]))
+    given = [m.strip() for m in modes.split(",") if m.strip()]
+    for old in dict.fromkeys(m for m in given if m in RENAMED_MODES):
+        errors.print(f"warning: mode {old} is deprecated: run as {RENAMED_MODES[old]}, its new name", highlight=False,
+                     soft_wrap=True)
+    chosen = tuple(dict.fromkeys(["target", *(RENAMED_MODES.get(m, m) for m in given)]))
     known = EDIT_MODES + LLAMA_SERVER_PEERS if edits else MODES + LLAMA_SERVER_PEERS + DISTILLED_MODES
     unknown = [m for m in chosen if m not in known]
     if unknown:

@@ -24,7 +24,7 @@ from completer.editor.next_edit import (FORMATS, apply_edits, edits_between, eng
                                         suggested_rewrite)
 from completer.engine.tuning import CostModel
 
-# The modes an edit bench runs by default: ours that make a rewrite (auto:local is auto
+# The modes an edit bench runs by default: ours that make a rewrite (auto:no-index is auto
 # here, with no workspace index), and llama-server plain and with its n-gram speculation.
 EDIT_MODES = ("target", "ngram", "draft", "hybrid", "auto")
 EDIT_PEERS = ("peer:llama-server", "peer:llama-server:ngram-mod", "peer:llama-server:ngram-simple")

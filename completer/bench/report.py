@@ -88,7 +88,7 @@ def index_line(index: IndexStats) -> str:
         return "workspace index: off (auto drafts from the document alone)"
     files = f"{index.files} file" + ("" if index.files == 1 else "s")
     return (f"workspace index: {files}, {index.tokens:,} tokens, {index.mb:.0f} MB, built in "
-            f"{index.build_s:.1f} s; auto drafts from it, auto:local from the document alone")
+            f"{index.build_s:.1f} s; auto drafts from it, auto:no-index from the document alone")
 
 
 def by_kind(records: list[dict]) -> list[str]:

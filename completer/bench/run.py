@@ -25,7 +25,7 @@ from pathlib import Path
 
 import numpy as np
 
-from completer.bench import LOCAL, MODES, PEER, PEERS
+from completer.bench import MODES, NO_INDEX, PEER, PEERS
 from completer.bench.holes import Hole
 from completer.bench.peers import LlamaServer, PeerFailed, PromptLookupPeer, Untimed
 from completer.config import Config
@@ -134,14 +134,14 @@ class Bench:
         if config.drafting.index_mb > 0 and roots:
             saved = saved_index_path(self.model.path, list(roots))
             self.index_stats = self.index.build(Workspace(list(roots)), self.model.tokenize, saved=saved)
-        # Mode suffix (":distilled", ":local") -> the engine it runs on.
+        # Mode suffix (":distilled", ":no-index") -> the engine it runs on.
         self.engines = {"": self.engine}
         if distilled is not None:
             self.engines["distilled"], _ = engine_for(replace(self.pair, draft=distilled), config, settings.exact)
             if config.drafting.index_mb > 0:  # the index the preset draft's modes look up in
                 self.engines["distilled"].ngram.use_index(self.index)
-        if LOCAL in settings.modes:  # its own tuner: what it learns is without the index
-            self.engines["local"], _ = engine_for(self.pair, config, settings.exact, costs=self.engine.costs)
+        if NO_INDEX in settings.modes:  # its own tuner: what it learns is without the index
+            self.engines["no-index"], _ = engine_for(self.pair, config, settings.exact, costs=self.engine.costs)
         # Engine ("main": the preset draft's modes) -> its contexts' threads, as llama.cpp runs them.
         self.threads = {name or "main": llama_threads(engine) for name, engine in self.engines.items()}
         self.batched: LlamaContext | None = None  # scores plain decoding's tokens in one batch (tie_bounds)

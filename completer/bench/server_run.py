@@ -1,4 +1,4 @@
-"""`completer bench --backend llama-server`: the same holes and table on a team server.
+"""`completer bench --decoder llama-server`: the same holes and table on a team server.
 
     for each hole:
         prompt = what the editor would send for the file with the hole's truth taken

@@ -1,14 +1,17 @@
 """`completer bench`: holes, the metrics' arithmetic, and a tiny real run through the CLI."""
 
+import io
 import json
 import subprocess
 from dataclasses import fields
 
 import llama_cpp
 import pytest
+from rich.console import Console
 
-from completer.bench import LOCAL
+from completer.bench import NO_INDEX
 from completer.bench import report as bench_report
+from completer.bench.command import _chosen_modes
 from completer.bench.holes import Hole, holes_from_json, is_code, pick_holes
 from completer.bench.metrics import (compared, edit_similarity, exact_first_line, figures_by_kind, rounds_by_match,
                                      summarize_mode)
@@ -98,16 +101,22 @@ def test_holes_of_a_file_changed_since_are_a_usage_error_naming_the_hole(reposit
                                   "--typing", "--exact", "--copy-target 0.8"])
 def test_a_server_bench_refuses_each_option_for_our_own_engines_naming_it(repository, flag):
     # Refused before any connection: nothing listens at the discard port.
-    result = run_completer("bench", str(repository), "--backend", "llama-server", "--server-url", "http://127.0.0.1:9",
+    result = run_completer("bench", str(repository), "--decoder", "llama-server", "--server-url", "http://127.0.0.1:9",
                            *flag.split())
     assert result.returncode == 2, result.stderr
-    assert f"{flag.split()[0]}: not with --backend llama-server" in result.stderr and "Traceback" not in result.stderr
+    assert f"{flag.split()[0]}: not with --decoder llama-server" in result.stderr and "Traceback" not in result.stderr
 
 
 def test_a_local_bench_refuses_a_baseline_server(repository):
     result = run_completer("bench", str(repository), "--baseline-url", "http://127.0.0.1:9")
     assert result.returncode == 2, result.stderr
-    assert "--baseline-url: only with --backend llama-server" in result.stderr
+    assert "--baseline-url: only with --decoder llama-server" in result.stderr
+
+
+def test_a_modes_old_name_runs_as_its_new_one_with_a_warning():
+    errors = Console(file=io.StringIO(), width=200)
+    assert _chosen_modes("auto,auto:local", None, errors) == ("target", "auto", NO_INDEX)
+    assert errors.file.getvalue() == "warning: mode auto:local is deprecated: run as auto:no-index, its new name\n"
 
 
 def test_the_bench_settings_repeat_no_option_of_the_config_tree():
@@ -121,11 +130,11 @@ def test_threads_reach_llama_cpp_in_every_engine_the_bench_builds(smol, target, 
     """models.threads (`--threads`) is what each context llama.cpp made runs with, read back from llama.cpp."""
     pair = Pair(smol, target, draft)
     config = Config(models=ModelOptions(preset="smol", threads=THREADS), generation=GenerationOptions(max_tokens=4))
-    runner = Bench(pair, Settings(config, ("target", "auto", LOCAL)))
+    runner = Bench(pair, Settings(config, ("target", "auto", NO_INDEX)))
     runner.close()
     in_llama_cpp = {name or "main": [llama_cpp.llama_n_threads(sequence.context._ctx) for sequence in engine.sequences]
                     for name, engine in runner.engines.items()}
-    assert in_llama_cpp == {"main": [THREADS, THREADS], "local": [THREADS, THREADS]}
+    assert in_llama_cpp == {"main": [THREADS, THREADS], "no-index": [THREADS, THREADS]}
     assert runner.threads == in_llama_cpp  # what the report's settings record
 
 
@@ -229,7 +238,7 @@ def test_a_tiny_real_bench_writes_json_a_figure_and_replays_its_holes(repository
     env = {"COMPLETER_CACHE_DIR": str(smol_cache)}
     out, figure = tmp_path / "bench.json", tmp_path / "bench.png"
     # Every mode but llama-server's configurations, which tests/servers/test_peers.py runs.
-    modes = "target,ngram,draft,hybrid,auto,auto:local,peer:llama-cpp-python"
+    modes = "target,ngram,draft,hybrid,auto,auto:no-index,peer:llama-cpp-python"
     result = run_completer("bench", str(repository), "--preset", "smol", "--n", "2", "--max-tokens", "8",
                            "--modes", modes, "--report", str(out), "--plot", str(figure), "--typing", "--profile",
                            "--threads", str(THREADS), env=env, timeout=600)
@@ -249,7 +258,7 @@ def test_a_tiny_real_bench_writes_json_a_figure_and_replays_its_holes(repository
             assert key in entry
     assert summary["target"]["speedup_vs_target"] == 1.0 and summary["target"]["identical_rate"] == 1.0
     assert len(report["records"]) == 2 * 7 and report["machine"]["cores"] >= 1
-    assert report["settings"]["threads"] == {engine: [THREADS, THREADS] for engine in ("main", "local", "typing",
+    assert report["settings"]["threads"] == {engine: [THREADS, THREADS] for engine in ("main", "no-index", "typing",
                                                                                         "typing:cold")}
     # Piped, the table is tab-separated rows: each mode's name and figures whole, as the report's summary has them.
     lines = result.stdout.splitlines()

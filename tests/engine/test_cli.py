@@ -191,6 +191,22 @@ def test_each_flag_of_the_config_tree_sets_its_option_and_every_other_keeps_its_
     assert received[group] == replace(kind(), **expected)
 
 
+def test_the_decoders_old_flag_is_taken_with_a_warning_naming_the_new_one():
+    @click.command()
+    @_config_flags("models")
+    def probe(models):
+        click.echo(models.decoder)
+
+    old = CliRunner().invoke(probe, ["--backend", "openai"])
+    assert (old.exit_code, old.stdout) == (0, "openai\n")
+    assert old.stderr == "warning: --backend is deprecated: its value is read as --decoder, its new name\n"
+    new = CliRunner().invoke(probe, ["--decoder", "openai"])
+    assert (new.exit_code, new.stdout, new.stderr) == (0, "openai\n", "")
+    both = CliRunner().invoke(probe, ["--backend", "openai", "--decoder", "llama-server"])
+    assert both.exit_code == 2 and "--backend and --decoder are one option" in both.stderr
+    assert "--backend" not in CliRunner().invoke(probe, ["--help"]).stdout.split("--decoder")[0]  # hidden
+
+
 def test_every_flag_the_config_tree_names_is_a_flag_of_a_command_with_the_options_reason():
     flags = {parameter.opts[0]: parameter for command in (bench, complete, serve) for parameter in command.params}
     for group in fields(Config):

@@ -8,7 +8,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from completer.config import (BACKENDS, EDIT_FORMATS, FIM_FAMILIES, MIN_PROMPT_TOKENS, RANGES, RENAMED, SERVER_BACKENDS,
+from completer.config import (DECODERS, EDIT_FORMATS, FIM_FAMILIES, MIN_PROMPT_TOKENS, RANGES, RENAMED, SERVER_DECODERS,
                               Config, GenerationOptions, PromptOptions, config_from_dict, machine_options, problems,
                               settings_schema)
 from completer.decoders.clients import LlamaServerClient
@@ -86,12 +86,18 @@ def test_any_json_gives_a_valid_config_and_each_value_not_taken_is_named(data):
     if not isinstance(data, dict):
         assert (problems == []) == (data is None)
         return
+    groups = {group.name for group in fields(Config)}
     for group, values in data.items():
-        if not isinstance(values, dict) or not hasattr(config, group):
+        if not isinstance(values, dict):
             assert any(repr(group) in problem or problem.startswith(f"{group} ") for problem in problems)
             continue
         for key, value in values.items():
-            taken = hasattr(getattr(config, group), key) and getattr(getattr(config, group), key) == value
+            if group not in groups and f"{group}.{key}" not in RENAMED:
+                assert any(repr(group) in problem for problem in problems)
+                continue
+            new_group, _, new_key = RENAMED.get(f"{group}.{key}", f"{group}.{key}").partition(".")  # an old name's new
+            options = getattr(config, new_group)
+            taken = hasattr(options, new_key) and getattr(options, new_key) == value
             unset = f"{group}.{key}" in RENAMED and value is None  # VS Code's old setting, not set
             named = (f"{group}.{key}", f"{group}.{key!r}")
             assert taken or unset or any(name in problem for problem in problems for name in named), \
@@ -107,7 +113,7 @@ def test_the_vs_code_extension_sends_every_option_group():
 def test_a_value_out_of_its_range_keeps_the_old_one_and_says_the_range():
     config, problems = config_from_dict({"generation": {"top_p": 1.5, "temperature": -0.1, "time_budget_ms": 600_001},
                                          "drafting": {"tree_branches": 5, "probe_every": 0},
-                                         "prompt": {"chunk_lines": 0}, "server": {"debounce_ms": 10**9}})
+                                         "prompt": {"chunk_lines": 0}, "lsp": {"debounce_ms": 10**9}})
     assert config == Config()
     assert problems == [
         "generation.top_p = 1.5 is not a number from 0 to 1: keeping 1.0",
@@ -116,7 +122,7 @@ def test_a_value_out_of_its_range_keeps_the_old_one_and_says_the_range():
         "drafting.tree_branches = 5 is not a whole number from 0 to 4: keeping 2",
         "drafting.probe_every = 0 is not a whole number from 1 to 2147483647: keeping 32",
         "prompt.chunk_lines = 0 is not a whole number from 3 to 2147483647: keeping 64",
-        "server.debounce_ms = 1000000000 is not a number from 0 to 10000: keeping 0.0",
+        "lsp.debounce_ms = 1000000000 is not a number from 0 to 10000: keeping 0.0",
     ]
 
 
@@ -222,6 +228,29 @@ def test_an_old_name_is_a_vs_code_setting_that_is_unset_by_default_and_says_what
         Config(prompt=PromptOptions(cross_file_tokens=100)), [])
 
 
+def test_the_language_servers_options_under_their_old_group_are_taken_with_a_warning_naming_the_new_one():
+    """`server.*` became `lsp.*`, apart from the decoding server's `models.server_*`."""
+    config, problems = config_from_dict({"server": {"prefetch": False, "debounce_ms": 20}})
+    assert (config.lsp.prefetch, config.lsp.debounce_ms) == (False, 20.0)
+    assert problems == [f"server.{key} is deprecated: its value is read as lsp.{key}, its new name; rename it where it "
+                        "is set" for key in ("debounce_ms", "prefetch")]
+    config, problems = config_from_dict({"server": {"prefetch": False}, "lsp": {"prefetch": True}})
+    assert config.lsp.prefetch is True and problems == [
+        "server.prefetch = False and lsp.prefetch = True are one option, under its old name and its new one, given two "
+        "values: set lsp.prefetch alone; keeping True"]
+    assert config_from_dict({"server": {"prefetch": False, "port": 1}})[1][-1].startswith("unknown option group 'server'")
+
+
+def test_the_decoder_under_its_old_name_is_machine_level_too():
+    """models.backend became models.decoder. Over LSP (config_from_dict) neither is taken:
+    the language server refuses the new name before, and the old one here."""
+    config, problems = config_from_dict({"models": {"backend": "llama-server", "server_url": "http://127.0.0.1:9"}})
+    assert config.models.decoder == "local" and problems == [
+        "models.backend is the old name of models.decoder, a machine-level option, which only the server's flag sets "
+        "(`completer serve --stdio --decoder ...`): not taken here"]
+    assert config_from_dict({"models": {"backend": None}}) == (Config(), [])  # VS Code's old setting, unset
+
+
 def test_every_option_is_frozen_so_a_change_makes_a_new_config():
     """A Config is shared (the server's, the completer's, the loaded engine's): a change
     in place would reach them all unseen, where dataclasses.replace makes a new one."""
@@ -271,11 +300,12 @@ def test_a_config_made_from_flags_that_cannot_work_is_a_load_error_before_anythi
 
 
 def test_the_options_that_choose_a_host_a_secret_or_a_file_are_machine_level_each_with_a_flag():
-    assert set(machine_options()) == {"models.backend", "models.server_url", "models.api_key_env",
+    assert set(machine_options()) == {"models.decoder", "models.server_url", "models.api_key_env",
                                       "models.rpc_servers", "models.target", "models.draft"}
     schema = settings_schema()
     assert {key for key, item in schema.items() if item.get("scope") == "machine"} == {
-        "models.backend", "models.serverUrl", "models.apiKeyEnv", "models.rpcServers", "models.target", "models.draft"}
+        "models.decoder", "models.serverUrl", "models.apiKeyEnv", "models.rpcServers", "models.target", "models.draft",
+        "models.backend"}  # models.decoder's old name: a workspace may not choose it under that name either
 
 
 def test_the_server_takes_every_machine_level_option_as_a_flag():
@@ -290,4 +320,4 @@ def test_the_options_name_what_the_code_formats_and_where_it_decodes():
     the code behind them: each list is what that code has."""
     assert FIM_FAMILIES == tuple(template.family for template in TEMPLATES)
     assert EDIT_FORMATS == tuple(FORMATS)
-    assert set(SERVER_APIS) == set(SERVER_BACKENDS) == set(BACKENDS) - {"local"}
+    assert set(SERVER_APIS) == set(SERVER_DECODERS) == set(DECODERS) - {"local"}
