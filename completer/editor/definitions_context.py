@@ -1,0 +1,192 @@
+"""Definitions at the cursor: the other files' definitions a completion likely calls, as
+short snippets for the prompt's context files, within a token budget.
+
+    names     the identifiers in the cursor's statement and the NEAR_LINES lines before it
+              (read from tree-sitter's tree of those lines), nearest the cursor first, an
+              import's alias read as the name it imports; then the names the file imports
+    ranked    each name's definitions outside this file (a lookup: DefinitionsIndex.lookup),
+              near the cursor before imported only; then imported from the file that
+              defines it, before defined in a module the file imports, before merely
+              same-named (SAME_NAMED_MOST of those a name); then nearer the cursor, then
+              nearer this file in the folder tree
+    chosen    in that order while they fit the budget, then sorted by file and line: the
+              block changes only when the set of snippets does, so typing that finds no new
+              definition keeps the prompt's KV cache
+
+The identifier the cursor is at the end of is left out: it is being typed, and every
+keystroke would look up another prefix.
+"""
+
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import PurePath, PurePosixPath
+
+from completer.engine.definitions import (
+    LANGUAGES,
+    Definition,
+    Import,
+    identifiers,
+    language_of,
+)
+from completer.prompt import LINE_COMMENT, ContextFile
+
+NEAR_LINES = 8  # lines before the cursor's read for names: a call's arguments span a few
+SAME_NAMED_MOST = 3  # definitions of a name neither imported nor from an imported module
+# Rank of a definition by how it is reached from the cursor's file.
+IMPORTED, IN_IMPORTED_MODULE, SAME_NAMED = 0, 1, 2
+REASONS = {IMPORTED: "imported", IN_IMPORTED_MODULE: "in an imported module", SAME_NAMED: "same name"}
+# File names that stand for their folder: `import pkg` is pkg/__init__.py, `mod a` a/mod.rs.
+PACKAGE_FILES = {"__init__", "mod", "index"}
+
+
+@dataclass(frozen=True)
+class Snippet:
+    definition: Definition
+    text: str
+    reason: str  # why it was taken: "imported", "in an imported module", "same name"
+    near: bool  # its name is in the lines at the cursor
+
+
+def wanted_names(before: str, language: str | None, imports: Iterable[Import]) -> tuple[list[str], int]:
+    """The names to look up, nearest the cursor first, and how many of them (the first)
+    are in the lines at the cursor; the rest are the file's imported names."""
+    near_text = "\n".join(before.split("\n")[-NEAR_LINES:])
+    end = len(near_text.encode("utf-8", "replace"))
+    found = [name for name, name_end in identifiers(near_text, language_of("", language)) if name_end != end]
+    aliases = {imported.alias: imported.name for imported in imports if imported.alias and imported.name}
+    near = list(dict.fromkeys(aliases.get(name, name) for name in reversed(found)))
+    imported = [imported.name for imported in imports if imported.name and imported.name not in near]
+    return near + list(dict.fromkeys(imported)), len(near)
+
+
+def module_path(module: str, importer: str) -> tuple[tuple[str, ...], bool]:
+    """The path parts (no extension) a module names, and whether they are the whole path
+    (a relative import, resolved from the importer's folder) or its end."""
+    folder = PurePosixPath(importer).parent
+    if module.startswith(("./", "../")):  # JavaScript, TypeScript
+        target = PurePosixPath(folder, module)
+        resolved: list[str] = []
+        for part in target.parts:
+            resolved = resolved[:-1] if part == ".." else resolved if part == "." else [*resolved, part]
+        return strip_extension(tuple(resolved)), True
+    if module.startswith("."):  # Python: one dot is this package, each more one up
+        dots = len(module) - len(module.lstrip("."))
+        base = folder.parents[dots - 2] if dots > 1 and dots - 2 < len(folder.parents) else folder
+        return tuple(base.parts) + tuple(part for part in module.lstrip(".").split(".") if part), True
+    if "::" in module:  # Rust
+        return tuple(part for part in module.split("::") if part not in ("crate", "self", "super")), False
+    if "/" in module:  # Go, C
+        parts = tuple(module.split("/"))
+        if "." in parts[0]:  # a Go import path: host/owner/repository, then the folder in it
+            parts = parts[3:]
+        return strip_extension(parts), False
+    if PurePath(module).suffix.lstrip(".") in LANGUAGES:  # C's "shapes.h"
+        return strip_extension((module,)), False
+    return tuple(module.split(".")), False
+
+
+def strip_extension(parts: tuple[str, ...]) -> tuple[str, ...]:
+    if parts and PurePath(parts[-1]).suffix.lstrip(".").lower() in LANGUAGES:
+        return (*parts[:-1], PurePath(parts[-1]).stem)
+    return parts
+
+
+def defines_module(definition_path: str, module: str, importer: str) -> bool:
+    """Whether the definition's file is the module (or in the package) an import names.
+    A module that is not relative is matched by its last two parts: a Go module's path
+    or a Java package's names the repository's folders only at its end."""
+    parts, whole = module_path(module, importer)
+    if not parts:
+        return False
+    path = PurePosixPath(definition_path)
+    stem = path.parent.parts if path.stem in PACKAGE_FILES else (*path.parent.parts, path.stem)
+    for candidate in (stem, path.parent.parts):
+        if whole and candidate == parts:
+            return True
+        tail = parts[-2:]
+        if not whole and candidate[-len(tail):] == tail:
+            return True
+    return False
+
+
+def rank_of(definition: Definition, name: str, imports: Iterable[Import], importer: str) -> int:
+    matching = [imported for imported in imports if defines_module(definition.path, imported.module, importer)]
+    if any(imported.name == name for imported in matching):
+        return IMPORTED
+    return IN_IMPORTED_MODULE if matching else SAME_NAMED
+
+
+def folder_distance(a: str, b: str) -> int:
+    """Folders between two files: up from one to where they share, then down to the other."""
+    parts_a, parts_b = PurePosixPath(a).parent.parts, PurePosixPath(b).parent.parts
+    shared = next((i for i, (x, y) in enumerate(zip(parts_a, parts_b)) if x != y), min(len(parts_a), len(parts_b)))
+    return len(parts_a) + len(parts_b) - 2 * shared
+
+
+def ranked(path: str, before: str, imports: tuple[Import, ...], lookup: Callable[[str], list[Definition]],
+           language: str | None = None) -> list[Snippet]:
+    """The definitions the cursor likely needs, best first (see the module's docstring).
+    `lookup(name)`: the definitions of that name outside this file."""
+    names, near_count = wanted_names(before, language or language_of(path), imports)
+    best: dict[tuple[str, int], tuple[tuple, Snippet]] = {}  # (path, line) -> its best key, its snippet
+    for order, name in enumerate(names):
+        near = order < near_count
+        for rank, definition in candidates(name, near, imports, path, lookup):
+            place = (definition.path, definition.start_line)
+            key = (not near, rank, order, folder_distance(path, definition.path), *place)
+            if place not in best or key < best[place][0]:
+                best[place] = key, Snippet(definition, snippet_text(definition), REASONS[rank], near)
+    return [snippet for _, snippet in sorted(best.values(), key=lambda item: item[0])]
+
+
+def candidates(name: str, near: bool, imports: tuple[Import, ...], importer: str,
+               lookup: Callable[[str], list[Definition]]) -> list[tuple[int, Definition]]:
+    """A name's definitions with their ranks: every one an import reaches; of those merely
+    named the same, the SAME_NAMED_MOST nearest in the folder tree, for a name at the cursor only."""
+    found = [(rank_of(definition, name, imports, importer), definition) for definition in lookup(name)]
+    reached = [item for item in found if item[0] != SAME_NAMED]
+    if not near:
+        return reached
+    same_named = sorted((item for item in found if item[0] == SAME_NAMED),
+                        key=lambda item: (folder_distance(importer, item[1].path), item[1].path, item[1].start_line))
+    return reached + same_named[:SAME_NAMED_MOST]
+
+
+def snippet_text(definition: Definition) -> str:
+    """The whole definition when it was small (or a class's outline), else its signature
+    and docstring line."""
+    if definition.text:
+        return definition.text
+    if not definition.doc:
+        return definition.signature
+    if definition.signature.endswith(":"):  # Python
+        return f'{definition.signature}\n    """{definition.doc}"""\n    ...'
+    comment = LINE_COMMENT.get(PurePath(definition.path).suffix.lstrip(".").lower(), "#")
+    return f"{comment} {definition.doc}\n{definition.signature}"
+
+
+def fit(snippets: list[Snippet], count_tokens: Callable[[str], int], budget: int,
+        show_path: Callable[[str], str] = str) -> list[Snippet]:
+    """The snippets taken in rank order while they fit `budget` tokens (each snippet, and
+    each file's name line once), less those another taken one shows, sorted by file and line."""
+    taken: list[Snippet] = []
+    files: set[str] = set()
+    spent = 0
+    for snippet in snippets:
+        path = snippet.definition.path
+        if any(other.definition.path == path and snippet.text in other.text for other in taken):
+            continue  # a method shown whole in its class's snippet
+        cost = count_tokens(snippet.text + "\n\n") + (0 if path in files else count_tokens(show_path(path) + "\n"))
+        if spent + cost <= budget:
+            taken.append(snippet)
+            files.add(path)
+            spent += cost
+    return sorted(taken, key=lambda snippet: (snippet.definition.path, snippet.definition.start_line))
+
+
+def context_files(snippets: list[Snippet], show_path: Callable[[str], str] = str) -> tuple[ContextFile, ...]:
+    """One context file per file, its snippets in line order (as `fit` sorts them)."""
+    by_path: dict[str, list[str]] = {}
+    for snippet in snippets:
+        by_path.setdefault(snippet.definition.path, []).append(snippet.text)
+    return tuple(ContextFile(show_path(path), "\n\n".join(texts)) for path, texts in by_path.items())
