@@ -45,8 +45,8 @@ from completer.models.llama_build import BUILD_COMMAND, find
 REPO = Path(__file__).resolve().parent.parent
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
 # llama-server's plain decoding and its n-gram configurations. Its draft configurations
-# are left out for time: on the smol pair (whose draft is untrained) they ran at
-# 0.35-0.36x plain decoding (docs/bench.md, 2 cores of an Intel Xeon, 2026-12-02).
+# are left out for time: on the smol pair (whose draft is untrained) they ran far below
+# plain decoding (docs/bench.md).
 SERVER_MODES = (LLAMA_SERVER, f"{LLAMA_SERVER}:ngram-mod", f"{LLAMA_SERVER}:ngram-simple")
 MODES = ("target", "auto", NO_INDEX, *SERVER_MODES)
 TYPED_CHARACTERS = 7000  # of each typed file: prompts of about 1,800 tokens, as docs/typing.md
@@ -62,11 +62,9 @@ class Size:
     warm_trials: int
 
 
-# Full: sized for at most ~40 minutes on 2 cores of an AMD EPYC (AVX2) with the CPUs to
-# itself. There a hole costs five prefills of its 1,000-1,500-token prompt (ours twice,
-# llama-server's three times; at most 8 s each at the 150-190 tokens/s docs/typing.md
-# measured on longer prompts) and six generations of 48 tokens (23 ms a step, docs/bench.md:
-# about 1 s each), so about 45 s, 30 minutes for 40 holes; typing and warming add a few.
+# Full: sized to run within an hour on a 2-core laptop CPU: a hole costs five prefills of
+# its prompt (ours twice, llama-server's three times) and six generations of 48 tokens
+# (docs/bench.md, "The README's headline", has the arithmetic on a measured machine).
 # Quick: a check that everything runs, not figures to quote.
 FULL = Size(holes=40, max_tokens=48, typed_files=("textwrap.py", "shlex.py"), warm_trials=4)
 QUICK = Size(holes=3, max_tokens=24, typed_files=("textwrap.py",), warm_trials=1)

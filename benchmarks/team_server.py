@@ -54,7 +54,8 @@ from completer.requests import CancelFlag, CompletionRequest, Source
 from tests.llama_server_process import LlamaServer
 
 FILES = ("textwrap.py", "shlex.py")
-# The prefix a prompt takes: ~1,000 tokens, which this 2-core CPU evaluates in ~6 s cold.
+# The prefix a prompt takes: ~1,000 tokens, seconds of prefill on a CPU cold, so that a
+# document switch that re-evaluates it shows (docs/team-server.md).
 PREFIX_LINES = 96
 OPTIONS = {"generation": {"max_tokens": 16, "time_budget_ms": 0}, "prompt": {"prefix_lines": PREFIX_LINES}}
 LONG = "def numbers():\n    return [\n        1,\n        2,\n        3,\n        "

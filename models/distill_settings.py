@@ -11,12 +11,9 @@ LOSSES = ("tv", "kl")
 INITS = ("first-and-last", "first")
 TEACHERS = ("torch", "llama.cpp")
 PRECISIONS = ("auto", "bfloat16", "float32")
-# Types llama.cpp runs fast on a CPU. Q8_0 keeps what any training learnt: a draft trained
-# 60 steps agreed with the target on 23.0% of held-out positions in torch, 23.1% through
-# llama.cpp as Q8_0 and 1.3% as Q4_0, whose rounding (4 bits a weight) was larger than
-# the training's changes. After 30 minutes (1,090 steps) Q4_0 keeps nearly all of it
-# (0.560 as Q8_0, 0.551 as Q4_0, 48 held-out windows), but its lower cost per token was
-# within this machine's noise (benchmarks/draft_cost.py).
+# Types llama.cpp runs fast on a CPU. Q8_0, the default, keeps what any training learnt;
+# Q4_0's rounding (4 bits a weight) can be larger than a short training's changes, and
+# its lower cost per token did not show above noise (docs/distill.md, "Export").
 QUANTIZE_TYPES = {"Q8_0": GGMLQuantizationType.Q8_0, "Q4_0": GGMLQuantizationType.Q4_0}
 
 
@@ -53,10 +50,8 @@ class DistillSettings:
     quantize: str = "Q8_0"
     # torch: the target read into torch, a batch of windows per pass; llama.cpp: the
     # target as served, window by window. Held-out figures always come from llama.cpp.
-    # Teacher time per step of 4 windows of 256 tokens, on 2 cores of an Intel Xeon with
-    # AMX (median of 6):
-    # llama.cpp 3.4 s; torch 1.9 s in float32, 1.0 s in bfloat16 (AMX). The student's
-    # step itself: 1.4 to 1.6 s in float32, 1.0 s in bfloat16.
+    # torch by default: a batch per pass teaches faster than llama.cpp's window by window
+    # (docs/distill.md, "Teacher", has the times).
     teacher: str = "torch"
     # Matrix products in bfloat16 (weights and losses stay float32). auto: where the
     # hardware has it (AMX or AVX512-BF16, a GPU that does bfloat16), float32 elsewhere.

