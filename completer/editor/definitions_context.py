@@ -6,9 +6,11 @@ short snippets for the prompt's context files, within a token budget.
               import's alias read as the name it imports; then the names the file imports
     ranked    each name's definitions outside this file (a lookup: DefinitionsIndex.lookup),
               near the cursor before imported only; then imported from the file that
-              defines it, before defined in a module the file imports, before merely
-              same-named (SAME_NAMED_MOST of those a name); then nearer the cursor, then
-              nearer this file in the folder tree
+              defines it, before a member of a type named at the cursor or imported (the
+              receiver's type, as far as the names say: `c = Client(); c.send(`), before
+              defined in a module the file imports, before merely same-named
+              (SAME_NAMED_MOST of those a name); then nearer the cursor, then nearer this
+              file in the folder tree
     chosen    in that order while they fit the budget, then sorted by file and line: the
               block changes only when the set of snippets does, so typing that finds no new
               definition keeps the prompt's KV cache
@@ -20,6 +22,7 @@ keystroke would look up another prefix.
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import PurePath, PurePosixPath
+from typing import NamedTuple
 
 from completer.engine.definitions import (
     LANGUAGES,
@@ -33,8 +36,9 @@ from completer.prompt import LINE_COMMENT, ContextFile
 NEAR_LINES = 8  # lines before the cursor's read for names: a call's arguments span a few
 SAME_NAMED_MOST = 3  # definitions of a name neither imported nor from an imported module
 # Rank of a definition by how it is reached from the cursor's file.
-IMPORTED, IN_IMPORTED_MODULE, SAME_NAMED = 0, 1, 2
-REASONS = {IMPORTED: "imported", IN_IMPORTED_MODULE: "in an imported module", SAME_NAMED: "same name"}
+IMPORTED, MEMBER, IN_IMPORTED_MODULE, SAME_NAMED = 0, 1, 2, 3
+REASONS = {IMPORTED: "imported", MEMBER: "a member of a type named here", IN_IMPORTED_MODULE: "in an imported module",
+           SAME_NAMED: "same name"}
 # File names that stand for their folder: `import pkg` is pkg/__init__.py, `mod a` a/mod.rs.
 PACKAGE_FILES = {"__init__", "mod", "index"}
 
@@ -109,10 +113,14 @@ def defines_module(definition_path: str, module: str, importer: str) -> bool:
     return False
 
 
-def rank_of(definition: Definition, name: str, imports: Iterable[Import], importer: str) -> int:
+def rank_of(definition: Definition, name: str, imports: Iterable[Import], importer: str, types: set[str]) -> int:
+    """How the definition is reached from the importer; `types`: the names wanted (a
+    member of one of them is likely the receiver's)."""
     matching = [imported for imported in imports if defines_module(definition.path, imported.module, importer)]
     if any(imported.name == name for imported in matching):
         return IMPORTED
+    if definition.container and definition.container in types:
+        return MEMBER
     return IN_IMPORTED_MODULE if matching else SAME_NAMED
 
 
@@ -131,25 +139,38 @@ def ranked(path: str, before: str, imports: tuple[Import, ...], lookup: Callable
     best: dict[tuple[str, int], tuple[tuple, Snippet]] = {}  # (path, line) -> its best key, its snippet
     for order, name in enumerate(names):
         near = order < near_count
-        for rank, definition in candidates(name, near, imports, path, lookup):
-            place = (definition.path, definition.start_line)
+        for rank, definition in candidates(name, near, Reach(imports, path, set(names)), lookup):
+            place = place_of(definition)
             key = (not near, rank, order, folder_distance(path, definition.path), *place)
             if place not in best or key < best[place][0]:
                 best[place] = key, Snippet(definition, snippet_text(definition), REASONS[rank], near)
     return [snippet for _, snippet in sorted(best.values(), key=lambda item: item[0])]
 
 
-def candidates(name: str, near: bool, imports: tuple[Import, ...], importer: str,
+class Reach(NamedTuple):
+    """What the cursor's file reaches: its imports, its path, the names wanted at the cursor."""
+
+    imports: tuple[Import, ...]
+    importer: str
+    types: set[str]
+
+
+def candidates(name: str, near: bool, reach: Reach,
                lookup: Callable[[str], list[Definition]]) -> list[tuple[int, Definition]]:
-    """A name's definitions with their ranks: every one an import reaches; of those merely
-    named the same, the SAME_NAMED_MOST nearest in the folder tree, for a name at the cursor only."""
-    found = [(rank_of(definition, name, imports, importer), definition) for definition in lookup(name)]
+    """A name's definitions with their ranks: every one an import or a type reaches; of
+    those merely named the same, the SAME_NAMED_MOST nearest in the folder tree, for a
+    name at the cursor only."""
+    found = [(rank_of(definition, name, *reach), definition) for definition in lookup(name)]
     reached = [item for item in found if item[0] != SAME_NAMED]
     if not near:
         return reached
     same_named = sorted((item for item in found if item[0] == SAME_NAMED),
-                        key=lambda item: (folder_distance(importer, item[1].path), item[1].path, item[1].start_line))
+                        key=lambda item: (folder_distance(reach.importer, item[1].path), *place_of(item[1])))
     return reached + same_named[:SAME_NAMED_MOST]
+
+
+def place_of(definition: Definition) -> tuple[str, int]:
+    return definition.path, definition.start_line
 
 
 def snippet_text(definition: Definition) -> str:

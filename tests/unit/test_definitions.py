@@ -323,7 +323,8 @@ def test_each_language_gives_its_definitions_with_kinds_and_line_spans(language)
     ("X.java", "import a.b.*;\nimport static x.Y.z;\n", [("a.b", "", ""), ("x.Y", "z", "")]),
     ("x.ts", 'import x = require("./x");\nimport "./side";\nimport D, { e } from "./d";\n',
      [("./x", "", ""), ("./side", "", ""), ("./d", "D", ""), ("./d", "e", "")]),
-    ("x.py", "from . import sibling\nfrom x import (y as z, w)\ntry:\n    import fast\nexcept ImportError:\n    fast = None\n",
+    ("x.py", "from . import sibling\nfrom x import (y as z, w)\n"
+             "try:\n    import fast\nexcept ImportError:\n    fast = None\n",
      [(".", "sibling", ""), ("x", "y", "z"), ("x", "w", ""), ("fast", "", "")]),
 ])
 def test_imports_in_their_less_common_forms(path, text, imports):
@@ -535,10 +536,26 @@ def test_imported_definitions_rank_before_merely_same_named_ones(tmp_path):
     taken = [(s.definition.container + "." + s.definition.name, s.reason, s.near) for s in snippets]
     assert taken == [
         (".connect", "imported", True),  # nearest the cursor of the names at it that are imported
-        ("Client.send", "in an imported module", True),
+        ("Client.send", "a member of a type named here", True),  # Client: imported
         (".send", "same name", True),  # mail/smtp.py's
         (".Client", "imported", False),  # imported, not used at the cursor
     ]
+
+
+def test_a_method_of_a_type_named_at_the_cursor_ranks_before_other_same_named_ones(tmp_path):
+    root = tmp_path / "ws"
+    write(root / "post" / "courier.py", padded("class Courier:\n    def send(self, parcel):\n        return parcel\n"))
+    write(root / "post" / "box.py", padded("class Mailbox:\n    def send(self, letter, *, urgent=False):\n"
+                                          "        return letter\n"))
+    script = write(root / "post" / "script.py", padded("import sys\n"))
+    index = DefinitionsIndex(Workspace([root]))
+    index.build()
+    before = "box = Mailbox(sys.argv[1])\nbox.send("
+    snippets = ranked(str(script), before, index.imports_of(script), lambda name: index.lookup(name, script))
+    assert [(s.definition.container, s.definition.name, s.reason) for s in snippets] == [
+        ("Mailbox", "send", "a member of a type named here"),
+        ("Courier", "send", "same name"),  # `send` is nearer the cursor than `Mailbox`
+        ("", "Mailbox", "same name")]
 
 
 def words(text: str) -> int:
