@@ -403,6 +403,20 @@ def test_any_text_in_any_language_never_raises(text, language):
     wanted_names(text, language, outline.imports)
 
 
+@settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(language=st.sampled_from(sorted(SAMPLES)), cuts=st.lists(st.tuples(st.integers(0, 2000), st.integers(0, 40),
+                                                                         st.text(max_size=3)), max_size=4))
+def test_code_cut_and_patched_anywhere_never_raises(language, cuts):
+    """Code being edited: the samples with pieces cut out and junk typed in."""
+    path, text = SAMPLES[language]
+    for start, length, typed in cuts:
+        start %= len(text) + 1
+        text = text[:start] + typed + text[start + length:]
+    outline = extract(path, text)
+    lines = text.count("\n") + 1
+    assert all(1 <= d.start_line <= d.end_line <= lines and d.name for d in outline.definitions)
+
+
 @pytest.mark.parametrize("path, excluded", [
     (".env", True), (".env.production", True), ("config/prod.env", True), ("certs/server.pem", True),
     ("tls.KEY", True), ("home/id_rsa", True), ("id_ed25519.pub", True), ("secrets.py", True),
