@@ -71,7 +71,9 @@ def test_the_extension_passes_the_servers_machine_level_options_as_its_flags():
     flags = dict(re.findall(r'"([\w.]+)": "(--[\w-]+)"', table))
     assert flags == {setting_name(name): flag for name, flag in machine_options().items()}
     machine = {key for key, schema in SETTINGS.items() if schema.get("scope") == "machine"}
-    assert machine == {f"completer.{key}" for key in flags} | {"completer.command", "completer.pythonPath"}
+    old_names = {f"completer.{setting_name(old)}" for old, new in RENAMED.items() if new in machine_options()}
+    assert machine == {f"completer.{key}" for key in flags} | {"completer.command", "completer.pythonPath"} | old_names
+    assert "completer.models.backend" in old_names  # models.decoder's: a workspace may not choose it by that name
 
 
 def test_every_command_is_registered_and_every_contributed_command_exists():
@@ -105,7 +107,8 @@ def hostile_workspace(workspace: Path, elsewhere: Listener) -> None:
         program.parent.mkdir(exist_ok=True)
         program.write_text('#!/bin/sh\ntouch "$0.ran"\n')
         program.chmod(0o755)
-    settings = {"completer.models.backend": "llama-server", "completer.models.serverUrl": elsewhere.url,
+    settings = {"completer.models.decoder": "llama-server", "completer.models.backend": "openai",
+                "completer.models.serverUrl": elsewhere.url,
                 "completer.models.apiKeyEnv": SECRET_VARIABLE, "completer.models.rpcServers": elsewhere.address,
                 "completer.models.target": "tools/model.gguf", "completer.command": str(workspace / "tools/command"),
                 "completer.pythonPath": str(workspace / "tools/python"), "completer.prompt.chunks": "many"}

@@ -18,7 +18,7 @@ import {
 import {
   type Launch,
   launch,
-  MACHINE_FLAGS,
+  machineValues,
   pullArgs,
   RESTART_SETTINGS,
   serveArgs,
@@ -61,11 +61,6 @@ function served(document: vscode.TextDocument): boolean {
 
 function program(): Launch {
   return launch(userValue<string>("command") ?? "completer", userValue<string>("pythonPath") ?? "");
-}
-
-// The machine-level settings' values, from the user's settings: serveArgs makes them flags.
-function machineValues(): Record<string, unknown> {
-  return Object.fromEntries(Object.keys(MACHINE_FLAGS).map((name) => [name, userValue(name)]));
 }
 
 class Extension {
@@ -120,7 +115,7 @@ class Extension {
 
   private async start(languages: string[]): Promise<void> {
     const how = program();
-    const args = serveArgs(how, machineValues());
+    const args = serveArgs(how, machineValues(userValue));
     const client = new LanguageClient(
       SERVER_NAME,
       SERVER_NAME,

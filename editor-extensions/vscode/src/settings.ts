@@ -3,7 +3,7 @@
 
 // Groups of the server's option tree (completer/config.py). Settings under
 // `completer.<group>.<optionName>` are sent as `<group>.<option_name>`.
-export const SERVER_GROUPS = ["models", "generation", "prompt", "drafting", "cache", "server", "edits"] as const;
+export const SERVER_GROUPS = ["models", "generation", "prompt", "drafting", "cache", "lsp", "edits"] as const;
 
 export type ServerOptions = Record<string, Record<string, unknown>>;
 
@@ -16,7 +16,7 @@ export type ServerOptions = Record<string, Record<string, unknown>>;
 export const MACHINE_FLAGS: Readonly<Record<string, string>> = {
   "models.target": "--target",
   "models.draft": "--draft",
-  "models.backend": "--backend",
+  "models.decoder": "--decoder",
   "models.serverUrl": "--server-url",
   "models.apiKeyEnv": "--api-key-env",
   "models.rpcServers": "--rpc",
@@ -27,7 +27,33 @@ export const PROGRAM_SETTINGS = ["command", "pythonPath"] as const;
 
 // Settings the server knows under a new name (completer/config.py's RENAMED, which
 // tests/editors/test_vscode.py keeps this equal to): old name -> new name.
-export const RENAMED: Readonly<Record<string, string>> = { "prompt.contextTokens": "prompt.crossFileTokens" };
+export const RENAMED: Readonly<Record<string, string>> = {
+  "prompt.contextTokens": "prompt.crossFileTokens",
+  "models.backend": "models.decoder",
+  "server.debounceMs": "lsp.debounceMs",
+  "server.prefetch": "lsp.prefetch",
+};
+
+// The machine-level settings, under their names and their old ones (a machine-level
+// setting's old name is machine-scoped too): never sent over LSP, where the server takes
+// neither name, and a change restarts the server.
+export const MACHINE_SETTINGS: readonly string[] = [
+  ...Object.keys(MACHINE_FLAGS),
+  ...Object.keys(RENAMED).filter((old) => Object.hasOwn(MACHINE_FLAGS, RENAMED[old] as string)),
+];
+
+// The user's values of MACHINE_FLAGS' settings, for serveArgs, from `userValue` (the user's
+// own settings): a setting left unset takes the value of its old name, which then goes
+// as the new name's flag. VS Code marks the old name deprecated where the user set it.
+export function machineValues(userValue: (name: string) => unknown): Record<string, unknown> {
+  const oldNames = new Map(Object.entries(RENAMED).map(([old, now]) => [now, old]));
+  return Object.fromEntries(
+    Object.keys(MACHINE_FLAGS).map((name) => {
+      const old = oldNames.get(name);
+      return [name, userValue(name) ?? (old === undefined ? undefined : userValue(old))];
+    }),
+  );
+}
 
 // `values` as they should reach the server: an old name the user set is sent, and its new
 // name's default is not, so that the server takes the old one with a warning naming the
@@ -51,14 +77,16 @@ export function snakeCase(name: string): string {
 
 // `values` maps setting keys below `completer.` (e.g. "generation.maxTokens") to values.
 // Keys outside the server's groups (the extension's own settings) and the machine-level
-// ones (see MACHINE_FLAGS) are left out.
+// ones (see MACHINE_SETTINGS) are left out. An old name (RENAMED) goes under its old
+// group, which may be a group no more (`server`): the server reads it as its new name,
+// with a warning.
 export function serverOptions(values: Record<string, unknown>): ServerOptions {
   const options: ServerOptions = {};
   for (const [key, value] of Object.entries(values)) {
     const parts = key.split(".");
     const group = parts[0];
-    if (parts.length !== 2 || !(SERVER_GROUPS as readonly string[]).includes(group)) continue;
-    if (Object.hasOwn(MACHINE_FLAGS, key)) continue;
+    const known = (SERVER_GROUPS as readonly string[]).includes(group) || Object.hasOwn(RENAMED, key);
+    if (parts.length !== 2 || !known || MACHINE_SETTINGS.includes(key)) continue;
     (options[group] ??= {})[snakeCase(parts[1])] = value;
   }
   return options;
@@ -96,5 +124,5 @@ export const RESTART_SETTINGS: readonly string[] = [
   "enable",
   "languages",
   ...PROGRAM_SETTINGS,
-  ...Object.keys(MACHINE_FLAGS),
+  ...MACHINE_SETTINGS,
 ];

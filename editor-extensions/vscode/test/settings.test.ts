@@ -2,7 +2,8 @@ import { readFileSync } from "node:fs";
 import { describe, expect, it } from "vitest";
 import {
   launch,
-  MACHINE_FLAGS,
+  MACHINE_SETTINGS,
+  machineValues,
   PROGRAM_SETTINGS,
   pullArgs,
   RESTART_SETTINGS,
@@ -24,12 +25,18 @@ describe("serverOptions", () => {
         "models.targetGpuLayers": "auto",
         "generation.maxTokens": 16,
         "generation.timeBudgetMs": 0,
-        "server.debounceMs": 50,
+        "lsp.debounceMs": 50,
       }),
     ).toEqual({
       models: { preset: "smol", target_gpu_layers: "auto" },
       generation: { max_tokens: 16, time_budget_ms: 0 },
-      server: { debounce_ms: 50 },
+      lsp: { debounce_ms: 50 },
+    });
+  });
+
+  it("sends an old name under its old group, for the server to read as the new one with a warning", () => {
+    expect(serverOptions({ "server.prefetch": false, "server.debounceMs": 50, "server.port": 1 })).toEqual({
+      server: { prefetch: false, debounce_ms: 50 },
     });
   });
 
@@ -42,7 +49,8 @@ describe("serverOptions", () => {
       serverOptions({
         "models.preset": "smol",
         "models.serverUrl": "https://elsewhere",
-        "models.backend": "openai",
+        "models.decoder": "openai",
+        "models.backend": "llama-server",
         "models.apiKeyEnv": "GITHUB_TOKEN",
         "models.rpcServers": "10.0.0.9:50052",
         "models.target": null,
@@ -57,7 +65,7 @@ describe("serverOptions", () => {
     );
     const options = serverOptions(defaults);
     const sent = Object.values(options).reduce((count, group) => count + Object.keys(group).length, 0);
-    const serverKeys = Object.keys(defaults).filter((key) => key.includes(".") && !(key in MACHINE_FLAGS));
+    const serverKeys = Object.keys(defaults).filter((key) => key.includes(".") && !MACHINE_SETTINGS.includes(key));
     expect(sent).toBe(serverKeys.length);
     expect(options.generation?.max_tokens).toBe(declared["completer.generation.maxTokens"]?.default);
   });
@@ -73,20 +81,33 @@ describe("machine-level settings", () => {
     const machine = Object.keys(declared)
       .filter((key) => declared[key]?.scope === "machine")
       .map((key) => key.slice("completer.".length));
-    expect(machine.sort()).toEqual([...PROGRAM_SETTINGS, ...Object.keys(MACHINE_FLAGS)].sort());
+    expect(machine.sort()).toEqual([...PROGRAM_SETTINGS, ...MACHINE_SETTINGS].sort());
+    expect(MACHINE_SETTINGS).toContain("models.backend"); // models.decoder's old name
   });
 
   it("become the server's flags when set, and nothing when not", () => {
     const how = launch("completer", "");
-    const values = { "models.serverUrl": "http://127.0.0.1:8012", "models.backend": "llama-server",
+    const values = { "models.serverUrl": "http://127.0.0.1:8012", "models.decoder": "llama-server",
       "models.apiKeyEnv": "COMPLETER_API_KEY", "models.target": undefined, "models.draft": null, "models.rpcServers": "" };
-    expect(serveArgs(how, values)).toEqual(["serve", "--stdio", "--backend", "llama-server", "--server-url",
+    expect(serveArgs(how, values)).toEqual(["serve", "--stdio", "--decoder", "llama-server", "--server-url",
       "http://127.0.0.1:8012", "--api-key-env", "COMPLETER_API_KEY"]);
     expect(serveArgs(how, {})).toEqual(["serve", "--stdio"]);
   });
 
-  it("restart the server when they change", () => {
-    for (const name of [...PROGRAM_SETTINGS, ...Object.keys(MACHINE_FLAGS)]) expect(RESTART_SETTINGS).toContain(name);
+  it("take an old name's value when the new one is unset, as the new one's flag", () => {
+    const user = (set: Record<string, unknown>) => (name: string) => set[name];
+    const how = launch("completer", "");
+    const old = machineValues(user({ "models.backend": "openai", "models.serverUrl": "http://127.0.0.1:8012" }));
+    expect(serveArgs(how, old)).toEqual(["serve", "--stdio", "--decoder", "openai", "--server-url",
+      "http://127.0.0.1:8012"]);
+    const both = machineValues(user({ "models.backend": "openai", "models.decoder": "llama-server" }));
+    expect(serveArgs(how, both)).toEqual(["serve", "--stdio", "--decoder", "llama-server"]);
+    expect(serveArgs(how, machineValues(user({})))).toEqual(["serve", "--stdio"]);
+  });
+
+  it("restart the server when they change, under their old names too", () => {
+    for (const name of [...PROGRAM_SETTINGS, ...MACHINE_SETTINGS]) expect(RESTART_SETTINGS).toContain(name);
+    expect(RESTART_SETTINGS).toContain("models.backend");
   });
 });
 
