@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from completer.config import machine_options
+from completer.config import RENAMED, machine_options
 from completer.lsp import protocol
 from conftest import CLOSED_ENDPOINT
 
@@ -392,16 +392,27 @@ def test_the_machine_level_options_of_the_help_and_the_plugin_are_the_servers():
     assert machine_table(HELP.read_text().replace("models.draft         --draft\n", "")) != machine_options()
 
 
+def test_the_plugin_knows_the_old_names_of_the_machine_level_options_as_the_server_does():
+    source = MODULE.read_text()
+    table = source[source.index("local MACHINE_OLD_NAMES = {"):]
+    old_names = dict(re.findall(r'^  \["([\w.]+)"\] = "([\w.]+)",$', table[:table.index("\n}")], re.MULTILINE))
+    assert old_names == {old: new for old, new in RENAMED.items() if new in machine_options()}
+    assert "models.backend" in old_names
+
+
 @runs_neovim
 def test_setup_leaves_machine_level_init_options_out_and_says_where_they_go(tmp_path):
     """A project-local config that names a team server, a key's variable and model files
-    in init_options: none of them reach the server, and one warning names each flag."""
+    in init_options: none of them reach the server, and one warning names each flag. The
+    decoder under its old name is left out too; an option of another group under its old
+    name (server.prefetch) goes as it is, for the server to read as its new name."""
     answer = run_nvim("plugin_machine.lua", tmp_path, tmp_path / "cache", timeout_s=60, lua=True)
     # client: what the plugin says of itself (it applies every edit of a next edit's answer).
     assert answer["init_options"] == {"models": {"preset": "smol"}, "generation": {"max_tokens": 8},
-                                      "client": {"several_edits": True}}
+                                      "server": {"prefetch": False}, "client": {"several_edits": True}}
     assert answer["cmd"] == ["true"]
     [warning] = answer["notifications"]
     assert warning["level"] == WARN and ":help completer-machine" in warning["message"]
     for name, flag in machine_options().items():
         assert f"{name} ({flag})" in warning["message"]
+    assert "models.backend (--decoder)" in warning["message"]  # the old name, and the new flag

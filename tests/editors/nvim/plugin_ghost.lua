@@ -113,7 +113,7 @@ H.run(function()
   H.section("accept_all", function()
     -- The buffer gets exactly the suggestion shown, and the server counts it; the next
     -- suggestion, asked after <Tab>, comes from what the server computed while this one
-    -- was shown (server.prefetch).
+    -- was shown (lsp.prefetch).
     local before = reset("def stdev(values)")
     local prefetch_before = stat("prefetches")
     H.type("A")

@@ -1,6 +1,7 @@
 -- Run by tests/editors/test_nvim_plugin.py with `nvim --clean --headless -l`: setup() with
 -- init_options that name machine-level options (a team server, a key's variable, a
--- model file), as a project-local config could: what the server would be sent, and the
+-- model file; the decoder under its old name too), as a project-local config could, and
+-- an option of another group under its old name: what the server would be sent, and the
 -- notifications. No server is started (its cmd is `true`). Writes JSON to $RESULT.
 vim.opt.runtimepath:prepend(os.getenv("PLUGIN"))
 
@@ -11,9 +12,11 @@ end
 require("completer").setup({
   cmd = { "true" },
   init_options = {
-    models = { preset = "smol", backend = "openai", server_url = "https://elsewhere", api_key_env = "GITHUB_TOKEN",
-               rpc_servers = "10.0.0.9:50052", target = "/tmp/model.gguf", draft = "/tmp/draft.gguf" },
+    models = { preset = "smol", decoder = "openai", backend = "llama-server", server_url = "https://elsewhere",
+               api_key_env = "GITHUB_TOKEN", rpc_servers = "10.0.0.9:50052", target = "/tmp/model.gguf",
+               draft = "/tmp/draft.gguf" },
     generation = { max_tokens = 8 },
+    server = { prefetch = false },
   },
 })
 result.init_options = vim.lsp.config.completer.init_options

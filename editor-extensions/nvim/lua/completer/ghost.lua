@@ -301,7 +301,7 @@ function M.on_change(buf)
   M.clear(buf)
   if M.options.enabled(buf) and not M.menu_visible() then
     -- After an acceptance the user waits for the next suggestion (the server has it ready:
-    -- server.prefetch): no keystrokes to skip, so no debounce.
+    -- lsp.prefetch): no keystrokes to skip, so no debounce.
     state.timer:start(state.ask_now and 0 or M.options.debounce_ms, 0, vim.schedule_wrap(function()
       request(buf)
     end))

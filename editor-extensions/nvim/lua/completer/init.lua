@@ -30,7 +30,7 @@
 --   init_options:              The server's options, as nested tables, passed as they
 --                              are in the `initializationOptions` of `initialize`. The
 --                              groups are models, generation, prompt, drafting, cache,
---                              server and edits; completer's docs/options.md lists every option.
+--                              lsp and edits; completer's docs/options.md lists every option.
 --                              The machine-level ones are left out, with a warning (see
 --                              completer-machine): they go in cmd, as the server's
 --                              flags.
@@ -95,10 +95,19 @@ local WARM = "completer/warm"
 local MACHINE_OPTIONS = {
   ["models.target"] = "--target",
   ["models.draft"] = "--draft",
-  ["models.backend"] = "--backend",
+  ["models.decoder"] = "--decoder",
   ["models.server_url"] = "--server-url",
   ["models.api_key_env"] = "--api-key-env",
   ["models.rpc_servers"] = "--rpc",
+}
+
+-- The old names of machine-level options (completer/config.py's RENAMED), old -> new: left
+-- out of init_options as the new names are, the warning naming the new one's flag. The
+-- server's other old names (server.prefetch...) go in init_options as they are: the server
+-- reads them as their new names, with a warning. tests/editors/test_nvim_plugin.py keeps
+-- this table equal to the server's.
+local MACHINE_OLD_NAMES = {
+  ["models.backend"] = "models.decoder",
 }
 
 local defaults = {
@@ -199,12 +208,18 @@ end
 --- one left out.
 local function without_machine_options(options)
   local kept, dropped = vim.deepcopy(options), {}
-  for name, flag in pairs(MACHINE_OPTIONS) do
+  local function leave_out(name, flag)
     local group, key = name:match("^(%w+)%.(.+)$")
     if type(kept[group]) == "table" and kept[group][key] ~= nil then
       kept[group][key] = nil
       dropped[#dropped + 1] = string.format("%s (%s)", name, flag)
     end
+  end
+  for name, flag in pairs(MACHINE_OPTIONS) do
+    leave_out(name, flag)
+  end
+  for old, new in pairs(MACHINE_OLD_NAMES) do
+    leave_out(old, MACHINE_OPTIONS[new])
   end
   table.sort(dropped)
   return kept, dropped
