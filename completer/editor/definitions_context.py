@@ -8,8 +8,8 @@ short snippets for the prompt's context files, within a token budget.
               near the cursor before imported only; then imported from the file that
               defines it, before a member of a type named at the cursor or imported (the
               receiver's type, as far as the names say: `c = Client(); c.send(`), before
-              defined in a module the file imports, before merely same-named
-              (SAME_NAMED_MOST of those a name); then nearer the cursor, then nearer this
+              defined in a module the file imports, before merely same-named (when
+              there are at most SAME_NAMED_MOST of those); then nearer the cursor, then nearer this
               file in the folder tree
     chosen    in that order while they fit the budget, then sorted by file and line: the
               block changes only when the set of snippets does, so typing that finds no new
@@ -19,6 +19,7 @@ The identifier the cursor is at the end of is left out: it is being typed, and e
 keystroke would look up another prefix.
 """
 
+import functools
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import PurePath, PurePosixPath
@@ -51,16 +52,22 @@ class Snippet:
     near: bool  # its name is in the lines at the cursor
 
 
-def wanted_names(before: str, language: str | None, imports: Iterable[Import]) -> tuple[list[str], int]:
-    """The names to look up, nearest the cursor first, and how many of them (the first)
-    are in the lines at the cursor; the rest are the file's imported names."""
+class Wanted(NamedTuple):
+    names: list[str]  # nearest the cursor first, then the file's imported names
+    near: int  # how many of them (the first) are in the lines at the cursor
+    members: frozenset[str]  # those written after a "." (a method or a field may be meant)
+
+
+def wanted_names(before: str, language: str | None, imports: Iterable[Import]) -> Wanted:
+    """The names to look up (see the module's docstring)."""
     near_text = "\n".join(before.split("\n")[-NEAR_LINES:])
     end = len(near_text.encode("utf-8", "replace"))
-    found = [name for name, name_end in identifiers(near_text, language_of("", language)) if name_end != end]
+    found = [found for found in identifiers(near_text, language_of("", language)) if found.end != end]
     aliases = {imported.alias: imported.name for imported in imports if imported.alias and imported.name}
-    near = list(dict.fromkeys(aliases.get(name, name) for name in reversed(found)))
+    near = list(dict.fromkeys(aliases.get(found.name, found.name) for found in reversed(found)))
     imported = [imported.name for imported in imports if imported.name and imported.name not in near]
-    return near + list(dict.fromkeys(imported)), len(near)
+    members = frozenset(found.name for found in found if found.member)
+    return Wanted(near + list(dict.fromkeys(imported)), len(near), members)
 
 
 def module_path(module: str, importer: str) -> tuple[tuple[str, ...], bool]:
@@ -95,38 +102,60 @@ def strip_extension(parts: tuple[str, ...]) -> tuple[str, ...]:
     return parts
 
 
-def defines_module(definition_path: str, module: str, importer: str) -> bool:
-    """Whether the definition's file is the module (or in the package) an import names.
-    A module that is not relative is matched by its last two parts: a Go module's path
-    or a Java package's names the repository's folders only at its end."""
-    parts, whole = module_path(module, importer)
+@functools.lru_cache(maxsize=16_384)
+def path_forms(path: str) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """A file's path as a module (no extension; a package's __init__, mod or index file
+    its folder) and its folder's: cached, every ranking asks them of the same files."""
+    posix = PurePosixPath(path)
+    folder = posix.parent.parts
+    return (folder if posix.stem in PACKAGE_FILES else (*folder, posix.stem)), folder
+
+
+def names_file(definition_path: str, module: tuple[tuple[str, ...], bool]) -> bool:
+    """Whether the file is the module (or in the package) of `module_path`'s answer. A
+    module that is not relative is matched by its last two parts: a Go module's path or
+    a Java package's names the repository's folders only at its end."""
+    parts, whole = module
     if not parts:
         return False
-    path = PurePosixPath(definition_path)
-    stem = path.parent.parts if path.stem in PACKAGE_FILES else (*path.parent.parts, path.stem)
-    for candidate in (stem, path.parent.parts):
-        if whole and candidate == parts:
-            return True
-        tail = parts[-2:]
-        if not whole and candidate[-len(tail):] == tail:
-            return True
-    return False
+    tail = parts[-2:]
+    return any(candidate == parts if whole else candidate[-len(tail):] == tail
+               for candidate in path_forms(definition_path))
 
 
-def rank_of(definition: Definition, name: str, imports: Iterable[Import], importer: str, types: set[str]) -> int:
-    """How the definition is reached from the importer; `types`: the names wanted (a
-    member of one of them is likely the receiver's)."""
-    matching = [imported for imported in imports if defines_module(definition.path, imported.module, importer)]
+def defines_module(definition_path: str, module: str, importer: str) -> bool:
+    """Whether the definition's file is the module (or in the package) an import names."""
+    return names_file(definition_path, module_path(module, importer))
+
+
+class Reach(NamedTuple):
+    """What the cursor's file reaches: each import with its module's path parts, the file's
+    path, the names wanted at the cursor."""
+
+    modules: tuple[tuple[Import, tuple[tuple[str, ...], bool]], ...]
+    importer: str
+    types: frozenset[str]
+
+    @classmethod
+    def of(cls, importer: str, imports: Iterable[Import], names: Iterable[str]) -> "Reach":
+        modules = tuple((imported, module_path(imported.module, importer)) for imported in imports)
+        return cls(modules, importer, frozenset(names))
+
+
+def rank_of(definition: Definition, name: str, reach: Reach) -> int:
+    """How the definition is reached from the cursor's file (a member of a type named at
+    the cursor is likely the receiver's)."""
+    matching = [imported for imported, module in reach.modules if names_file(definition.path, module)]
     if any(imported.name == name for imported in matching):
         return IMPORTED
-    if definition.container and definition.container in types:
+    if definition.container and definition.container in reach.types:
         return MEMBER
     return IN_IMPORTED_MODULE if matching else SAME_NAMED
 
 
 def folder_distance(a: str, b: str) -> int:
     """Folders between two files: up from one to where they share, then down to the other."""
-    parts_a, parts_b = PurePosixPath(a).parent.parts, PurePosixPath(b).parent.parts
+    parts_a, parts_b = path_forms(a)[1], path_forms(b)[1]
     shared = next((i for i, (x, y) in enumerate(zip(parts_a, parts_b)) if x != y), min(len(parts_a), len(parts_b)))
     return len(parts_a) + len(parts_b) - 2 * shared
 
@@ -135,11 +164,12 @@ def ranked(path: str, before: str, imports: tuple[Import, ...], lookup: Callable
            language: str | None = None) -> list[Snippet]:
     """The definitions the cursor likely needs, best first (see the module's docstring).
     `lookup(name)`: the definitions of that name outside this file."""
-    names, near_count = wanted_names(before, language or language_of(path), imports)
+    names, near_count, members = wanted_names(before, language or language_of(path), imports)
+    reach = Reach.of(path, imports, names)
     best: dict[tuple[str, int], tuple[tuple, Snippet]] = {}  # (path, line) -> its best key, its snippet
     for order, name in enumerate(names):
         near = order < near_count
-        for rank, definition in candidates(name, near, Reach(imports, path, set(names)), lookup):
+        for rank, definition in candidates(name, near, name in members, reach, lookup):
             place = place_of(definition)
             key = (not near, rank, order, folder_distance(path, definition.path), *place)
             if place not in best or key < best[place][0]:
@@ -147,26 +177,19 @@ def ranked(path: str, before: str, imports: tuple[Import, ...], lookup: Callable
     return [snippet for _, snippet in sorted(best.values(), key=lambda item: item[0])]
 
 
-class Reach(NamedTuple):
-    """What the cursor's file reaches: its imports, its path, the names wanted at the cursor."""
-
-    imports: tuple[Import, ...]
-    importer: str
-    types: set[str]
-
-
-def candidates(name: str, near: bool, reach: Reach,
+def candidates(name: str, near: bool, member: bool, reach: Reach,
                lookup: Callable[[str], list[Definition]]) -> list[tuple[int, Definition]]:
-    """A name's definitions with their ranks: every one an import or a type reaches; of
-    those merely named the same, the SAME_NAMED_MOST nearest in the folder tree, for a
-    name at the cursor only."""
-    found = [(rank_of(definition, name, *reach), definition) for definition in lookup(name)]
+    """A name's definitions with their ranks: every one an import or a type reaches; those
+    merely named the same only for a name at the cursor (a method or field only for a name
+    written after a "."), and only when there are at most SAME_NAMED_MOST of them (a name
+    defined all over, `parse` or `run`, says too little)."""
+    found = [(rank_of(definition, name, reach), definition) for definition in lookup(name)]
     reached = [item for item in found if item[0] != SAME_NAMED]
-    if not near:
+    same_named = [item for item in found if item[0] == SAME_NAMED and (member or not item[1].container)]
+    if not near or len(same_named) > SAME_NAMED_MOST:
         return reached
-    same_named = sorted((item for item in found if item[0] == SAME_NAMED),
-                        key=lambda item: (folder_distance(reach.importer, item[1].path), *place_of(item[1])))
-    return reached + same_named[:SAME_NAMED_MOST]
+    return reached + sorted(same_named, key=lambda item: (folder_distance(reach.importer, item[1].path),
+                                                          *place_of(item[1])))
 
 
 def place_of(definition: Definition) -> tuple[str, int]:

@@ -534,13 +534,23 @@ def first_line(text: str) -> str:
     return next((line.strip() for line in text.split("\n") if line.strip()), "")[:DOC_CHARS]
 
 
-def identifiers(text: str, language: str | None) -> list[tuple[str, int]]:
+class Identifier(NamedTuple):
+    name: str
+    end: int  # byte offset (in UTF-8) where it ends
+    member: bool  # after a ".", "->" or "::": a field, a method, or a module's name
+
+
+MEMBER_ACCESS = {".", "->", "?.", "::"}
+
+
+def identifiers(text: str, language: str | None) -> list[Identifier]:
     """The identifiers in a piece of code (names of variables, functions, types, fields,
-    properties) in order, each with the byte offset (in UTF-8) where it ends; [] for a
-    language not listed."""
+    properties), in order; [] for a language not listed."""
     if language not in GRAMMARS or "\0" in text:
         return []
-    return [(text_of(node), node.end_byte) for node in leaves(parse(text, language).root_node)
+    return [Identifier(text_of(node), node.end_byte,
+                       node.prev_sibling is not None and node.prev_sibling.type in MEMBER_ACCESS)
+            for node in leaves(parse(text, language).root_node)
             if node.type.endswith("identifier") and not node.is_missing]
 
 

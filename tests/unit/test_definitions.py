@@ -323,8 +323,8 @@ def test_each_language_gives_its_definitions_with_kinds_and_line_spans(language)
     ("X.java", "import a.b.*;\nimport static x.Y.z;\n", [("a.b", "", ""), ("x.Y", "z", "")]),
     ("x.ts", 'import x = require("./x");\nimport "./side";\nimport D, { e } from "./d";\n',
      [("./x", "", ""), ("./side", "", ""), ("./d", "D", ""), ("./d", "e", "")]),
-    ("x.py", "from . import sibling\nfrom x import (y as z, w)\n"
-             "try:\n    import fast\nexcept ImportError:\n    fast = None\n",
+    ("x.py", ("from . import sibling\nfrom x import (y as z, w)\n"
+              "try:\n    import fast\nexcept ImportError:\n    fast = None\n"),
      [(".", "sibling", ""), ("x", "y", "z"), ("x", "w", ""), ("fast", "", "")]),
 ])
 def test_imports_in_their_less_common_forms(path, text, imports):
@@ -558,18 +558,36 @@ def test_imported_definitions_rank_before_merely_same_named_ones(tmp_path):
 
 def test_a_method_of_a_type_named_at_the_cursor_ranks_before_other_same_named_ones(tmp_path):
     root = tmp_path / "ws"
-    write(root / "post" / "courier.py", padded("class Courier:\n    def send(self, parcel):\n        return parcel\n"))
+    write(root / "post" / "courier.py", padded("class Courier:\n    url = 'https://post'\n\n"
+                                              "    def send(self, parcel):\n        return parcel\n"))
     write(root / "post" / "box.py", padded("class Mailbox:\n    def send(self, letter, *, urgent=False):\n"
                                           "        return letter\n"))
     script = write(root / "post" / "script.py", padded("import sys\n"))
     index = DefinitionsIndex(Workspace([root]))
     index.build()
-    before = "box = Mailbox(sys.argv[1])\nbox.send("
+    before = "box = Mailbox(url)\nbox.send("  # `url`, not after a ".", is not Courier.url
     snippets = ranked(str(script), before, index.imports_of(script), lambda name: index.lookup(name, script))
     assert [(s.definition.container, s.definition.name, s.reason) for s in snippets] == [
         ("Mailbox", "send", "a member of a type named here"),
         ("Courier", "send", "same name"),  # `send` is nearer the cursor than `Mailbox`
         ("", "Mailbox", "same name")]
+
+
+def test_a_name_defined_in_many_files_and_not_imported_is_not_guessed(tmp_path):
+    root = tmp_path / "ws"
+    for i in range(4):
+        write(root / f"tool{i}.py", padded(f"def run(job):\n    return {i}\n"))
+    script = write(root / "script.py", padded("import sys\n"))
+    index = DefinitionsIndex(Workspace([root]))
+    index.build()
+
+    def found(name):
+        return index.lookup(name, script)
+
+    assert ranked(str(script), "run(sys.argv)\n", (), found) == []
+    index.remove(root / "tool3.py")  # three left: few enough to show
+    assert [s.definition.path for s in ranked(str(script), "run(sys.argv)\n", (), found)] == [
+        str(root / f"tool{i}.py") for i in range(3)]
 
 
 def words(text: str) -> int:
@@ -596,8 +614,8 @@ def test_the_block_is_stable_while_typing_and_within_its_budget(tmp_path):
 
 def test_the_names_at_the_cursor_come_nearest_first_aliases_resolved_and_the_typed_word_left_out():
     imports = (Import(".client", "Timeout", "T"), Import(".client", "Client"))
-    names, near = wanted_names("x = 1\nresult = fetch(url, timeout=T(3), retr", "python", imports)
-    assert (names, near) == (["Timeout", "timeout", "url", "fetch", "result", "x", "Client"], 6)
+    wanted = wanted_names("x = 1\nresult = api.fetch(url, timeout=T(3), retr", "python", imports)
+    assert wanted == (["Timeout", "timeout", "url", "fetch", "api", "result", "x", "Client"], 7, {"fetch"})
 
 
 def generated_workspace(root: Path, files: int) -> None:
