@@ -5,15 +5,19 @@ short snippets for the prompt's context files, within a token budget.
               (read from tree-sitter's tree of those lines), nearest the cursor first, an
               import's alias read as the name it imports; then the names the file imports
     ranked    each name's definitions outside this file (a lookup: DefinitionsIndex.lookup),
-              near the cursor before imported only; then imported from the file that
-              defines it, before a member of a type named at the cursor or imported (the
-              receiver's type, as far as the names say: `c = Client(); c.send(`), before
-              defined in a module the file imports, before merely same-named (when
-              there are at most SAME_NAMED_MOST of those); then nearer the cursor, then nearer this
-              file in the folder tree
-    chosen    in that order while they fit the budget, then sorted by file and line: the
-              block changes only when the set of snippets does, so typing that finds no new
-              definition keeps the prompt's KV cache
+              names at the cursor before those only imported; then
+                  imported by name from the file that defines it,
+                  a member of a type named at the cursor or imported (the receiver's type,
+                      as far as the names tell: `c = Client(); c.send(`),
+                  defined in a module the file imports,
+                  merely named the same: only for a name at the cursor defined in at most
+                      SAME_NAMED_MOST places, and a method or field only for a name
+                      written after a "."
+              then nearer the cursor, then nearer this file in the folder tree
+    chosen    in that order while they fit the budget (less any a chosen one shows whole),
+              then sorted by file and line: the block changes only when the set of
+              snippets does, so typing that finds no new definition keeps the prompt's KV
+              cache
 
 The identifier the cursor is at the end of is left out: it is being typed, and every
 keystroke would look up another prefix.
@@ -35,7 +39,7 @@ from completer.engine.definitions import (
 from completer.prompt import LINE_COMMENT, ContextFile
 
 NEAR_LINES = 8  # lines before the cursor's read for names: a call's arguments span a few
-SAME_NAMED_MOST = 3  # definitions of a name neither imported nor from an imported module
+SAME_NAMED_MOST = 3  # places a name is defined in, at most, for a guess by the name alone
 # Rank of a definition by how it is reached from the cursor's file.
 IMPORTED, MEMBER, IN_IMPORTED_MODULE, SAME_NAMED = 0, 1, 2, 3
 REASONS = {IMPORTED: "imported", MEMBER: "a member of a type named here", IN_IMPORTED_MODULE: "in an imported module",
@@ -48,7 +52,7 @@ PACKAGE_FILES = {"__init__", "mod", "index"}
 class Snippet:
     definition: Definition
     text: str
-    reason: str  # why it was taken: "imported", "in an imported module", "same name"
+    reason: str  # why it was taken: one of REASONS' values
     near: bool  # its name is in the lines at the cursor
 
 
@@ -62,11 +66,11 @@ def wanted_names(before: str, language: str | None, imports: Iterable[Import]) -
     """The names to look up (see the module's docstring)."""
     near_text = "\n".join(before.split("\n")[-NEAR_LINES:])
     end = len(near_text.encode("utf-8", "replace"))
-    found = [found for found in identifiers(near_text, language_of("", language)) if found.end != end]
+    written = [each for each in identifiers(near_text, language_of("", language)) if each.end != end]
     aliases = {imported.alias: imported.name for imported in imports if imported.alias and imported.name}
-    near = list(dict.fromkeys(aliases.get(found.name, found.name) for found in reversed(found)))
+    near = list(dict.fromkeys(aliases.get(each.name, each.name) for each in reversed(written)))
     imported = [imported.name for imported in imports if imported.name and imported.name not in near]
-    members = frozenset(found.name for found in found if found.member)
+    members = frozenset(each.name for each in written if each.member)
     return Wanted(near + list(dict.fromkeys(imported)), len(near), members)
 
 
@@ -225,7 +229,7 @@ def fit(snippets: list[Snippet], count_tokens: Callable[[str], int], budget: int
             taken.append(snippet)
             files.add(path)
             spent += cost
-    return sorted(taken, key=lambda snippet: (snippet.definition.path, snippet.definition.start_line))
+    return sorted(taken, key=lambda snippet: place_of(snippet.definition))
 
 
 def context_files(snippets: list[Snippet], show_path: Callable[[str], str] = str) -> tuple[ContextFile, ...]:
