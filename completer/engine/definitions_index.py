@@ -156,6 +156,8 @@ class DefinitionsIndex:
     def store(self, key: str, outline: Outline, edited: bool) -> bool:
         size = outline_size(outline)
         with self.lock:
+            if not edited and key in self.files and self.files[key].edited:
+                return False  # the editor sent a newer text while the build read the disk's
             self.drop(key)
             if self.held + size > self.most_bytes:
                 outline = without_texts(outline)

@@ -508,6 +508,8 @@ def test_the_index_follows_a_rename_saved_in_another_file(tmp_path):
     assert (surface.signature, surface.start_line) == ("def surface(width, height, *, scale=1.0):", 1)
     assert index.lookup("surface", outside=library) == []
     index.build()  # a later build keeps the editor's text over the disk's older one
+    key = str(library.resolve())
+    assert not index.store(key, extract(key, library.read_text()), edited=False)  # read by a build under way
     assert index.lookup("area") == []
     index.remove(library)
     assert (index.lookup("surface"), index.stats().files) == ([], 1)
