@@ -1,6 +1,7 @@
 """The definitions index: what tree-sitter reads of each language, what the index never
 reads, and which snippets the prompt would take at a cursor."""
 
+import contextlib
 import dataclasses
 import os
 import random
@@ -435,15 +436,30 @@ def test_exclusion_patterns_with_a_folder_match_the_path():
 
 
 SECRET = "SECRET_MARKER_7f3a9c"
-OPENED: list[str] | None = None  # the paths opened while a test records them
+class OpenedFiles:
+    """The paths the process opens while recording: an audit hook sees every open(), the
+    index's own included. Hooks stay for the process: one is added, once, and records
+    only while `paths` is a list."""
 
+    paths: list[str] | None = None
+    hooked = False
 
-def record_opens(event, arguments):
-    if event == "open" and OPENED is not None and isinstance(arguments[0], (str, bytes, os.PathLike)):
-        OPENED.append(os.fsdecode(arguments[0]))
+    @classmethod
+    @contextlib.contextmanager
+    def recording(cls):
+        if not cls.hooked:
+            sys.addaudithook(cls.heard)
+            cls.hooked = True
+        cls.paths = []
+        try:
+            yield cls.paths
+        finally:
+            cls.paths = None
 
-
-sys.addaudithook(record_opens)  # hooks stay for the process: OPENED switches this one off
+    @classmethod
+    def heard(cls, event, arguments):
+        if event == "open" and cls.paths is not None and isinstance(arguments[0], (str, bytes, os.PathLike)):
+            cls.paths.append(os.fsdecode(arguments[0]))
 
 
 def write(path: Path, text: str) -> Path:
@@ -458,7 +474,6 @@ def padded(text: str) -> str:
 
 
 def test_an_excluded_secret_is_never_opened_nor_reaches_a_snippet(tmp_path):
-    global OPENED
     root = tmp_path / "ws"
     secrets = [write(root / "secrets.py", padded(f"def leak(token='{SECRET}'):\n    return '{SECRET}'\n")),
                write(root / "config" / "credentials.py", padded(f"API_KEY = '{SECRET}'\n")),
@@ -470,11 +485,8 @@ def test_an_excluded_secret_is_never_opened_nor_reaches_a_snippet(tmp_path):
     # request to let it skip excluded files is in /tmp/team/requests.md); the index must refuse them.
     listed = workspace_files(index.workspace)
     assert set(secrets) <= set(listed)
-    OPENED = []
-    try:
+    with OpenedFiles.recording() as opened:
         index.build(listed)
-    finally:
-        opened, OPENED = OPENED, None
     assert {str(path) for path in secrets} & set(opened) == set()
     assert str(app) in opened
     assert not index.update(secrets[0], secrets[0].read_text())  # the editor's copy is refused too
