@@ -33,7 +33,7 @@ from completer.errors import ServerError
 from completer.models.backend import ContextError, LlamaModel
 from completer.models.devices import Device, add_rpc_servers, offload_devices
 from completer.models.errors import ModelError
-from completer.models.gguf_file import check_gguf, check_same_vocabulary
+from completer.models.gguf_file import GGUFHeader, check_gguf, check_same_vocabulary
 from completer.models.pairing import suitability_notes
 from completer.models.paths import distilled_draft_path
 from completer.models.presets import HubFile, Preset
@@ -140,25 +140,28 @@ def load_pair(options: ModelOptions, with_draft: bool = True, report: Report = _
                          "needed)")
     report(f"loading {files.target.name}", 40)
     devices = offload_devices(options.rpc_servers)  # not an RPC server dropped from the settings since
-    for path in (files.target, files.draft):
-        if path is not None:
-            check_fits_memory(path, devices)
-    target = LlamaModel(files.target, options.target_gpu_layers, devices=devices)
+    target_header = files.target_header or check_gguf(files.target)
+    draft_header = files.draft_header or (check_gguf(files.draft) if files.draft is not None else None)
+    for header in (target_header, draft_header):
+        if header is not None:
+            check_fits_memory(header, devices)
+    target = LlamaModel(files.target, options.target_gpu_layers, devices=devices, header=target_header)
     draft = None
     if files.draft is not None:
         report(f"loading {files.draft.name}", 60)
-        draft = LlamaModel(files.draft, options.draft_gpu_layers, devices=devices)
+        draft = LlamaModel(files.draft, options.draft_gpu_layers, devices=devices, header=draft_header)
     return Pair(files, target, draft, rpc_warnings)
 
 
-def check_fits_memory(path: Path, devices: list[Device]) -> None:
-    """Refuse a model file larger than this machine's memory and its offload devices'
-    together: llama.cpp maps the file, so it would load, then read the disk at every token.
-    A split model weighs all its shards (`path` is the first)."""
+def check_fits_memory(header: GGUFHeader, devices: list[Device]) -> None:
+    """Refuse a model file (its check_gguf header) larger than this machine's memory and
+    its offload devices' together: llama.cpp maps the file, so it would load, then read
+    the disk at every token. A split model weighs all its shards (the header's path is
+    the first's)."""
     memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") + sum(device.total_bytes for device in devices)
-    size = check_gguf(path).size_bytes
+    size = header.size_bytes
     if size > memory:
-        raise ModelError(f"{path} is {size / 2**30:.1f} GiB, more than this machine's memory and devices hold "
+        raise ModelError(f"{header.path} is {size / 2**30:.1f} GiB, more than this machine's memory and devices hold "
                          f"({memory / 2**30:.1f} GiB): it would be read from the disk at every token. Use a smaller "
                          "quantization of it (Q4_K_M is about half of Q8_0), or a smaller model.")
 

@@ -27,7 +27,7 @@ import numpy as np
 
 from completer.models.devices import Device, device_array, offload_devices
 from completer.models.errors import ModelError
-from completer.models.gguf_file import check_gguf, has_fim_tokens
+from completer.models.gguf_file import GGUFHeader, check_gguf, has_fim_tokens
 
 log = logging.getLogger("completer.llama")
 
@@ -127,6 +127,20 @@ class SpecialTokens:
         return has_fim_tokens(self.fim_prefix, self.fim_suffix, self.fim_middle)
 
 
+def _special_tokens(vocab: "llama_cpp.llama_vocab_p") -> SpecialTokens:
+    return SpecialTokens(
+        bos=_token_or_none(llama_cpp.llama_vocab_bos(vocab)),
+        eos=_token_or_none(llama_cpp.llama_vocab_eos(vocab)),
+        eot=_token_or_none(llama_cpp.llama_vocab_eot(vocab)),
+        fim_prefix=_token_or_none(llama_cpp.llama_vocab_fim_pre(vocab)),
+        fim_suffix=_token_or_none(llama_cpp.llama_vocab_fim_suf(vocab)),
+        fim_middle=_token_or_none(llama_cpp.llama_vocab_fim_mid(vocab)),
+        fim_pad=_token_or_none(llama_cpp.llama_vocab_fim_pad(vocab)),
+        fim_repo=_token_or_none(llama_cpp.llama_vocab_fim_rep(vocab)),
+        file_separator=_token_or_none(llama_cpp.llama_vocab_fim_sep(vocab)),
+    )
+
+
 def _token_or_none(token: int) -> int | None:
     return None if token == llama_cpp.LLAMA_TOKEN_NULL else int(token)
 
@@ -166,23 +180,51 @@ class LlamaModel:
     """A GGUF file loaded by llama.cpp: weights (unless vocab_only) and vocabulary."""
 
     def __init__(self, path: str | Path, n_gpu_layers: int | str = "auto", vocab_only: bool = False,
-                 devices: list[Device] | None = None):
+                 devices: list[Device] | None = None, header: GGUFHeader | None = None):
         """`devices`: the ones layers may go to (devices.offload_devices); None = every
-        device llama.cpp has."""
+        device llama.cpp has. `header`: the file's check_gguf(), when the caller has read it."""
         self._model = None  # set first: __del__ runs even when loading fails
         self.path = Path(path)
         self.devices = devices
-        header = check_gguf(self.path)  # a clear error before llama.cpp sees a broken file
+        # A clear error before llama.cpp sees a broken file.
+        self.header = header if header is not None else check_gguf(self.path)
         _init_backend()
-        params = llama_cpp.llama_model_default_params()
-        params.vocab_only = vocab_only
-        if devices is not None:
-            chosen = device_array(devices)  # llama.cpp copies the list while loading
-            params.devices = ctypes.cast(chosen, ctypes.c_void_p)
-        requested = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers, header.layers, devices)
+        requested = 0 if vocab_only else resolve_gpu_layers(n_gpu_layers, self.header.layers, devices)
         self.asked_gpu_layers = requested
         self.gpu_fallback = ""  # what was given up when the GPU could not hold the layers asked for
         started = time.perf_counter()
+        self._load(requested, vocab_only)
+        self.load_ms = (time.perf_counter() - started) * 1000  # ms
+        if not self._model:
+            reason = "; ".join(_recent_llama_errors) or "see the log"
+            raise ModelError(
+                f"llama.cpp could not load {self.path}: {reason}. "
+                "Check the file with `completer models info PATH`, or run `completer models pull PRESET` again."
+            )
+        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
+        self.architecture = self.header.architecture
+        self.memory = memory_kind(self._model)
+        self.n_layers = llama_cpp.llama_model_n_layer(self._model)
+        self.n_embd = llama_cpp.llama_model_n_embd(self._model)
+        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
+        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
+        self.special = _special_tokens(self._vocab)
+        # Whether a prompt starts with BOS, as the model was trained: Gemma's does (without
+        # it Gemma 3 270M answered `    return` with ` " " " "...`, with it ` width *
+        # height`); SmolLM2's and Qwen2's do not.
+        self.adds_bos = bool(llama_cpp.llama_vocab_get_add_bos(self._vocab)) and self.special.bos is not None
+        self._piece_buffer = ctypes.create_string_buffer(256)
+        self._breaks_line: dict[int, bool] = {}  # token -> whether its text holds "\n" (breaks_line)
+        self._ends: dict[int, bool] = {}  # token -> whether it ends generation (is_end_of_generation)
+
+    def _load(self, requested: int, vocab_only: bool) -> None:
+        """llama.cpp's load of the file with `requested` layers on the GPU, or fewer where
+        the GPU ran out of memory (`gpu_fallback` says so); `_model` stays None on failure."""
+        params = llama_cpp.llama_model_default_params()
+        params.vocab_only = vocab_only
+        if self.devices is not None:
+            chosen = device_array(self.devices)  # llama.cpp copies the list while loading
+            params.devices = ctypes.cast(chosen, ctypes.c_void_p)
         for self.gpu_layers in fewer_gpu_layers(requested):
             params.n_gpu_layers = self.gpu_layers
             _recent_llama_errors.clear()
@@ -193,39 +235,6 @@ class LlamaModel:
                         "; ".join(_recent_llama_errors) or "out of memory?")
         if self._model and self.gpu_layers < requested:
             self.gpu_fallback = self._fallback_message("")
-        self.load_ms = (time.perf_counter() - started) * 1000  # ms
-        if not self._model:
-            reason = "; ".join(_recent_llama_errors) or "see the log"
-            raise ModelError(
-                f"llama.cpp could not load {self.path}: {reason}. "
-                "Check the file with `completer models info PATH`, or run `completer models pull PRESET` again."
-            )
-        self._vocab = llama_cpp.llama_model_get_vocab(self._model)
-        self.architecture = header.architecture
-        self.memory = memory_kind(self._model)
-        self.n_layers = llama_cpp.llama_model_n_layer(self._model)
-        self.n_embd = llama_cpp.llama_model_n_embd(self._model)
-        self.n_ctx_train = llama_cpp.llama_model_n_ctx_train(self._model)
-        self.n_vocab = llama_cpp.llama_vocab_n_tokens(self._vocab)
-        v = self._vocab
-        self.special = SpecialTokens(
-            bos=_token_or_none(llama_cpp.llama_vocab_bos(v)),
-            eos=_token_or_none(llama_cpp.llama_vocab_eos(v)),
-            eot=_token_or_none(llama_cpp.llama_vocab_eot(v)),
-            fim_prefix=_token_or_none(llama_cpp.llama_vocab_fim_pre(v)),
-            fim_suffix=_token_or_none(llama_cpp.llama_vocab_fim_suf(v)),
-            fim_middle=_token_or_none(llama_cpp.llama_vocab_fim_mid(v)),
-            fim_pad=_token_or_none(llama_cpp.llama_vocab_fim_pad(v)),
-            fim_repo=_token_or_none(llama_cpp.llama_vocab_fim_rep(v)),
-            file_separator=_token_or_none(llama_cpp.llama_vocab_fim_sep(v)),
-        )
-        # Whether a prompt starts with BOS, as the model was trained: Gemma's does (without
-        # it Gemma 3 270M answered `    return` with ` " " " "...`, with it ` width *
-        # height`); SmolLM2's and Qwen2's do not.
-        self.adds_bos = bool(llama_cpp.llama_vocab_get_add_bos(v)) and self.special.bos is not None
-        self._piece_buffer = ctypes.create_string_buffer(256)
-        self._breaks_line: dict[int, bool] = {}  # token -> whether its text holds "\n" (breaks_line)
-        self._ends: dict[int, bool] = {}  # token -> whether it ends generation (is_end_of_generation)
 
     def _fallback_message(self, beside: str) -> str:
         return (f"{self.path.name}: the GPU could not hold {self.asked_gpu_layers} layers{beside}; loaded with "
@@ -241,7 +250,7 @@ class LlamaModel:
         log.warning("%s: a context of %d tokens did not fit beside %d layers on the GPU; trying %d", self.path.name,
                     n_ctx, self.gpu_layers, fewer)
         self.close()
-        model = LlamaModel(self.path, fewer, devices=self.devices)
+        model = LlamaModel(self.path, fewer, devices=self.devices, header=self.header)
         model.asked_gpu_layers = self.asked_gpu_layers
         model.gpu_fallback = model._fallback_message(f" beside a KV cache of {n_ctx} tokens")
         return model
@@ -350,7 +359,100 @@ def _context_params(model: LlamaModel, n_ctx: int, n_threads: int | None, n_batc
     return params
 
 
-class LlamaContext:
+class TokenTrees:
+    """LlamaContext's calls for text beside the text: a verify batch's token-tree branches
+    (eval_tree, keep_branch) and the forks candidates are decoded in (fork, eval_forks).
+    Each branch is a llama.cpp sequence of its own (1, 2, ...) sharing the text's cells
+    before it parts; LlamaContext makes the context with room for `branches` of them, and
+    these decode through its _decode and cut through its truncate."""
+
+    branches: int
+    n_ctx: int
+    n_batch: int
+    n_vocab: int
+    single_token_eval: bool
+    decode_ms: float
+    logits_ms: float
+    _ctx: "llama_cpp.llama_context_p"
+    _memory: "llama_cpp.llama_memory_t"
+
+    def eval_tree(self, tokens: list[int], start: int,
+                  branches: list[tuple[int, list[int]]]) -> tuple[np.ndarray, list[np.ndarray]]:
+        """Evaluate `tokens` at positions start..., and beside them each branch (at, its
+        tokens): tokens that replace tokens[at:], in a llama.cpp sequence of its own
+        that shares the cells before `at` with the text's. One batch scores a token tree.
+
+        Returns the argmax of every row of `tokens` [len(tokens)] and of every branch's
+        [len(branch tokens)] (greedy verification needs no more). The KV cache must hold
+        exactly `start` tokens. The branches' cells stay until keep_branch or
+        drop_branches, which the caller must call next.
+        """
+        if len(branches) > self.branches:
+            raise ValueError(f"{len(branches)} branches, and the context was made for {self.branches}")
+        width = len(tokens) + sum(len(branch) for _, branch in branches)
+        if start + width > self.n_ctx:
+            raise ValueError(f"{start + width} tokens do not fit the context of {self.n_ctx}")
+        for number in range(1, len(branches) + 1):  # each branch sees the text's cells
+            llama_cpp.llama_memory_seq_cp(self._memory, SEQUENCE, number, -1, -1)
+        entries = [(token, start + i, (SEQUENCE, *(n for n, (at, _) in enumerate(branches, 1) if i < at)))
+                   for i, token in enumerate(tokens)]
+        for number, (at, branch) in enumerate(branches, 1):
+            entries += [(token, start + at + j, (number,)) for j, token in enumerate(branch)]
+        best = self._argmax_of(entries)
+        ends = np.cumsum([len(tokens), *(len(branch) for _, branch in branches)])
+        return best[: len(tokens)], [best[a:b] for a, b in zip(ends[:-1], ends[1:])]
+
+    def keep_branch(self, number: int, at: int, count: int) -> None:
+        """Put the first `count` tokens of branch `number` (1-based, of the last
+        eval_tree) in place of the text's tokens from position `at` on, and free every branch."""
+        self.truncate(at)
+        llama_cpp.llama_memory_seq_cp(self._memory, number, SEQUENCE, at, at + count)
+        self.drop_branches()
+
+    def fork(self, number: int, length: int) -> None:
+        """Branch `number` (1-based) holds the text's first `length` cells, shared with
+        it: a candidate that parts from the text there, decoded with eval_forks."""
+        llama_cpp.llama_memory_seq_rm(self._memory, number, -1, -1)
+        llama_cpp.llama_memory_seq_cp(self._memory, SEQUENCE, number, 0, length)
+
+    def eval_forks(self, rows: list[tuple[int, int, list[int]]]) -> list[np.ndarray]:
+        """Evaluate, in one batch, each fork's (number, start, tokens): tokens at positions
+        start... in branch `number` alone, which must hold exactly `start` cells. Returns
+        the argmax of every row, per fork."""
+        entries = [(token, start + i, (number,)) for number, start, tokens in rows for i, token in enumerate(tokens)]
+        if any(start + len(tokens) > self.n_ctx for _, start, tokens in rows):
+            raise ValueError(f"a candidate does not fit the context of {self.n_ctx}")
+        best = self._argmax_of(entries)
+        ends = np.cumsum([0, *(len(tokens) for _, _, tokens in rows)])
+        return [best[a:b] for a, b in zip(ends[:-1], ends[1:])]
+
+    def cut_fork(self, number: int, length: int) -> None:
+        """Branch `number` keeps its first `length` cells."""
+        llama_cpp.llama_memory_seq_rm(self._memory, number, length, -1)
+
+    def drop_branches(self) -> None:
+        """Free the cells only branches hold."""
+        for number in range(1, self.branches + 1):
+            llama_cpp.llama_memory_seq_rm(self._memory, number, -1, -1)
+
+    def _argmax_of(self, entries: list[tuple[int, int, tuple[int, ...]]]) -> np.ndarray:
+        """Decode `entries` (token, position, sequences) in batches of n_batch (one token
+        each with single_token_eval), with logits at every row: the argmax of each row."""
+        best = np.empty(len(entries), np.int64)
+        step = 1 if self.single_token_eval else self.n_batch
+        for chunk_start in range(0, len(entries), step):
+            chunk = entries[chunk_start : chunk_start + step]
+            started = time.perf_counter()
+            self._decode([e[0] for e in chunk], [e[1] for e in chunk], [e[2] for e in chunk], range(len(chunk)))
+            decoded = time.perf_counter()
+            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(len(chunk), self.n_vocab))
+            best[chunk_start : chunk_start + len(chunk)] = logits.argmax(axis=1)
+            self.decode_ms += (decoded - started) * 1000
+            self.logits_ms += (time.perf_counter() - decoded) * 1000
+        return best
+
+
+class LlamaContext(TokenTrees):
     """One model's KV cache for one sequence of tokens, and the calls to fill, cut, save
     and restore it. Documents take turns in it: the one left is saved and restored when
     the editor comes back (completer.decoders.local.DocumentCaches)."""
@@ -439,81 +541,6 @@ class LlamaContext:
             return rows
         row_of = {position: row for row, position in enumerate(wanted)}
         return rows[[row_of[i] for i in order]]  # [len(logits_at), ...]
-
-    def eval_tree(self, tokens: list[int], start: int,
-                  branches: list[tuple[int, list[int]]]) -> tuple[np.ndarray, list[np.ndarray]]:
-        """Evaluate `tokens` at positions start..., and beside them each branch (at, its
-        tokens): tokens that replace tokens[at:], in a llama.cpp sequence of its own
-        that shares the cells before `at` with the text's. One batch scores a token tree.
-
-        Returns the argmax of every row of `tokens` [len(tokens)] and of every branch's
-        [len(branch tokens)] (greedy verification needs no more). The KV cache must hold
-        exactly `start` tokens. The branches' cells stay until keep_branch or
-        drop_branches, which the caller must call next.
-        """
-        if len(branches) > self.branches:
-            raise ValueError(f"{len(branches)} branches, and the context was made for {self.branches}")
-        width = len(tokens) + sum(len(branch) for _, branch in branches)
-        if start + width > self.n_ctx:
-            raise ValueError(f"{start + width} tokens do not fit the context of {self.n_ctx}")
-        for number in range(1, len(branches) + 1):  # each branch sees the text's cells
-            llama_cpp.llama_memory_seq_cp(self._memory, SEQUENCE, number, -1, -1)
-        entries = [(token, start + i, (SEQUENCE, *(n for n, (at, _) in enumerate(branches, 1) if i < at)))
-                   for i, token in enumerate(tokens)]
-        for number, (at, branch) in enumerate(branches, 1):
-            entries += [(token, start + at + j, (number,)) for j, token in enumerate(branch)]
-        best = self._argmax_of(entries)
-        ends = np.cumsum([len(tokens), *(len(branch) for _, branch in branches)])
-        return best[: len(tokens)], [best[a:b] for a, b in zip(ends[:-1], ends[1:])]
-
-    def keep_branch(self, number: int, at: int, count: int) -> None:
-        """Put the first `count` tokens of branch `number` (1-based, of the last
-        eval_tree) in place of the text's tokens from position `at` on, and free every branch."""
-        self.truncate(at)
-        llama_cpp.llama_memory_seq_cp(self._memory, number, SEQUENCE, at, at + count)
-        self.drop_branches()
-
-    def fork(self, number: int, length: int) -> None:
-        """Branch `number` (1-based) holds the text's first `length` cells, shared with
-        it: a candidate that parts from the text there, decoded with eval_forks."""
-        llama_cpp.llama_memory_seq_rm(self._memory, number, -1, -1)
-        llama_cpp.llama_memory_seq_cp(self._memory, SEQUENCE, number, 0, length)
-
-    def eval_forks(self, rows: list[tuple[int, int, list[int]]]) -> list[np.ndarray]:
-        """Evaluate, in one batch, each fork's (number, start, tokens): tokens at positions
-        start... in branch `number` alone, which must hold exactly `start` cells. Returns
-        the argmax of every row, per fork."""
-        entries = [(token, start + i, (number,)) for number, start, tokens in rows for i, token in enumerate(tokens)]
-        if any(start + len(tokens) > self.n_ctx for _, start, tokens in rows):
-            raise ValueError(f"a candidate does not fit the context of {self.n_ctx}")
-        best = self._argmax_of(entries)
-        ends = np.cumsum([0, *(len(tokens) for _, _, tokens in rows)])
-        return [best[a:b] for a, b in zip(ends[:-1], ends[1:])]
-
-    def cut_fork(self, number: int, length: int) -> None:
-        """Branch `number` keeps its first `length` cells."""
-        llama_cpp.llama_memory_seq_rm(self._memory, number, length, -1)
-
-    def drop_branches(self) -> None:
-        """Free the cells only branches hold."""
-        for number in range(1, self.branches + 1):
-            llama_cpp.llama_memory_seq_rm(self._memory, number, -1, -1)
-
-    def _argmax_of(self, entries: list[tuple[int, int, tuple[int, ...]]]) -> np.ndarray:
-        """Decode `entries` (token, position, sequences) in batches of n_batch (one token
-        each with single_token_eval), with logits at every row: the argmax of each row."""
-        best = np.empty(len(entries), np.int64)
-        step = 1 if self.single_token_eval else self.n_batch
-        for chunk_start in range(0, len(entries), step):
-            chunk = entries[chunk_start : chunk_start + step]
-            started = time.perf_counter()
-            self._decode([e[0] for e in chunk], [e[1] for e in chunk], [e[2] for e in chunk], range(len(chunk)))
-            decoded = time.perf_counter()
-            logits = np.ctypeslib.as_array(llama_cpp.llama_get_logits(self._ctx), shape=(len(chunk), self.n_vocab))
-            best[chunk_start : chunk_start + len(chunk)] = logits.argmax(axis=1)
-            self.decode_ms += (decoded - started) * 1000
-            self.logits_ms += (time.perf_counter() - decoded) * 1000
-        return best
 
     def _decode(self, tokens: list[int], positions, sequences, logits_at) -> None:
         """One llama_decode: token i at positions[i], in the sequences sequences[i]."""

@@ -14,7 +14,7 @@ from pathlib import Path
 from completer.models.atomic import write_atomically
 from completer.models.derive import derive_draft
 from completer.models.errors import ModelError
-from completer.models.gguf_file import check_gguf, check_same_vocabulary
+from completer.models.gguf_file import GGUFHeader, check_gguf, check_same_vocabulary
 from completer.models.hub import cached_hub_file, download_hub_file
 from completer.models.pairing import pick_draft
 from completer.models.paths import derived_cache_dir, distilled_draft_path
@@ -36,6 +36,9 @@ class ModelFiles:
     # file is a blob named by its hash), else the file's.
     target_name: str = ""
     draft_name: str = ""
+    # Their headers as check_gguf read them here: loading reads no file's header twice.
+    target_header: GGUFHeader | None = None
+    draft_header: GGUFHeader | None = None
 
     @property
     def names(self) -> tuple[str, str]:
@@ -171,9 +174,9 @@ def resolve(
     draft named beside it or none: the preset's draft was chosen for the preset's target
     (and would be a download), and n-gram, workspace and copy drafting need no model."""
     target = model_path(target_path) if target_path else fetch(preset.target, download=download)
-    check_gguf(target)
+    target_header = check_gguf(target)
     if not with_draft or (not draft_path and (target_path or isinstance(preset.draft, NoDraft))):
-        return ModelFiles(target, None, target_name=_found_name(target_path))
+        return ModelFiles(target, None, target_name=_found_name(target_path), target_header=target_header)
     notes: tuple[str, ...] = ()
     draft_name = ""
     if draft_path == DISTILLED:
@@ -188,6 +191,7 @@ def resolve(
                  f"{_found_name(target_path) or target.name}'s vocabulary",)
     else:
         draft = model_path(draft_path) if draft_path else fetch(preset.draft, target=target, download=download)
-    check_gguf(draft)
+    draft_header = check_gguf(draft)
     check_same_vocabulary(target, draft)
-    return ModelFiles(target, draft, notes, _found_name(target_path), draft_name or _found_name(draft_path))
+    return ModelFiles(target, draft, notes, _found_name(target_path), draft_name or _found_name(draft_path),
+                      target_header, draft_header)

@@ -10,6 +10,9 @@ import sys
 import pytest
 from gguf import GGUFValueType
 
+from completer import loading
+from completer.config import ModelOptions
+from completer.models import backend, resolve
 from completer.models.backend import LlamaModel, ran_out_of_memory
 from completer.models.derive import derive_draft, rewrite_gguf
 from completer.models.errors import ModelError
@@ -18,6 +21,21 @@ from completer.models.gguf_file import check_gguf, check_same_vocabulary, read_g
 
 def digest(path):
     return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_loading_a_pair_reads_each_files_header_once(smol, smol_cache, monkeypatch):
+    """Resolving the files validates each header; the memory check and llama.cpp's load
+    take that one, not a second read of the file."""
+    monkeypatch.setenv("COMPLETER_CACHE_DIR", str(smol_cache))
+    read = []
+    for module in (resolve, loading, backend):
+        def counted(path, real=module.check_gguf):
+            read.append(path.name)
+            return real(path)
+        monkeypatch.setattr(module, "check_gguf", counted)
+    pair = loading.load_pair(ModelOptions(preset="smol"))
+    assert sorted(read) == sorted([smol.target.name, smol.draft.name])
+    assert (pair.target.header.path, pair.draft.header.path) == (smol.target, smol.draft)
 
 
 def test_the_derived_draft_is_deterministic(smol, tmp_path):

@@ -27,7 +27,7 @@ from completer.models.backend import LlamaModel
 from completer.models.derive import rewrite_gguf
 from completer.models.errors import ModelError
 from completer.models.gguf_file import FIM_PREFIX, Field, GGUFContents, fim_token_id, kv_bytes_per_token, model_facts
-from completer.models.gguf_file import read_gguf
+from completer.models.gguf_file import check_gguf, read_gguf
 from completer.models.stores import OLLAMA_PARTS, STORES, Scan, is_store_name, locate, ollama_name, ollama_parts
 from completer.models.stores import scan, store_roots
 from conftest import REPO
@@ -586,4 +586,4 @@ def test_the_memory_check_weighs_every_shard_of_a_split_model(tmp_path):
     os.truncate(shards[-1], 2 * memory)
     assert shards[0].stat().st_size < memory
     with pytest.raises(ModelError, match=f"^{re.escape(str(shards[0]))} is [0-9.]+ GiB, more than this machine's memory"):
-        check_fits_memory(shards[0], [])
+        check_fits_memory(check_gguf(shards[0]), [])
