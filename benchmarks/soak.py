@@ -118,9 +118,37 @@ class Document:
                 "params": {"textDocument": {"uri": self.uri, "version": self.version}, "contentChanges": [change]}}
 
 
-async def run(args: argparse.Namespace, workspace: Path) -> dict:
-    """The session, on a workspace folder of the documents' copies made in `workspace`
-    (saved files are indexed only inside one)."""
+class Tally:
+    """What the session's answers came to: each one's latency by keystroke, and the
+    requests answered, cancelled and answered stale."""
+
+    def __init__(self, client: Client):
+        self.client = client
+        self.latencies: list[tuple[int, float]] = []  # (keystroke, ms)
+        self.stale = self.answered = self.cancelled = 0
+
+    async def settle(self, request: tuple[int, asyncio.Future, int, float, int], wait: bool) -> None:
+        """Count a request's answer (id, future, version, sent, keystroke), waiting for it
+        when `wait`, else only if it is there."""
+        id_, future, version, sent, keystroke = request
+        if wait:
+            await asyncio.wait_for(asyncio.shield(future), 120)
+        if not future.done():
+            return
+        message = future.result()
+        arrived = self.client.arrivals.pop(id_)
+        if "error" in message:
+            return  # cancelled: -32800
+        self.answered += 1
+        self.latencies.append((keystroke, (arrived - sent) * 1000))
+        for item in (message.get("result") or {}).get("items", []):
+            self.stale += item["command"]["arguments"][1] != version
+
+
+async def start(args: argparse.Namespace, workspace: Path) -> tuple[asyncio.subprocess.Process, Client,
+                                                                     list[Document]]:
+    """The server on a workspace folder of the documents' copies made in `workspace`
+    (saved files are indexed only inside one), its models ready and the documents open."""
     server = [str(Path(__file__).resolve().parent.parent / ".venv" / "bin" / "completer"), "serve", "--stdio"]
     process = await asyncio.create_subprocess_exec(*server, stdin=asyncio.subprocess.PIPE,
                                                    stdout=asyncio.subprocess.PIPE,
@@ -135,37 +163,34 @@ async def run(args: argparse.Namespace, workspace: Path) -> dict:
     client.send({"method": "initialized", "params": {}})
     while not (await client.call("completer/stats"))["result"]["ready"]:
         await asyncio.sleep(0.2)
-    typed = (stdlib / TYPED_FROM).read_text()
     documents = []
     for name in FILES[: args.documents]:
         document = Document((workspace / name).as_uri(), (workspace / name).read_text())
         client.send({"method": "textDocument/didOpen", "params": {"textDocument": {
             "uri": document.uri, "languageId": "python", "version": 1, "text": document.text}}})
         documents.append(document)
+    return process, client, documents
 
-    latencies: list[tuple[int, float]] = []  # (keystroke, ms)
-    stale = answered = cancelled = 0
+
+def delete_a_line_above(client: Client, document: Document) -> None:
+    """After a line typed, the line 20 lines above the cursor goes: the document keeps its size."""
+    above = document.cursor - 1
+    for _ in range(21):
+        above = document.text.rfind("\n", 0, max(above, 0))
+    line_start = above + 1
+    line_end = document.text.index("\n", line_start) + 1
+    if line_end < document.cursor:
+        client.send(document.change(line_start, line_end, ""))
+        document.cursor -= line_end - line_start
+
+
+async def type_keystrokes(args: argparse.Namespace, process: asyncio.subprocess.Process, client: Client,
+                          documents: list[Document], tally: Tally) -> dict:
+    """The typing, as the module's docstring says; the figures read after the warm-up."""
+    typed = (Path(sysconfig.get_paths()["stdlib"]) / TYPED_FROM).read_text()
     open_request: tuple[int, asyncio.Future, int, float, int] | None = None  # id, future, version, sent, keystroke
-    memory_after_warm_up = saved_kv_after_warm_up = index_after_warm_up = 0.0
-
-    async def settle(request, wait: bool) -> None:
-        nonlocal stale, answered
-        id_, future, version, sent, keystroke = request
-        if wait:
-            await asyncio.wait_for(asyncio.shield(future), 120)
-        if not future.done():
-            return
-        message = future.result()
-        arrived = client.arrivals.pop(id_)
-        if "error" in message:
-            return  # cancelled: -32800
-        answered += 1
-        latencies.append((keystroke, (arrived - sent) * 1000))
-        for item in (message.get("result") or {}).get("items", []):
-            stale += item["command"]["arguments"][1] != version
-
-    current = 0
-    started = time.monotonic()
+    warm = {"memory_mb": 0.0, "saved_kv_mb": 0.0, "index_mb": 0.0}
+    current, started = 0, time.monotonic()
     for keystroke in range(args.keystrokes):
         if process.returncode is not None:
             break
@@ -174,68 +199,77 @@ async def run(args: argparse.Namespace, workspace: Path) -> dict:
                 "uri": documents[current].uri}}})
             current = (current + 1) % len(documents)
         document = documents[current]
-        if document.text[document.cursor - 1] == "\n":  # a line typed: delete one 20 lines above
-            above = document.cursor - 1
-            for _ in range(21):
-                above = document.text.rfind("\n", 0, max(above, 0))
-            line_start = above + 1
-            line_end = document.text.index("\n", line_start) + 1
-            if line_end < document.cursor:
-                client.send(document.change(line_start, line_end, ""))
-                document.cursor -= line_end - line_start
-        character = typed[keystroke % len(typed)]
+        if document.text[document.cursor - 1] == "\n":
+            delete_a_line_above(client, document)
         sent = time.perf_counter()
-        client.send(document.change(document.cursor, document.cursor, character))
+        client.send(document.change(document.cursor, document.cursor, typed[keystroke % len(typed)]))
         document.cursor += 1
         if open_request is not None:
             if open_request[1].done():
-                await settle(open_request, wait=False)
+                await tally.settle(open_request, wait=False)
             elif keystroke % 3 == 0:
                 client.send({"method": "$/cancelRequest", "params": {"id": open_request[0]}})
-                cancelled += 1
+                tally.cancelled += 1
         id_, future = client.request("textDocument/inlineCompletion", {
             "textDocument": {"uri": document.uri}, "position": document.position(document.cursor),
             "context": {"triggerKind": 2}})
         open_request = (id_, future, document.version, sent, keystroke)
         if keystroke % 40 == 39:
-            await settle(open_request, wait=True)
+            await tally.settle(open_request, wait=True)
             open_request = None
         await process.stdin.drain()
         await asyncio.sleep(args.interval_ms / 1000)
         if keystroke == WARM_UP - 1:
-            memory_after_warm_up = resident_mb(process.pid)
-            warmed_up = (await client.call("completer/stats"))["result"]
-            saved_kv_after_warm_up, index_after_warm_up = warmed_up["saved_kv_mb"], warmed_up["index_mb"]
+            stats = (await client.call("completer/stats"))["result"]
+            warm = {"memory_mb": resident_mb(process.pid), "saved_kv_mb": stats["saved_kv_mb"],
+                    "index_mb": stats["index_mb"]}
         if keystroke % 1000 == 999:
             print(f"{keystroke + 1} keystrokes, {time.monotonic() - started:.0f} s, "
                   f"{resident_mb(process.pid):.0f} MB", flush=True)
+    if open_request is not None and process.returncode is None:
+        await tally.settle(open_request, wait=True)
+    return warm
+
+
+async def close(keystrokes: int, process: asyncio.subprocess.Process, client: Client, documents: list[Document],
+                tally: Tally, warm: dict) -> dict:
+    """Every document closed and the server shut down; the figures of the end."""
+    memory_end = resident_mb(process.pid)
+    at_end = (await client.call("completer/stats"))["result"]
+    for document in documents:
+        client.send({"method": "textDocument/didClose", "params": {"textDocument": {"uri": document.uri}}})
+    stats = (await client.call("completer/stats"))["result"]
+    first = [ms for k, ms in tally.latencies if k < 1000]
+    last = [ms for k, ms in tally.latencies if k >= keystrokes - 1000]
+    report = {
+        "memory_after_warm_up_mb": warm["memory_mb"], "memory_end_mb": memory_end,
+        "memory_growth_mb": memory_end - warm["memory_mb"],
+        "saved_kv_mb_after_warm_up": warm["saved_kv_mb"], "saved_kv_mb_end": at_end["saved_kv_mb"],
+        # The workspace's and the saved files' n-gram indexes (drafting.index_mb).
+        "index_mb_after_warm_up": warm["index_mb"], "index_mb_end": at_end["index_mb"],
+        "sessions_after_closing": stats["sessions"], "saved_kv_mb_after_closing": stats["saved_kv_mb"],
+        "first_1000_p50_ms": percentile(first, 50), "first_1000_p95_ms": percentile(first, 95),
+        "last_1000_p50_ms": percentile(last, 50), "last_1000_p95_ms": percentile(last, 95),
+        "requests": stats["requests"], "forward_cache_hits": stats["forward_cache_hits"],
+        "superseded": stats["superseded"],
+    }
+    client.send({"id": 0, "method": "shutdown"})
+    client.send({"method": "exit"})
+    return report
+
+
+async def run(args: argparse.Namespace, workspace: Path) -> dict:
+    """The session, on `workspace`: start, type, close; its report."""
+    process, client, documents = await start(args, workspace)
+    tally = Tally(client)
+    started = time.monotonic()
+    warm = await type_keystrokes(args, process, client, documents, tally)
     crashed = process.returncode is not None
-    if open_request is not None and not crashed:
-        await settle(open_request, wait=True)
     report: dict = {"keystrokes": args.keystrokes, "documents": args.documents, "crashes": int(crashed),
-                    "answered": answered, "cancelled": cancelled, "stale_completions": stale}
+                    "answered": tally.answered, "cancelled": tally.cancelled, "stale_completions": tally.stale}
     if not crashed:
-        memory_end = resident_mb(process.pid)
-        at_end = (await client.call("completer/stats"))["result"]
-        for document in documents:
-            client.send({"method": "textDocument/didClose", "params": {"textDocument": {"uri": document.uri}}})
-        stats = (await client.call("completer/stats"))["result"]
-        first = [ms for k, ms in latencies if k < 1000]
-        last = [ms for k, ms in latencies if k >= args.keystrokes - 1000]
-        report.update({
-            "memory_after_warm_up_mb": memory_after_warm_up, "memory_end_mb": memory_end,
-            "memory_growth_mb": memory_end - memory_after_warm_up,
-            "saved_kv_mb_after_warm_up": saved_kv_after_warm_up, "saved_kv_mb_end": at_end["saved_kv_mb"],
-            # The workspace's and the saved files' n-gram indexes (drafting.index_mb).
-            "index_mb_after_warm_up": index_after_warm_up, "index_mb_end": at_end["index_mb"],
-            "sessions_after_closing": stats["sessions"], "saved_kv_mb_after_closing": stats["saved_kv_mb"],
-            "first_1000_p50_ms": percentile(first, 50), "first_1000_p95_ms": percentile(first, 95),
-            "last_1000_p50_ms": percentile(last, 50), "last_1000_p95_ms": percentile(last, 95),
-            "requests": stats["requests"], "forward_cache_hits": stats["forward_cache_hits"],
-            "superseded": stats["superseded"], "seconds": time.monotonic() - started,
-        })
-        client.send({"id": 0, "method": "shutdown"})
-        client.send({"method": "exit"})
+        report.update(await close(args.keystrokes, process, client, documents, tally, warm))
+        report["seconds"] = time.monotonic() - started
     await asyncio.wait_for(process.wait(), 30)
     return report
 
