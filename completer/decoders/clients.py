@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
 from completer.config import ModelOptions
+from completer.engine.speculative import Sampling
 from completer.errors import Cancelled, ServerError, ServerRefused
 from completer.requests import CancelFlag, StopReason
 
@@ -57,6 +58,8 @@ REQUEST_FAULTS = {400, 413, 414, 422}
 SAMPLERS = ["temperature", "top_k", "top_p"]
 # OpenAI's API takes at most four stop strings; post-processing cuts at the others.
 OPENAI_STOPS = 4
+
+GREEDY = Sampling()  # complete()'s sampling unless asked: the target's argmax
 
 
 def sends_key_safely(url: str) -> bool:
@@ -421,13 +424,13 @@ class LlamaServerClient(HttpClient):
         return content
 
     def complete(self, prompt: list[int], max_tokens: int, slot: int = -1, stop: list[str] | None = None,
-                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, time_budget_ms: float = 0,
-                 cancel: threading.Event | None = None, done: Callable[[str], bool] | None = None
-                 ) -> RemoteGeneration:
+                 sampling: Sampling = GREEDY, time_budget_ms: float = 0, cancel: threading.Event | None = None,
+                 done: Callable[[str], bool] | None = None) -> RemoteGeneration:
         """Generate after `prompt` (token ids) in `slot`, streamed (HttpClient._stream says
         when it stops early); the server keeps the time budget itself. `max_tokens` 0
         only evaluates the prompt into the slot's cache (llama-server makes one token)."""
-        body = completion_body(prompt, max_tokens, slot, stop, temperature, top_k, top_p, time_budget_ms)
+        body = completion_body(prompt, max_tokens, slot, stop, sampling.temperature, sampling.top_k, sampling.top_p,
+                               time_budget_ms)
         text, events, ended = self._stream("/completion", body, LLAMA_EVENTS, max_tokens, cancel, done)
         try:
             return self._generation(text, events, ended, max_tokens, slot)
@@ -493,18 +496,18 @@ class OpenAIClient(HttpClient):
         return models
 
     def complete(self, model: str, prompt: str, max_tokens: int, stop: list[str] | None = None,
-                 temperature: float = 0.0, top_k: int = 0, top_p: float = 1.0, time_budget_ms: float = 0,
-                 cancel: threading.Event | None = None, done: Callable[[str], bool] | None = None
-                 ) -> RemoteGeneration:
+                 sampling: Sampling = GREEDY, time_budget_ms: float = 0, cancel: threading.Event | None = None,
+                 done: Callable[[str], bool] | None = None) -> RemoteGeneration:
         """Generate after `prompt`, streamed; the time budget is kept here, by closing the
         stream. The server's counts come from its usage (and llama-server's timings)."""
         body = {"model": model, "prompt": prompt, "max_tokens": max_tokens, "stream": True,
-                "stream_options": {"include_usage": True}, "temperature": temperature, "top_p": top_p}
+                "stream_options": {"include_usage": True}, "temperature": sampling.temperature,
+                "top_p": sampling.top_p}
         if stop:
             body["stop"] = stop[:OPENAI_STOPS]
-        if top_k:  # not OpenAI's, but vLLM and llama-server take it
-            body["top_k"] = top_k
-        if temperature > 0:  # llama-server's, for the local engine's order (vLLM's own is that order already)
+        if sampling.top_k:  # not OpenAI's, but vLLM and llama-server take it
+            body["top_k"] = sampling.top_k
+        if sampling.temperature > 0:  # llama-server's, for the local engine's order (vLLM's own is that order already)
             body["samplers"] = SAMPLERS
         text, events, ended = self._stream("/v1/completions", body, OPENAI_EVENTS, max_tokens, cancel, done,
                                            time_budget_ms)

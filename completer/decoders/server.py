@@ -218,8 +218,7 @@ class LlamaServerBackend:
 
     def generate(self, prompt: list[int], slot: int, max_tokens: int, stop: list[str], sampling: Sampling,
                  time_budget_ms: float, cancel: CancelFlag, done=None) -> RemoteGeneration:
-        return self.client.complete(prompt, max_tokens, slot, stop, sampling.temperature, sampling.top_k,
-                                    sampling.top_p, time_budget_ms, cancel, done)
+        return self.client.complete(prompt, max_tokens, slot, stop, sampling, time_budget_ms, cancel, done)
 
 
 def template_in_name(name: str) -> FimTemplate | None:
@@ -278,8 +277,7 @@ class OpenAIBackend:
 
     def generate(self, prompt: str, slot: int, max_tokens: int, stop: list[str], sampling: Sampling,
                  time_budget_ms: float, cancel: CancelFlag, done=None) -> RemoteGeneration:
-        return self.client.complete(self.model, prompt, max_tokens, stop, sampling.temperature, sampling.top_k,
-                                    sampling.top_p, time_budget_ms, cancel, done)
+        return self.client.complete(self.model, prompt, max_tokens, stop, sampling, time_budget_ms, cancel, done)
 
 
 @dataclass
