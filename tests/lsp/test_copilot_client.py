@@ -41,7 +41,7 @@ async def copilot_client(cache: Path, scripted: ScriptedServer, ours: dict[str, 
     """A started Copilot client (with `ours` in its initializationOptions besides Copilot's),
     the scripted model behind the server; its models may still be loading."""
     env = {**os.environ, "COMPLETER_CACHE_DIR": str(cache)}
-    command = [*SERVER, "--backend", "openai", "--server-url", scripted.url]
+    command = [*SERVER, "--decoder", "openai", "--server-url", scripted.url]
     client = await ClientServerConfig(server_command=command, server_env=env).start()
     client.init_result = await client.initialize_session(types.InitializeParams(
         capabilities=client_capabilities("neovim@v0.11.0"), root_uri="file:///project",

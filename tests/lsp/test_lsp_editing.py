@@ -119,7 +119,7 @@ async def test_a_document_closed_while_its_warm_waits_for_the_engine_gets_no_ses
     document closed before the engine is free: the warm then enters nothing. Entering
     it would make the document a session again after close() dropped its one, and no
     close would come for it."""
-    client = await ready(smol_cache, {"server": {"prefetch": False}})  # no prefetch to take the engine after
+    client = await ready(smol_cache, {"lsp": {"prefetch": False}})  # no prefetch to take the engine after
     try:
         busy, closed = "file:///project/busy.py", "file:///project/closed.py"
         open_document(client, busy, LONG)
@@ -191,7 +191,7 @@ def test_a_request_cancelled_before_its_work_starts_leaves_prefetch_working(smol
     server = RawServer({"COMPLETER_CACHE_DIR": str(smol_cache)})
     try:
         server.request(1, "initialize", {"capabilities": {}, "initializationOptions": {
-            **FAST, "models": {"preset": "smol"}, "server": {"debounce_ms": 1000}}})
+            **FAST, "models": {"preset": "smol"}, "lsp": {"debounce_ms": 1000}}})
         server.send({"method": "initialized", "params": {}})
         deadline = time.monotonic() + 300
         while not server.request(2, protocol.STATS)["result"]["ready"]:

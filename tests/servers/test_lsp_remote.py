@@ -25,7 +25,7 @@ LONG_RUN = {"max_tokens": 400, "time_budget_ms": 3000}
 # prefetch on both backends).
 SAME_AS_LOCAL = {"prompt": {"heal": False}, "generation": {"max_tokens": 16, "time_budget_ms": 0,
                                                            "draft_mode": "target"},
-                 "server": {"prefetch": False}}
+                 "lsp": {"prefetch": False}}
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +43,7 @@ def remote(**options) -> dict:
 
 def served_by(url: str, backend: str = "llama-server") -> tuple[str, ...]:
     """The server's flags for a team server: machine-level options, which no editor setting may choose."""
-    return ("--backend", backend, "--server-url", url)
+    return ("--decoder", backend, "--server-url", url)
 
 
 async def started(cache, options, flags: tuple[str, ...] = ()):

@@ -28,7 +28,7 @@ async def next_edit_at(scripted: ScriptedServer, cache, edit_format: str, text: 
                        above: int = 1, below: int = 2) -> list[dict]:
     """The edits the server suggests in `text` at the position, with `edit_format`'s prompt."""
     options = {"edits": {"format": edit_format, "lines_above": above, "lines_below": below, "context_lines": 0}}
-    client = await ready(cache, options, flags=("--backend", "openai", "--server-url", scripted.url))
+    client = await ready(cache, options, flags=("--decoder", "openai", "--server-url", scripted.url))
     try:
         uri = "file:///project/doc.txt"
         open_document(client, uri, text, "plaintext")
@@ -116,7 +116,7 @@ async def test_a_suggestion_arrives_in_the_documents_line_break_and_its_acceptan
     text = with_breaks("import os\ndef f():\n    ", eol)
     first_break = "\r\n" if eol == "mixed" else eol
     scripted.answer = "x = 1\n    return x\n\n\ndef g():\n"
-    client = await ready(tmp_path, {}, flags=("--backend", "openai", "--server-url", scripted.url))
+    client = await ready(tmp_path, {}, flags=("--decoder", "openai", "--server-url", scripted.url))
     try:
         uri = "file:///project/eol.py"
         open_document(client, uri, text)

@@ -48,10 +48,10 @@ def test_the_server_says_its_model_slots_and_context(server, smol):
 
 def test_doctor_checks_the_configured_server(server, smol):
     client, _ = server
-    row = run_completer("doctor", "--backend", "llama-server", "--server-url", client.url).stdout.splitlines()[0]
+    row = run_completer("doctor", "--decoder", "llama-server", "--server-url", client.url).stdout.splitlines()[0]
     assert row.startswith("server (llama-server)") and smol.target.name in row
     assert "2 slots of 2048 tokens" in row and "drafting no" in row
-    down = run_completer("doctor", "--backend", "llama-server", "--server-url", f"http://127.0.0.1:{free_port()}")
+    down = run_completer("doctor", "--decoder", "llama-server", "--server-url", f"http://127.0.0.1:{free_port()}")
     assert "cannot be used" in down.stdout and "refused" in down.stdout.lower()
 
 
@@ -63,7 +63,7 @@ def test_bench_measures_the_server_with_the_same_holes_and_table(server, tmp_pat
                                          "    def push(self, item):\n        self.items.append(item)\n\n"
                                          "    def pop(self):\n        return self.items.pop()\n" * 3)
     report = tmp_path / "bench.json"
-    result = run_completer("bench", str(repository), "--backend", "llama-server", "--server-url", client.url,
+    result = run_completer("bench", str(repository), "--decoder", "llama-server", "--server-url", client.url,
                            "--baseline-url", client.url, "--n", "3", "--max-tokens", "8", "--report", str(report),
                            "--json", timeout=300)
     assert result.returncode == 0, result.stderr
@@ -73,10 +73,10 @@ def test_bench_measures_the_server_with_the_same_holes_and_table(server, tmp_pat
     assert rows["server"]["other_differences"] is None  # no logits here to judge a difference with
     records = json.loads(report.read_text())["records"]
     assert len(records) == 6 and all(len(r["tokens"]) == 8 and "shown" in r for r in records)
-    alone = run_completer("bench", str(repository), "--backend", "llama-server", "--server-url", client.url,
+    alone = run_completer("bench", str(repository), "--decoder", "llama-server", "--server-url", client.url,
                           "--n", "2", "--max-tokens", "8", "--report", str(report), "--json", timeout=300)
     assert [row["speedup_vs_target"] for row in json.loads(alone.stdout)] == [None]  # nothing to compare with
-    nowhere = run_completer("bench", str(repository), "--backend", "llama-server")
+    nowhere = run_completer("bench", str(repository), "--decoder", "llama-server")
     assert nowhere.returncode == 2 and "needs models.server_url" in nowhere.stderr
 
 
@@ -89,7 +89,7 @@ def test_a_prompt_family_the_servers_model_lacks_is_one_clear_error(server, smol
 
 
 def test_the_key_comes_from_the_named_variable_and_only_goes_where_it_is_safe():
-    options = ModelOptions(backend="llama-server", server_url="http://127.0.0.1:8012", api_key_env="TEAM_KEY")
+    options = ModelOptions(decoder="llama-server", server_url="http://127.0.0.1:8012", api_key_env="TEAM_KEY")
     with pytest.raises(ServerError, match="TEAM_KEY, which is not set"):
         server_backend(options, {})
     assert server_backend(options, {"TEAM_KEY": "s3cret"}).client.api_key == "s3cret"
