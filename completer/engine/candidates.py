@@ -39,8 +39,9 @@ log = logging.getLogger(__name__)
 # was under e^-3, 5%, as likely as the chosen token there.
 MAX_GAP = 3.0
 # Tokens of the generation proposed after a branch's last one: 8 is one of the cheap
-# batch sizes on a CPU (a Q4_0 batch of 8 took 2.60 single steps, of 7 3.33, on a 2-core
-# AMD EPYC), and a branch that rejoins the generation accepts it whole.
+# batch sizes on a CPU, where llama.cpp's batched kernels change at size thresholds
+# (measured: docs/speculative-decoding.md, "Measurements behind the engine's constants"),
+# and a branch that rejoins the generation accepts it whole.
 COPY_DRAFT = 8
 # Tokens of a branch's end that must match the generation's text for a draft after a
 # rejected one: one token matches by chance (a comma, a space), three place the copy.

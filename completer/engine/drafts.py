@@ -273,10 +273,10 @@ class NgramDrafter:
         proposal = best_index.tokens[best_end : best_end + k]
         if best_index is self.document:
             # A match whose continuation runs into the text's end: the text repeats, so the
-            # copy goes on from itself (LZ77's overlapping copy). smol writing `#` lines over
-            # and over in an edit from attrs's history had 2 tokens proposed a round from
-            # 64-token matches, at 1.1x plain decoding, where llama-server's ngram-mod, which
-            # drafts on past the text, made 2.4x (2-core AMD EPYC).
+            # copy goes on from itself (LZ77's overlapping copy): else a line written over
+            # and over gets a token or two proposed a round from the longest matches
+            # (measured: docs/speculative-decoding.md, "Measurements behind the engine's
+            # constants").
             while len(proposal) < k:
                 proposal.append(proposal[best_end + len(proposal) - len(tokens)])
         return Match(proposal, best_length)

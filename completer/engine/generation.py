@@ -32,19 +32,19 @@ INDEX_AFTER_MATCH = 9  # the workspace index is looked in after shorter local ma
 # uses up to this many).
 MAX_TREE_BRANCHES = 4
 # A prompt is evaluated this many tokens at a time, its request's cancel flag checked
-# between pieces, so that a newer request waits for one piece, not the whole prompt; on
-# a 2-core CPU, pieces of 64 evaluate within noise as fast as the whole prompt and the
-# slowest takes under half a second (docs/typing.md, "Prompt pieces").
+# between pieces, so that a newer request waits for one piece, not the whole prompt:
+# pieces this long evaluate as fast as the whole prompt, within noise, and the slowest
+# is far shorter than the whole (measured: docs/typing.md, "Prompt pieces").
 PROMPT_PIECE = 64
 # Of a model with recurrent state whose architecture llama.cpp can roll back, how many of
 # a verify batch's last tokens it keeps snapshots for (n_rs_seq): a rejection within them
 # is a cut. Each snapshot is one more copy of the recurrent state, so not MAX_DRAFT + 1:
 # a longer draft is verified after a checkpoint (KVSequence.expect_cut), a cost the tuner
 # counts (CostModel.rejected). With GPU layers only: the snapshots cost every batch, and
-# on a 2-core CPU (AMD EPYC, AVX-512) a random qwen35 of 0.5B shapes decoded 9.6% faster
-# without them (27.5 against 25.1 tokens/s), and its n-gram modes 7% faster although each
-# rejection then went back to a checkpoint (bench --copy-target 0.8, 8 holes): there
-# verification is compute-bound, so the tuner drafts little.
+# on a CPU a recurrent model decoded faster without them, its n-gram modes too although
+# each rejection then went back to a checkpoint: there verification is compute-bound, so
+# the tuner drafts little (measured: docs/speculative-decoding.md, "Measurements behind
+# the engine's constants").
 ROLLBACK_TOKENS = 16
 
 
@@ -157,7 +157,8 @@ class Engine:
         # The draft's numerics only move acceptance, never the output: it stays batched.
         # Branches only where trees and candidates run: llama.cpp cannot share part of a
         # recurrent state between sequences, and there each sequence more costs a state per
-        # rollback snapshot (with 16, four more made a random qwen35 of 0.5B shapes 1.3 GB larger).
+        # rollback snapshot (measured: docs/speculative-decoding.md, "Measurements behind
+        # the engine's constants").
         branches = MAX_TREE_BRANCHES if target.memory in CUT_ANYWHERE else 0
         rollback_tokens = ROLLBACK_TOKENS if target.gpu_layers > 0 else 0
         self.checkpoints = CheckpointBudget(int(checkpoint_mb * 2**20))
@@ -387,8 +388,9 @@ def speculative_round(engine: Engine, tokens: list[int], room: int, asked: Round
     # Branches only at temperature 0: their rule is greedy, and without kept rows (accept_tree
     # reads argmaxes). Not with single-token verification: a kept branch's cells sit after
     # the draft's freed ones in llama.cpp's pool, attention sums over cells in pool order,
-    # and later logits then differ from plain steps' in the last bits (up to 0.55 on smol,
-    # on a 2-core AMD EPYC with AVX-512), so output would not be plain decoding's exactly.
+    # and later logits then differ from plain steps' in the last bits (measured:
+    # docs/speculative-decoding.md, "Measurements behind the engine's constants"), so
+    # output would not be plain decoding's exactly.
     # Nor where the model's state is recurrent: llama.cpp cannot share a prefix of it
     # between sequences (it copies a sequence's whole state, not the cells before a position).
     context = engine.target.context

@@ -21,12 +21,10 @@ import numpy as np
 # At temperature 0, speculative output may part from plain decoding only where plain
 # decoding's own logits nearly tie the two tokens that parted: plain steps score one
 # token per pass and verification scores k+1 in one batch, and llama.cpp's kernels for
-# the two sum in other orders. Measured with `python -m benchmarks.numerics` on a 2-core
-# Intel Xeon with AVX-512 (smol's Q4_0 target, 36 stdlib holes, 48 tokens, 6
-# configurations): 104 partings, their gap in plain's logits median 0.024 and 0.051 in
-# the two sets of holes, largest 0.123 and 0.422. The bound leaves room above that
-# largest; it admits 14.6% of plain positions (their top-2 gap is below it). With exact
-# verification (LlamaContext single_token_eval) no parting is allowed.
+# the two sum in other orders. The bound leaves room above the largest parting
+# `python -m benchmarks.numerics` measured (docs/speculative-decoding.md, "Measurements
+# behind the engine's constants"). With exact verification (LlamaContext
+# single_token_eval) no parting is allowed.
 NEAR_TIE_LOGITS = 0.5
 
 

@@ -133,13 +133,13 @@ class AcceptanceCurve:
 
 
 # Acceptance before anything is measured: optimistic enough to try speculating.
-# A rewrite's copy of its original: an n-gram probe on copy-heavy generation (12 methods
-# each written again after an instruction, smol, 2-core AMD EPYC) had 0.84 of its drafts accepted.
+# A rewrite's copy of its original: near what an n-gram probe on copy-heavy generation had
+# accepted (measured: docs/speculative-decoding.md, "Measurements behind the engine's constants").
 PRIORS = {"draft": 0.6, "ngram": 0.5, "index": 0.4, "copy": 0.8}
-# Where an index draft was rejected at a step whose occurrences had gone on otherwise,
-# the target's token was one of theirs 17 times in 49 (40 standard-library holes, smol,
-# T=0, on a 2-core AMD EPYC with AVX-512): the chance a branch's first token is right,
-# before any is measured.
+# The chance a branch's first token is right, before any is measured: how often, where an
+# index draft was rejected at a step whose occurrences had gone on otherwise, the target's
+# token was one of theirs (measured: docs/speculative-decoding.md, "Measurements behind
+# the engine's constants").
 BRANCH_HIT_PRIOR = 0.35
 
 

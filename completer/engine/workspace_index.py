@@ -23,8 +23,8 @@ the same idioms), so the text after a cursor has often been written elsewhere.
 
 The tokens are kept between runs (saved_index_path: keyed on the model file's size and
 modification time, so a GGUF replaced in place starts afresh): a file unchanged since is
-not tokenized again, which is most of a build's time (the standard library: 29 s of a
-38 s build, on a 2-core AVX2 CPU). A saved index that does not read back is removed.
+not tokenized again, which is most of a build's time (docs/speculative-decoding.md, "The
+workspace index"). A saved index that does not read back is removed.
 
 A build never dies of one file (gone since it was listed, unreadable, not text: skipped),
 logs one that failed, stops at its next file when cancelled (a reload: it holds the old
@@ -62,8 +62,8 @@ SEPARATOR = -1  # between files: no match crosses it, and it sorts before every 
 # The sort orders positions by the tokens before them packed into this many 64-bit words:
 # 8 tokens of a vocabulary under 65,536 (smol's 49,152), 6 of one under 2^21 (Qwen's
 # 151,646). A match that long is extended over its candidates (MAX_CANDIDATES of them) at
-# once; two keys sorted the standard library's 8.8 million positions in 7 s on a 2-core
-# AVX2 CPU, three 12 s.
+# once; a third key made the sort nearly twice as long (measured:
+# docs/speculative-decoding.md, "Measurements behind the engine's constants").
 SORT_WORDS = 2
 PADDING = 16  # separators before the first file: every position has its sort depth of tokens before it
 # Candidates extended past the sort's depth, and voted on for the continuation: enough to
