@@ -11,10 +11,11 @@ from pygls.exceptions import JsonRpcInvalidParams
 from pygls.uris import to_fs_path
 
 from completer.editor.completer import Completer
+from completer.editor.documents import EDIT, INLINE
 from completer.errors import PositionError
 from completer.lsp import protocol
 from completer.lsp.documents import Document
-from completer.requests import EDITS, Completion, CompletionRequest, NextEdit
+from completer.requests import Completion, CompletionRequest, NextEdit
 
 # Runs a blocking call off the event loop (the server's worker threads).
 InWorker = Callable[..., Awaitable]
@@ -72,8 +73,8 @@ def inline_edit_params(params: Any) -> tuple[str, int | None, types.Position]:
 async def next_edit(completer: Completer, request: CompletionRequest, in_worker: InWorker) -> NextEdit:
     """The next edit, computed in a worker; $/cancelRequest stops it at its next round.
     The request is running from here on (a newer one cancels it) and no longer once this
-    ends, also where it is cancelled before its worker starts."""
-    with completer.running.request(EDITS + request.document) as cancel:
+    ends, also where it is cancelled before its worker starts: this owns it (Completer.request)."""
+    with completer.request(request.document, EDIT) as cancel:
         try:
             return await in_worker(completer.next_edit, request, cancel)
         except asyncio.CancelledError:
@@ -107,7 +108,7 @@ async def complete(completer: Completer, request: CompletionRequest, debounce_ms
     it waited out the debounce. The request is running from here on (a newer one cancels
     it, and no prefetch starts) and no longer once this ends, also where $/cancelRequest
     ends it in the debounce."""
-    with completer.running.request(request.document) as cancel:
+    with completer.request(request.document, INLINE) as cancel:
         if debounce_ms > 0:
             await asyncio.sleep(debounce_ms / 1000)
             if cancel.is_set():

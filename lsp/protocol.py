@@ -101,7 +101,7 @@ STATS_KEYS = (
     "edits_shown",  # next edits the client said it showed (DID_SHOW_INLINE_EDIT)
     "edits_accepted",  # next edits whose ACCEPT_EDIT_COMMAND ran, or that the document's next change made once shown
     "edits_rejected",  # next edits whose REJECT_EDIT_COMMAND ran
-    "prefetches",  # completions computed while the one they follow was shown (server.prefetch)
+    "prefetches",  # completions computed while the one they follow was shown (lsp.prefetch)
     "prefetch_hits",  # requests answered from one, with no model call
 )
 

@@ -52,6 +52,7 @@ from pygls.uris import to_fs_path
 
 from completer.config import Config, config_from_dict, machine_options
 from completer.editor.completer import Completer
+from completer.editor.documents import WARM
 from completer.editor.next_edit import apply_edits, spanning_edit
 from completer.loading import Loaded, needs_reload
 from completer.lsp import protocol
@@ -204,7 +205,7 @@ class CompleterServer(LanguageServer):
         # opened first, which started the server): it runs once they are ready.
         self.pending_warm: tuple[str, types.Position] | None = None
         # What a next edit for a document waits for (completions_done): the completion
-        # requests being answered and the prefetches started (server.prefetch), by document.
+        # requests being answered and the prefetches started (lsp.prefetch), by document.
         self.completing: dict[asyncio.Future, str] = {}
         self.prefetches: dict[asyncio.Future, str] = {}
 
@@ -229,9 +230,9 @@ class CompleterServer(LanguageServer):
             self.window_show_message(types.ShowMessageParams(kind, f"completer: {message}"))
 
     def remember_cursor(self, uri: str, position: types.Position) -> None:
-        """Where a request in an open document was made, for DID_FOCUS; closed documents' go."""
-        self.cursors = {document: at for document, at in self.cursors.items() if document in self.documents}
-        self.cursors[uri] = position
+        """Where a request in an open document was made, for DID_FOCUS (did_close forgets it)."""
+        if uri in self.documents:
+            self.cursors[uri] = position
 
     def in_worker(self, function, *args) -> asyncio.Future:
         return self.loop.run_in_executor(self.workers, function, *args)
@@ -533,6 +534,7 @@ def did_close(ls: CompleterServer, params: types.DidCloseTextDocumentParams) -> 
     engine serves anyone again."""
     uri = params.text_document.uri
     document = ls.documents.pop(uri, None)
+    ls.cursors.pop(uri, None)
     if document is not None:
         document.closed.set()
     if ls.completer is not None:
@@ -551,7 +553,7 @@ async def answer_at(ls: CompleterServer, uri: str, position: types.Position) -> 
     answering = asyncio.current_task()
     ls.completing[answering] = uri
     try:
-        completion = await complete(ls.completer, request, ls.config.server.debounce_ms, ls.in_worker)
+        completion = await complete(ls.completer, request, ls.config.lsp.debounce_ms, ls.in_worker)
     finally:
         del ls.completing[answering]
     if completion is None:
@@ -582,9 +584,9 @@ async def inline_completion(ls: CompleterServer, params: types.InlineCompletionP
 
 
 async def prefetch_after(ls: CompleterServer, answer: Answer) -> None:
-    """While `answer` is shown, the completion that follows its acceptance (server.prefetch)."""
+    """While `answer` is shown, the completion that follows its acceptance (lsp.prefetch)."""
     accepted = after_acceptance(answer)
-    if ls.completer is None or accepted is None or not ls.config.server.prefetch:
+    if ls.completer is None or accepted is None or not ls.config.lsp.prefetch:
         return
     try:
         await ls.in_worker(ls.completer.prefetch, accepted, answer.cursor)
@@ -679,7 +681,9 @@ async def warm_at(ls: CompleterServer, uri: str, position: types.Position) -> No
     except JsonRpcInvalidParams as error:  # a notification has no answer to carry it
         log.warning("%s: %s", protocol.WARM, error.message)
         return
-    await ls.in_worker(ls.completer.warm, request, ls.completer.new_warm_flag(request.document))
+    # Taken here, where the editor's messages are read in order: a close read after it stops it.
+    with ls.completer.request(request.document, WARM) as cancel:
+        await ls.in_worker(ls.completer.warm, request, cancel)
 
 
 @server.command(protocol.ACCEPT_COMMAND)

@@ -3,7 +3,7 @@
 Its prompts are text (the segments joined, control tokens spelt out), a character is a
 token, and it answers from a table: the text of the longest key the prompt ends with
 ("" when none does), cut at the request's first stop string as a real decoder stops.
-`hold()` makes the next decode wait until released or cancelled, for newest-request-wins
+`hold()` makes the next decode (or warm) wait until released or cancelled, for newest-request-wins
 and prefetch tests; `decodes` records every call, and `calls` counts the other methods."""
 
 import threading
@@ -37,13 +37,17 @@ class FakeDecoder:
         keys = [key for key in self.answers if prompt.endswith(key)]
         return self.answers[max(keys, key=len)] if keys else ""
 
-    def decode(self, decode: Decode) -> Decoded:
-        self.decodes.append(decode)
+    def _held(self, cancel: threading.Event) -> None:
+        """Waits while the hold asked for the next call is on, until it is released or `cancel` is set."""
         hold, self._hold = self._hold, None
         self.started.set()
         while hold is not None and not hold.wait(0.001):
-            if decode.cancel.is_set():
+            if cancel.is_set():
                 break
+
+    def decode(self, decode: Decode) -> Decoded:
+        self.decodes.append(decode)
+        self._held(decode.cancel)
         if decode.cancel.is_set():
             return Decoded("", StopReason.CANCELLED, None, None)
         text, reason = self.answer(decode.prompt), StopReason.END
@@ -70,6 +74,9 @@ class FakeDecoder:
         return prompt
 
     def warm(self, document: str, prompt_for) -> int:
+        """The prompt's length; held as decode is, before prompt_for() enters the document (as
+        the local engine's warm waits for the engine)."""
+        self._held(threading.Event())
         return len(prompt_for())
 
     def statistics(self) -> dict:

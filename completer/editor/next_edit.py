@@ -11,7 +11,7 @@ edit, the common answer.
 import difflib
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 
 from completer.prompt import ContextFile, Segment
@@ -524,31 +524,6 @@ FORMATS = {format_.family: format_ for format_ in (InstructionFormat(), ZetaForm
                                                    InstinctFormat())}
 
 
-class EditHistory:
-    """The user's recent edits across documents, oldest first: each document's text as
-    last seen, and one event per stretch of edits to one document (a stretch ends where
-    another document is edited), at most `most` events."""
-
-    def __init__(self, most: int = 16):
-        self.most = most
-        self.seen: dict[str, str] = {}  # document -> its text as last seen
-        self.events: list[EditEvent] = []
-
-    def observe(self, document: str, path: str, text: str) -> None:
-        before = self.seen.get(document)
-        self.seen[document] = text
-        if before is None or before == text:
-            return
-        if self.events and self.events[-1].document == document:  # the stretch goes on
-            before = self.events.pop().before
-        if before != text:
-            self.events = [*self.events, EditEvent(document, path, before, text)][-self.most:]
-
-    def forget(self, document: str) -> None:
-        self.seen.pop(document, None)
-        self.events = [event for event in self.events if event.document != document]
-
-
 # Zed's estimate of a text's tokens: a byte count / 3 (crates/zeta/src/zeta1.rs,
 # BYTES_PER_TOKEN_GUESS); characters here.
 CHARACTERS_PER_TOKEN = 3
@@ -588,19 +563,33 @@ def answer_budget(copy_tokens: int) -> int:
     return copy_tokens + max(32, copy_tokens // 2)
 
 
-def fit_edit_prompt(text: str, cursor: int, path: str, lines: tuple[int, int, int], events: list[EditEvent],
-                    edit_format: EditFormat, room: int, count: Callable[[str], int],
-                    chunks: tuple[ContextFile, ...] = ()) -> FittedEdit | None:
-    """The prompt for the region around the cursor (`lines`: above, below, and of context
-    on each side) with `events` and other files' `chunks`, and its rewrite's budget,
-    together within `room` tokens (`count` measures). The oldest chunks give way first
-    (the recent edits say more of the next edit than another file's code), then the
-    oldest events, then the context, then the region (each side halved); None when a
-    region of the cursor's line alone, with nothing around it, does not fit. At most
-    chunks + events + log2 of each line count + 1 measurements of the prompt, and one
-    of the copy per region."""
-    above, below, context = lines
-    chunks = chunks if edit_format.reads_chunks else ()
+@dataclass(frozen=True, kw_only=True)
+class EditFitting:
+    """How a next-edit prompt is fitted: the region's lines (above and below the cursor's,
+    and of context on each side), the format, the room in tokens and how they are counted,
+    the recent edits and other files' chunks it may take."""
+
+    lines_above: int
+    lines_below: int
+    context_lines: int
+    edit_format: EditFormat
+    room: int  # tokens for the prompt and the rewrite together
+    count: Callable[[str], int]  # a text's length in the model's tokens
+    events: list[EditEvent] = field(default_factory=list)
+    chunks: tuple[ContextFile, ...] = ()
+
+
+def fit_edit_prompt(text: str, cursor: int, path: str, fitting: EditFitting) -> FittedEdit | None:
+    """The prompt for the region around the cursor with `fitting`'s events and chunks, and
+    its rewrite's budget, together within its room. The oldest chunks give way first (the
+    recent edits say more of the next edit than another file's code), then the oldest
+    events, then the context, then the region (each side halved); None when a region of
+    the cursor's line alone, with nothing around it, does not fit. At most chunks +
+    events + log2 of each line count + 1 measurements of the prompt, and one of the copy
+    per region."""
+    above, below, context = fitting.lines_above, fitting.lines_below, fitting.context_lines
+    edit_format, count, events = fitting.edit_format, fitting.count, fitting.events
+    chunks = fitting.chunks if edit_format.reads_chunks else ()
     counted_copy, copy_tokens = None, 0
     while True:
         region = editable_region(text, cursor, above, below)
@@ -610,7 +599,7 @@ def fit_edit_prompt(text: str, cursor: int, path: str, lines: tuple[int, int, in
         if prompt.copy != counted_copy:  # only a smaller region changes it (a count may be a server's /tokenize)
             counted_copy, copy_tokens = prompt.copy, count(prompt.copy)
         prompt_tokens = count(prompt.text)
-        if prompt_tokens + answer_budget(copy_tokens) <= room:
+        if prompt_tokens + answer_budget(copy_tokens) <= fitting.room:
             return FittedEdit(prompt, region, prompt_tokens, answer_budget(copy_tokens),
                               copy_source(prompt.copy, events))
         if chunks:

@@ -16,7 +16,9 @@ from hypothesis import strategies as st
 
 from completer.config import CacheOptions, Config, DraftingOptions, GenerationOptions, PromptOptions
 from completer.decoders.local import DocumentCaches, LocalDecoder
-from completer.editor.completer import Completer, fit_prompt
+from completer.editor.completer import Completer
+from completer.editor.documents import INLINE
+from completer.editor.inline import fit_prompt
 from completer.editor.context import ChunkRing
 from completer.editor.forward_cache import ForwardCache, Shown
 from completer.editor.postprocess import CursorContext, postprocess
@@ -367,7 +369,7 @@ def test_a_newer_request_cancels_the_running_one_and_the_cache_stays_consistent(
     older = threading.Thread(target=lambda: results.setdefault("older", completer.complete(
         request_at_end("a.py", text + "\n# A long comment about"))))
     older.start()
-    while "a.py" not in completer.running or not engine.target.tokens:
+    while not completer.documents.is_running("a.py", INLINE) or not engine.target.tokens:
         time.sleep(0.001)
     prefilled = len(engine.target.tokens)  # the prompt goes in as one evaluation
     while len(engine.target.tokens) <= prefilled + 1:  # into the generation, which could soon stop by itself

@@ -83,7 +83,7 @@ def test_work_asked_in_a_document_already_closed_does_nothing(target, draft):
     request.closed.set()  # the editor closed it after asking, before the work started
     assert completer.complete(request).source == Source.SUPERSEDED
     assert completer.next_edit(request).source == Source.SUPERSEDED
-    assert completer.warm(request, completer.new_warm_flag(document)) == 0
+    assert completer.warm(request) == 0
     assert completer.prefetch(request, len(STATS_PY) - 4) is None
     current = completer.stats()
     assert (current.sessions, current.tuned_documents, current.requests, current.prefetches) == (0, 0, 1, 0), current

@@ -15,11 +15,12 @@ from completer.decoders.clients import LlamaServerClient
 from completer.decoders.local import LocalDecoder
 from completer.decoders.server import LlamaServerBackend, ServerDecoder
 from completer.editor.completer import Completer
+from completer.editor.documents import EDIT, INLINE
 from completer.editor.next_edit import apply_edits, editable_region
 from completer.engine.generation import Engine
 from completer.errors import PositionError
 from completer.prompt import control_token
-from completer.requests import EDITS, CompletionRequest, Source, StopReason
+from completer.requests import CompletionRequest, Source, StopReason
 from completer.workspace import Workspace
 from llama_server_process import LlamaServer
 
@@ -106,7 +107,7 @@ def test_a_newer_request_for_the_document_supersedes_the_running_one(new_complet
     server, given the line break as it was, closed the list at once."""
     completer = new_completer(config(max_tokens=400, heal=False))
     text = f"# {uuid.uuid4().hex}\nDIGITS = \"" + "0123456789" * 20
-    older_flag = completer.new_request_flag("a.py")
+    older_flag = completer.documents.start("a.py", INLINE)
     answers = {}
     older = threading.Thread(target=lambda: answers.setdefault("older", completer.complete(at_end("a.py", text),
                                                                                           older_flag)))
@@ -201,8 +202,8 @@ def test_a_newer_next_edit_request_supersedes_the_running_one_and_an_inline_requ
     on a 2-core CPU) when the newer one comes."""
     completer = new_completer(replace(config(), edits=NextEditOptions(lines_above=20, lines_below=20,
                                                                            context_lines=0)))
-    inline_flag, edit_flag = completer.new_request_flag("a.py"), completer.new_request_flag(EDITS + "a.py")
-    completer.new_request_flag("a.py")
+    inline_flag, edit_flag = completer.documents.start("a.py", INLINE), completer.documents.start("a.py", EDIT)
+    completer.documents.start("a.py", INLINE)
     assert inline_flag.is_set() and not edit_flag.is_set()
     text = f"# {uuid.uuid4().hex}\n" + "".join(f"value_{n} = {n}\n" for n in range(40))
     request = CompletionRequest("a.py", "a.py", text, text.index("value_20"), "python")
@@ -301,8 +302,8 @@ def test_the_completion_after_an_acceptance_is_computed_ahead_and_answers_that_r
     served = completer.complete(accepted)
     assert (served.source, served.text) == (Source.PREFETCH, ahead.text)
     # Served, the request is the document's text as one decoded would be: next edits see it.
-    assert completer.history.seen["a.py"] == accepted.text
-    assert (completer.sessions["a.py"].text, completer.sessions["a.py"].cursor) == (accepted.text, accepted.cursor)
+    session = completer.documents.session("a.py")
+    assert (session.seen, session.text, session.cursor) == (accepted.text, accepted.text, accepted.cursor)
     completer.forget_shown("a.py")
     decoded = completer.complete(accepted)
     if isinstance(completer.decoder, LocalDecoder):  # what decoding that request gives

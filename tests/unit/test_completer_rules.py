@@ -10,6 +10,7 @@ import pytest
 
 from completer.config import Config, GenerationOptions, NextEditOptions
 from completer.editor.completer import Completer
+from completer.editor.documents import INLINE
 from completer.editor.next_edit import apply_edits, editable_region
 from completer.requests import CompletionRequest, Source, StopReason, TextEdit
 from fake_decoder import FakeDecoder
@@ -129,7 +130,7 @@ def test_each_document_has_its_own_forward_cache(stats_completer):
 def test_a_newer_request_for_the_document_supersedes_the_running_one(stats_completer):
     completer, decoder = stats_completer
     release = decoder.hold()
-    older, out = in_thread(completer.complete, at_end(STATS), completer.new_request_flag("stats.py"))
+    older, out = in_thread(completer.complete, at_end(STATS))
     started(decoder)
     newer = completer.complete(at_end(STATS + "c"))
     older.join(WAIT_S)
@@ -160,16 +161,15 @@ def test_cancelling_the_document_stops_its_request(stats_completer):
     decoder.hold()
     running, out = in_thread(completer.complete, at_end(STATS))
     started(decoder)
-    completer.running.cancel("stats.py")
+    completer.documents.cancel("stats.py", INLINE)
     running.join(WAIT_S)
     assert out["answer"].source == Source.SUPERSEDED
 
 
 def test_a_request_superseded_before_it_decodes_never_reaches_the_decoder(stats_completer):
     completer, decoder = stats_completer
-    flag = completer.new_request_flag("stats.py")
-    completer.new_request_flag("stats.py")
-    assert completer.complete(at_end(STATS), flag).source == Source.SUPERSEDED
+    with completer.request("stats.py") as flag, completer.request("stats.py"):
+        assert completer.complete(at_end(STATS), flag).source == Source.SUPERSEDED
     assert decoder.decodes == []
 
 
@@ -320,3 +320,78 @@ def test_a_newer_next_edit_supersedes_the_running_one_and_an_inline_request_does
     assert (out["answer"].source, out["answer"].edits) == (Source.SUPERSEDED, [])
     assert newer.source == Source.MODEL
     assert completer.stats().superseded == 1
+
+
+# Closing a document: nothing of it stays on the editor side, whatever was in flight
+
+CLOSED, OTHER = "file:///project/closed.py", "file:///project/other.py"
+
+
+def places_holding(root: object, key: str) -> list[str]:
+    """Every place reachable from `root` (attributes, dict keys and values, items) that
+    holds the string `key`, as a path of attribute names and indexes. The decoder is left
+    out: its side of the seam has its own close."""
+    found, seen, stack = [], set(), [("completer", root)]
+    while stack:
+        where, value = stack.pop()
+        if isinstance(value, str):
+            if value == key:
+                found.append(where)
+            continue
+        if id(value) in seen or callable(value) or isinstance(value, (int, float, bool, type(None), FakeDecoder)):
+            continue
+        seen.add(id(value))
+        if isinstance(value, dict):
+            stack.extend((f"{where} key", item) for item in value)
+            stack.extend((f"{where}[{item!r}]", item_value) for item, item_value in value.items())
+        elif isinstance(value, (list, tuple, set, frozenset)):
+            stack.extend((f"{where}[{index}]", item) for index, item in enumerate(value))
+        elif hasattr(value, "__dict__"):
+            stack.extend((f"{where}.{name}", attribute) for name, attribute in vars(value).items())
+    return found
+
+
+def closing_completer() -> tuple[Completer, FakeDecoder]:
+    """Inline completions and next edits both answered; chunks of documents left kept."""
+    answers = {STATS: MODEL_TEXT, STATS + BODY: AFTER_BODY, "<region>\n": region() + "</region>"}
+    return completer_over(answers, Config(generation=GenerationOptions(time_budget_ms=0),
+                                          edits=replace(SMALL_REGION, format="instruction")))
+
+
+def in_document(document: str, text: str, cursor: int | None = None) -> CompletionRequest:
+    return CompletionRequest(document, document.removeprefix("file://"), text,
+                             len(text) if cursor is None else cursor, "python")
+
+
+IN_FLIGHT = ("nothing", "inline", "next edit", "warm", "prefetch running", "prefetch kept")
+
+
+@pytest.mark.parametrize("in_flight", IN_FLIGHT)
+def test_a_closed_document_leaves_nothing_on_the_editor_side_whatever_was_in_flight(in_flight):
+    """The closed document was completed and edited (a session, a forward cache, edit
+    history), another document is open, and `in_flight` runs for the closed one when it
+    closes: afterwards no place the Completer reaches holds its key, while the other
+    document's state is still there."""
+    completer, decoder = closing_completer()
+    completer.complete(in_document(OTHER, STATS))
+    completer.complete(in_document(CLOSED, STATS + "x"))
+    completer.complete(in_document(CLOSED, STATS))  # an edit to the document: an event in the history
+    accepted = in_document(CLOSED, STATS + BODY)
+    work = {"inline": lambda: completer.complete(in_document(CLOSED, STATS + "y")),
+            "next edit": lambda: completer.next_edit(in_document(CLOSED, SHAPES, CURSOR)),
+            "warm": lambda: completer.warm(in_document(CLOSED, STATS)),
+            "prefetch running": lambda: completer.prefetch(accepted, len(STATS))}.get(in_flight)
+    if in_flight == "prefetch kept":
+        completer.prefetch(accepted, len(STATS))
+    release, running = decoder.hold(), None
+    if work is not None:
+        running, _ = in_thread(work)
+        started(decoder)
+    completer.close(CLOSED)
+    release.set()
+    if running is not None:
+        running.join(WAIT_S)
+        assert not running.is_alive()
+    assert places_holding(completer, CLOSED) == []
+    assert places_holding(completer, OTHER) != []  # the walk finds a document's state where it is
+    assert completer.stats().sessions == 1

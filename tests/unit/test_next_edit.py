@@ -7,10 +7,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from completer.config import Config, ModelOptions, NextEditOptions
-from completer.editor.completer import edit_format_name
-from completer.editor.next_edit import (FORMATS, EditEvent, InstinctFormat, InstructionFormat, SweepFormat, ZetaFormat,
-                                        apply_edits, editable_region, edits_between, fit_edit_prompt, suggested_rewrite,
-                                        with_ending_of)
+from completer.editor.editing import edit_format_name
+from completer.editor.next_edit import (FORMATS, EditEvent, EditFitting, InstinctFormat, InstructionFormat,
+                                        SweepFormat, ZetaFormat, apply_edits, editable_region, edits_between,
+                                        fit_edit_prompt, suggested_rewrite, with_ending_of)
 from completer.models.presets import PRESETS
 from completer.prompt import ContextFile
 from completer.requests import TextEdit
@@ -193,12 +193,18 @@ def characters(text: str) -> int:
     return len(text)
 
 
+def fit_around_f20(edit_format, room: int, count=characters, events=(), chunks=()):
+    """fit_edit_prompt at f20 in FILE, a region of 3 lines each side and 8 of context."""
+    return fit_edit_prompt(FILE, FILE.index("f20"), "main.py", EditFitting(
+        lines_above=3, lines_below=3, context_lines=8, edit_format=edit_format, room=room, count=count,
+        events=list(events), chunks=tuple(chunks)))
+
+
 @given(st.integers(0, 4), st.integers(0, 4), st.integers(0, 6000))
 def test_other_files_chunks_give_way_first_then_the_oldest_edits(chunk_count, event_count, room):
     chunks = tuple(ContextFile(f"chunk{i}.py", f"CHUNK_{i} = {i}\n" * 20) for i in range(chunk_count))
     events = [EditEvent(f"e{i}", f"event{i}.py", "a = 1\n", f"a = {i + 2}\n") for i in range(event_count)]
-    fitted = fit_edit_prompt(FILE, FILE.index("f20"), "main.py", (3, 3, 8), events, InstructionFormat(), room,
-                             characters, chunks)
+    fitted = fit_around_f20(InstructionFormat(), room, events=events, chunks=chunks)
     if fitted is None:
         return
     assert fitted.prompt_tokens + fitted.answer_tokens <= room
@@ -223,7 +229,7 @@ def test_zetas_prompt_shows_no_other_files():
             measured.append(text)
             return len(text)
 
-        fitted = fit_edit_prompt(FILE, FILE.index("f20"), "main.py", (3, 3, 8), [], ZetaFormat(), 900, count, chunks)
+        fitted = fit_around_f20(ZetaFormat(), 900, count, chunks=chunks)
         assert fitted is not None
         return fitted.prompt.text, measured, fitted.prompt.copy
 
@@ -236,12 +242,10 @@ def test_zetas_prompt_shows_no_other_files():
 def test_copy_drafting_draws_on_the_region_then_the_lines_the_newest_edits_made():
     events = [EditEvent("u", "units.py", "CM = 1\nMM = 2\n", "CM = 1\nMM = 3\n"),
               EditEvent("m", "main.py", "def f(width):\n    pass\n", "def f(new_width):\n    pass\n")]
-    fitted = fit_edit_prompt(FILE, FILE.index("f20"), "main.py", (3, 3, 8), events, InstructionFormat(), 100_000,
-                             characters)
+    fitted = fit_around_f20(InstructionFormat(), 100_000, events=events)
     assert fitted.copy_from == f"{fitted.prompt.copy}\ndef f(new_width):\nMM = 3"
     # An edit that gave way to the room is not drawn on either.
-    tight = fit_edit_prompt(FILE, FILE.index("f20"), "main.py", (3, 3, 8), events, InstructionFormat(),
-                            len(fitted.prompt.text) + fitted.answer_tokens - 1, characters)
+    tight = fit_around_f20(InstructionFormat(), len(fitted.prompt.text) + fitted.answer_tokens - 1, events=events)
     assert tight.copy_from == f"{tight.prompt.copy}\ndef f(new_width):"
 
 

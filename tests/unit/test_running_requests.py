@@ -1,56 +1,64 @@
-"""The newest request for a key wins (editor/running.py), and one prefetch is kept at a
-time (editor/prefetch.py): both without a model."""
+"""The newest request of a kind for a document wins (editor/documents.py), and one
+prefetch is kept at a time (editor/prefetch.py): both without a model."""
 
 import threading
 
 from completer.editor.prefetch import PrefetchSlot
-from completer.editor.running import RunningRequests
+from completer.editor.documents import EDIT, INLINE, WARM, Documents
 from completer.requests import CompletionRequest
 
 
-def test_a_new_request_cancels_the_older_one_for_its_key_alone():
-    running = RunningRequests()
-    older, other = running.start("a.py"), running.start("b.py")
-    newer = running.start("a.py")
-    assert older.is_set() and not newer.is_set() and not other.is_set()
-    running.cancel("b.py")
+def test_a_new_request_cancels_the_older_one_of_its_kind_for_its_document_alone():
+    documents = Documents()
+    older, other, edit = documents.start("a.py", INLINE), documents.start("b.py", INLINE), documents.start("a.py", EDIT)
+    newer = documents.start("a.py", INLINE)
+    assert older.is_set() and not newer.is_set() and not other.is_set() and not edit.is_set()
+    documents.cancel("b.py", INLINE)
     assert other.is_set() and not newer.is_set()
 
 
-def test_a_request_is_forgotten_when_it_ends_unless_a_newer_one_took_its_key():
-    running = RunningRequests()
-    with running.request("a.py") as first:
-        assert "a.py" in running and running
-        second = running.start("a.py")  # a newer request came while the first ran
-    assert first.is_set() and "a.py" in running  # the first's end leaves the newer one registered
-    with running.request("a.py", second) as given:
-        assert given is second
-    assert "a.py" not in running and not running
+def test_a_request_is_forgotten_when_it_ends_unless_a_newer_one_took_its_place():
+    documents = Documents()
+    with documents.running("a.py", INLINE) as first:
+        assert documents.is_running("a.py", INLINE) and documents.any_running(INLINE)
+        second = documents.start("a.py", INLINE)  # a newer request came while the first ran
+    assert first.is_set() and documents.is_running("a.py", INLINE)  # the first's end leaves the newer one
+    documents.close("a.py")
+    assert second.is_set() and not documents.any_running(INLINE) and documents.keys() == []
+
+
+def test_a_request_given_its_flag_is_its_callers_to_end():
+    documents = Documents()
+    with documents.running("a.py", WARM) as flag:
+        with documents.owned("a.py", WARM, flag) as given:
+            assert given is flag
+        assert documents.is_running("a.py", WARM)
+    assert documents.keys() == []
 
 
 def test_a_request_is_forgotten_when_its_work_raises():
-    running = RunningRequests()
+    documents = Documents()
     try:
-        with running.request("a.py"):
+        with documents.running("a.py", INLINE):
             raise ValueError
     except ValueError:
         pass
-    assert not running
+    assert documents.keys() == []
 
 
 def test_requests_on_many_threads_leave_none_behind():
-    running = RunningRequests()
+    documents = Documents()
 
     def requests(key: str) -> None:
-        for _ in range(200):
-            with running.request(key):
+        for index in range(200):
+            with documents.running(key, (INLINE, EDIT)[index % 2]):
                 pass
     threads = [threading.Thread(target=requests, args=(key,)) for key in ("a", "a", "b", "c")]
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    assert not running
+    assert documents.keys() == []
 
 
 def accepted(text: str, cursor: int) -> CompletionRequest:

@@ -1,0 +1,200 @@
+"""Inline completions: the forward cache, the prefetch, the prompt fitted to the
+decoder's context, decoding at the cursor and post-processing; and warming, which
+evaluates the same prompt ahead of a request."""
+
+import dataclasses
+import logging
+from collections.abc import Callable
+from typing import TypeVar
+
+from completer.config import PromptOptions
+from completer.decoders.protocol import Decode, Decoded, DecoderModel
+from completer.editor.context import ChunkRing
+from completer.editor.documents import EDIT, INLINE, Document, stopped_by_close
+from completer.editor.forward_cache import Shown, distinct
+from completer.editor.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
+from completer.editor.prefetch import Prefetch, PrefetchSlot
+from completer.editor.serving import Serving, empty_completion, superseded
+from completer.engine.speculative import Sampling
+from completer.errors import Cancelled, PromptTooLong, Refused, Unavailable
+from completer.prompt import FimTemplate, Segment, cursor_sections, render
+from completer.requests import CancelFlag, Completion, CompletionRequest, Source, StopReason
+from completer.workspace import Workspace
+
+log = logging.getLogger("completer.editor.completer")
+
+P = TypeVar("P")  # a prompt as a decoder takes it
+
+# How often a request served by a prefetch still being computed looks at its own cancel flag.
+PREFETCH_POLL_S = 0.005
+
+
+def fit_prompt(request: CompletionRequest, options: PromptOptions, template: FimTemplate | None, room: int,
+               workspace: Workspace, ring: ChunkRing, encode: Callable[[list[Segment]], tuple[P, int]]
+               ) -> tuple[P, int, str]:
+    """The prompt as `encode` makes it of the rendered segments (token ids, or the text a
+    server tokenizes), its length in tokens, and the suffix the cursor sees. Context
+    chunks, then prefix lines, then the characters around the cursor give way until it
+    fits in `room` tokens; PromptTooLong when nothing is left to give. At most
+    chunks + log2(lines) + log2(characters) + 3 encodings, whatever `room` is."""
+    path = workspace.relative(request.path) if workspace.contains(request.path) else request.path
+    context = ring.select(options.cross_file_tokens, exclude=path)
+    repo = workspace.roots[0].name if workspace.roots else ""
+    # Halving from more lines than there are would only encode the same prompt again.
+    prefix_lines = min(options.prefix_lines, request.text.count("\n", 0, request.cursor))
+    keep_chars = None
+    while True:
+        prefix, suffix = cursor_sections(request.text, request.cursor, prefix_lines, options.suffix_lines)
+        if keep_chars is not None:  # one huge line (minified code): keep what is nearest the cursor
+            prefix, suffix = prefix[max(0, len(prefix) - keep_chars):], suffix[:keep_chars]
+        prompt, length = encode(render(template, path, prefix, suffix if template else "", context, repo))
+        if length <= room:
+            return prompt, length, suffix
+        if context:
+            context = context[1:]  # the oldest chunk first
+        elif prefix_lines:
+            prefix_lines //= 2
+        elif prefix or suffix:
+            keep_chars = max(len(prefix), len(suffix)) // 2
+        else:
+            raise PromptTooLong(length, room)
+
+
+class InlineCompletions:
+    """Completions at the cursor, and the prefetch of the one after an accepted one."""
+
+    def __init__(self, serving: Serving):
+        self.serving = serving
+        self.prefetches = PrefetchSlot()
+
+    def cursor_context(self, request: CompletionRequest, suffix: str | None = None) -> CursorContext:
+        """The cursor as post-processing sees it, with the suffix the prompt would take."""
+        line_before, around = cursor_sections(request.text, request.cursor, 0,
+                                              self.serving.config.prompt.suffix_lines)
+        return CursorContext(line_before, around if suffix is None else suffix)
+
+    def prompt(self, request: CompletionRequest, model: DecoderModel, cancel: CancelFlag | None = None,
+               room: int | None = None) -> tuple[list[int] | str, int, str]:
+        """The request's prompt in at most `room` tokens (by default the decoder's context
+        less the answer's), its length and the suffix the cursor sees; PromptTooLong when
+        none fits. Its calls to the decoder stop at `cancel` (Cancelled)."""
+        serving = self.serving
+        if room is None:
+            room = model.context_tokens - serving.config.generation.max_tokens - 1
+        return fit_prompt(request, serving.config.prompt, model.template, room, serving.workspace, serving.ring,
+                          lambda segments: serving.decoder.encode(segments, cancel))
+
+    def complete(self, request: CompletionRequest, cancel: CancelFlag) -> Completion:
+        """From the forward cache, from the prefetch for this request, or decoded."""
+        serving = self.serving
+        serving.counters.count(requests=1)
+        rests = serving.documents.lookup(request, self.cursor_context(request))
+        if rests:
+            serving.counters.count(forward_cache_hits=1)
+            return Completion(rests[0], Source.FORWARD_CACHE, alternatives=rests[1:])
+        ahead = self.prefetches.take(request)
+        if ahead is not None:
+            while not ahead.done.wait(PREFETCH_POLL_S):  # still computing what this request would compute
+                if cancel.is_set():
+                    ahead.cancel.set()
+                    return superseded()
+            if ahead.completion is not None and ahead.completion.source == Source.MODEL:
+                # The document closed while the prefetch ran: no session comes back.
+                if not serving.documents.serve_from(request, serving.workspace_path(request.path), ahead.forward,
+                                                    cancel):
+                    return superseded()
+                serving.counters.count(prefetch_hits=1)
+                serving.counters.add(ahead.counts)
+                return dataclasses.replace(ahead.completion, source=Source.PREFETCH)
+        return serving.in_turn(cancel, lambda model: self._complete_in_turn(request, model, cancel), empty_completion)
+
+    def _complete_in_turn(self, request: CompletionRequest, model: DecoderModel, cancel: CancelFlag,
+                          ahead: Prefetch | None = None) -> Completion:
+        """Under the decoder's turn: the document entered, its prompt decoded. A prompt the
+        decoder finds longer than its context (our count was an estimate, or a server's
+        slots shrank) is tried once more at half the length. `ahead`: the prefetch this
+        is, which keeps the completion's forward cache and counts until it is served (the
+        request is what the user may make next, not what the document is)."""
+        document = self.serving.enter(request, cancel, ahead=ahead is not None)
+        prompt, length, suffix = self.prompt(request, model, cancel)
+        try:
+            decoded, cursor = self._decode_at_cursor(request, prompt, length, suffix, cancel)
+        except Refused as refused:
+            if not refused.context_exceeded:
+                raise
+            log.info("%s: trying once more with a prompt of at most %d tokens", refused, length // 2)
+            prompt, length, suffix = self.prompt(request, model, cancel, room=length // 2)
+            decoded, cursor = self._decode_at_cursor(request, prompt, length, suffix, cancel)
+        stop_reason = StopReason(decoded.stop_reason)
+        if stop_reason == StopReason.CANCELLED:
+            return superseded()
+        candidates = tuple(Shown(text, postprocess(text, cursor, timed_out=timed_out), timed_out)
+                           for text, timed_out in [(decoded.text, stop_reason == StopReason.TIME)] +
+                           [(text, reason == StopReason.TIME) for text, reason in decoded.alternatives])
+        self._keep(document, request, candidates, decoded, ahead)
+        evaluated = decoded.counts.evaluated_tokens if decoded.counts is not None else 0
+        shown = distinct([c.shown for c in candidates]) or [""]  # where the completion shows nothing, the next one
+        return Completion(shown[0], Source.MODEL, stop_reason, prompt, evaluated, decoded.result,
+                          alternatives=shown[1:])
+
+    def _keep(self, document: Document, request: CompletionRequest, candidates: tuple[Shown, ...],
+              decoded: Decoded, ahead: Prefetch | None) -> None:
+        """The candidates into the forward cache and the decoding into the counters: the
+        document's, or the prefetch's until it is served."""
+        if ahead is None:
+            self.serving.documents.remember(document, request, candidates)
+            self.serving.counters.add(decoded.counts)
+        else:
+            ahead.forward.remember(request.text, request.cursor, candidates)
+            ahead.counts = decoded.counts
+
+    def _decode_at_cursor(self, request: CompletionRequest, prompt: list[int] | str, length: int, suffix: str,
+                          cancel: CancelFlag) -> tuple[Decoded, CursorContext]:
+        """The decoder's answer to `prompt`, and the cursor it is post-processed at."""
+        options = self.serving.config.generation
+        cursor = self.cursor_context(request, suffix)
+        decode = Decode(document=request.document, language=request.language, prompt=prompt, prompt_length=length,
+                        max_tokens=options.max_tokens, draft_mode=options.draft_mode,
+                        time_budget_ms=options.time_budget_ms,
+                        sampling=Sampling(options.temperature, options.top_k, options.top_p),
+                        heal=self.serving.config.prompt.heal, stop=stops_for(cursor),
+                        done=lambda text: cut_to_scope(text, cursor) != text, cancel=cancel,
+                        candidates=options.candidates)
+        return self.serving.decoder.decode(decode), cursor
+
+    def prefetch(self, request: CompletionRequest, start: int) -> Completion | None:
+        """Completer.prefetch."""
+        if self.serving.documents.any_running(INLINE, EDIT) or request.closed.is_set():
+            return None
+        ahead = self.prefetches.begin(request, start)
+        if ahead is None:
+            return None
+        self.serving.counters.count(prefetches=1)
+        try:
+            with stopped_by_close(request, ahead.cancel):
+                ahead.completion = self.serving.in_turn(ahead.cancel, lambda model: self._complete_in_turn(
+                    request, model, ahead.cancel, ahead), empty_completion)
+        finally:
+            ahead.done.set()
+        return ahead.completion
+
+    def warm(self, request: CompletionRequest, cancel: CancelFlag) -> int:
+        """Completer.warm, under the warm's own flag."""
+        serving = self.serving
+        model = serving.decoder.connect()
+        if model is None:
+            return 0
+
+        def prompt_for() -> list[int] | str:
+            # A warm that waited for the engine while the document closed brings no session back.
+            serving.enter(request, cancel)
+            return self.prompt(request, model)[0]
+        try:
+            warmed = serving.decoder.warm(request.document, prompt_for)
+        except (Cancelled, PromptTooLong, Unavailable):
+            return 0  # closed; or a request will say so
+        except Refused as error:
+            log.warning("%s (this request only: the server is up)", error)
+            return 0
+        serving.counters.count(warmed_tokens=warmed)
+        return warmed
