@@ -19,9 +19,9 @@ suggestion's latency with the prompt in the cache (warm caches).
 from completer.bench import report
 from completer.bench.edit_holes import EditHole
 from completer.bench.run import Bench
-from completer.editor.completer import edit_format_name
-from completer.editor.next_edit import (FORMATS, apply_edits, edits_between, engine_stops, fit_edit_prompt,
-                                        suggested_rewrite)
+from completer.editor.editing import edit_format_name
+from completer.editor.next_edit import (FORMATS, EditFitting, apply_edits, edits_between, engine_stops,
+                                        fit_edit_prompt, suggested_rewrite)
 from completer.engine.tuning import CostModel
 
 # The modes an edit bench runs by default: ours that make a rewrite (auto:no-index is auto
@@ -37,9 +37,10 @@ class EditBench(Bench):
         config = self.completer.config
         edit_format = FORMATS[edit_format_name(config)]
         document = hole.document
-        lines = (config.edits.lines_above, config.edits.lines_below, config.edits.context_lines)
-        fitted = fit_edit_prompt(document, hole.cursor, hole.file, lines, hole.history(), edit_format,
-                                 self.engine.context_tokens - 1, lambda text: len(self.model.tokenize(text)))
+        fitted = fit_edit_prompt(document, hole.cursor, hole.file, EditFitting(
+            lines_above=config.edits.lines_above, lines_below=config.edits.lines_below,
+            context_lines=config.edits.context_lines, edit_format=edit_format, room=self.engine.context_tokens - 1,
+            count=lambda text: len(self.model.tokenize(text)), events=hole.history()))
         if fitted is None:
             raise ValueError(f"{hole.file} at {hole.commit[:12]}: the region does not fit the context")
         prompt, _ = self.completer.decoder.encode(list(fitted.prompt.segments))
