@@ -196,7 +196,7 @@ def models_pull(preset: str) -> None:
 
 def _describe_file(path: Path) -> list[tuple[str, str]]:
     """(field, value) rows about a GGUF file."""
-    from completer.models.decoder import LlamaModel
+    from completer.models.backend import LlamaModel
     from completer.models.gguf_file import check_gguf
     from completer.models.pairing import suitability_notes
 
@@ -223,7 +223,7 @@ def _memory_rows(path: Path, memory: str) -> list[tuple[str, str]]:
     """The model's attention, how the engine cuts what it holds (a rejected draft, an
     edit), and what its KV cache takes at the default context."""
     from completer.engine.generation import ROLLBACK_TOKENS
-    from completer.models.decoder import HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES
+    from completer.models.backend import HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES
     from completer.models.gguf_file import model_facts
 
     facts = model_facts(path)
@@ -328,7 +328,7 @@ def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...],
         raise click.ClickException("distillation needs torch: pip install torch==2.13.0 (the CPU wheel), "
                                    "or pip install 'completer[distill]'") from None
     from completer.bench.holes import LANGUAGES
-    from completer.models.decoder import LlamaModel
+    from completer.models.backend import LlamaModel
     from completer.models.distill import (Distiller, LlamaCppTeacher, TorchTeacher, build_corpus, corpus_files,
                                           export_draft, llama_cpp_agreement, load_student, uses_bfloat16)
     from completer.models.paths import distilled_draft_path
@@ -434,7 +434,7 @@ def _build_rows() -> list[tuple[str, str]]:
 def _doctor_rows(rpc_servers: str) -> list[tuple[str, str]]:
     from completer.models.accelerator import BuildChoiceError
     from completer.models.accelerator import choose as choose_accelerator
-    from completer.models.decoder import default_threads, system_info
+    from completer.models.backend import default_threads, system_info
     from completer.models.devices import add_rpc_servers, backends, devices
 
     build = system_info()
@@ -490,7 +490,7 @@ def _target_rows(models: ModelOptions) -> list[tuple[str, str]]:
     """The target the options name (with --target, that file; else the preset's, if in
     the cache: doctor downloads nothing): its file, attention and KV memory, and what
     it is good for as a completer."""
-    from completer.models.decoder import LlamaModel
+    from completer.models.backend import LlamaModel
     from completer.models.pairing import suitability_notes
     from completer.models.resolve import resolve
 
