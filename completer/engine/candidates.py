@@ -19,16 +19,13 @@ round's batch holds a token per branch.
 """
 
 import logging
-import threading
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from completer.engine.drafts import CopyDrafter
-from completer.engine.generation import Engine, Generation, generated_text, stop_after_round
-from completer.engine.healing import Healing
+from completer.engine.generation import Engine, Generation, GenerationRequest, generated_text, stop_after_round
 from completer.engine.kv import common_prefix_length
 from completer.engine.speculative import accept_greedy
 from completer.requests import StopReason
@@ -86,21 +83,19 @@ class _Branch:
     text: str = ""
 
 
-def candidates(engine: Engine, prompt: list[int], generation: Generation, count: int, max_tokens: int,
-               stop: tuple[str, ...] = (), done: Callable[[str], bool] | None = None,
-               healing: Healing | None = None, cancel: threading.Event | None = None,
+def candidates(engine: Engine, request: GenerationRequest, generation: Generation, count: int,
                deadline: float | None = None) -> list[Candidate]:
-    """Up to `count` candidates besides `generation` (made by generate with keep_logits
-    from `prompt` and the same stops), greedy after their first token; the target's cache
-    still holds the generation's text after. Stops at `cancel` (no candidates) and at
-    `deadline` (time.perf_counter()'s; those still decoding stop with "time")."""
+    """Up to `count` candidates besides `generation` (made by generate from `request` with
+    keep_logits), greedy after their first token, with the request's stops; the target's
+    cache still holds the generation's text after. Stops at the request's `cancel` (no
+    candidates) and at `deadline` (time.perf_counter()'s; those still decoding stop with "time")."""
     if generation.logits is None:
         raise ValueError("candidates need the generation's logits (generate with keep_logits)")
     context = engine.target.context
     if not context.cuts_anywhere:
         return []  # recurrent state: llama.cpp cannot fork a sequence at a position (fork())
     count = min(count, context.branches)
-    tokens = list(prompt[-(engine.context_tokens - 1):])
+    tokens = list(request.prompt[-(engine.context_tokens - 1):])
     prompt_length = len(tokens)
     chosen = [*generation.tokens, *([generation.end_token] if generation.end_token is not None else [])]
     branches, finished = [], []
@@ -109,23 +104,23 @@ def candidates(engine: Engine, prompt: list[int], generation: Generation, count:
             branch_tokens = [*tokens, *chosen[:position], token]
             held = min(common_prefix_length(engine.target.tokens, branch_tokens), len(branch_tokens) - 1)
             context.fork(number, held)
-            limit = min(max_tokens, max(len(chosen), position + 1))
+            limit = min(request.max_tokens, max(len(chosen), position + 1))
             branch = _Branch(number, position, branch_tokens, held, CopyDrafter(chosen[position + 1:], prompt_length),
                              limit)
-            _settle(engine, branch, prompt_length, max_tokens, stop, done, healing)
+            _settle(engine, branch, prompt_length, request)
             (finished if branch.stop_reason else branches).append(branch)
         while branches:
-            if cancel is not None and cancel.is_set():
+            if request.cancel is not None and request.cancel.is_set():
                 return []
             if deadline is not None and time.perf_counter() >= deadline:
                 for branch in branches:
                     branch.stop_reason = StopReason.TIME
-                    branch.text = generated_text(engine, branch.tokens[prompt_length:], healing)
+                    branch.text = generated_text(engine, branch.tokens[prompt_length:], request.healing)
                 finished += branches
                 break
             _round(engine, branches, prompt_length)
             for branch in branches:
-                _settle(engine, branch, prompt_length, max_tokens, stop, done, healing)
+                _settle(engine, branch, prompt_length, request)
             finished += [branch for branch in branches if branch.stop_reason]
             branches = [branch for branch in branches if not branch.stop_reason]
     except (RuntimeError, ValueError) as error:  # llama_decode failed, or the context is full
@@ -154,16 +149,16 @@ def _round(engine: Engine, branches: list[_Branch], prompt_length: int) -> None:
         branch.tokens += [*draft[:accepted], next_token]
 
 
-def _settle(engine: Engine, branch: _Branch, prompt_length: int, max_tokens: int, stop: tuple[str, ...],
-            done: Callable[[str], bool] | None, healing: Healing | None) -> None:
+def _settle(engine: Engine, branch: _Branch, prompt_length: int, request: GenerationRequest) -> None:
     """Whether the branch ends here, as generate's rounds end, or at its limit."""
-    stop_reason, text = stop_after_round(engine, branch.tokens, prompt_length, stop, done, healing)
+    stop_reason, text = stop_after_round(engine, branch.tokens, prompt_length, request.stop, request.done,
+                                         request.healing)
     if stop_reason == StopReason.MAX_TOKENS:
         if len(branch.tokens) - prompt_length < branch.limit:
             return
         # Cut short: whole lines only.
-        stop_reason = StopReason.MAX_TOKENS if branch.limit == max_tokens else StopReason.TIME
+        stop_reason = StopReason.MAX_TOKENS if branch.limit == request.max_tokens else StopReason.TIME
     del branch.tokens[prompt_length + branch.limit:]
     branch.stop_reason = stop_reason
     branch.text = (text if stop_reason == StopReason.STOP
-                   else generated_text(engine, branch.tokens[prompt_length:], healing))
+                   else generated_text(engine, branch.tokens[prompt_length:], request.healing))

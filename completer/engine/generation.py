@@ -16,7 +16,7 @@ from completer.engine.healing import Healing, mask_to
 from completer.engine.kv import CheckpointBudget, KVSequence, common_prefix_length, evaluate_in_pieces
 from completer.engine.speculative import (Branch, Sampling, TreeVerdict, accept_greedy, accept_tree, probabilities,
                                           verify_greedy, verify_sampled)
-from completer.engine.tuning import (MAX_DRAFT, Candidate, Continuation, CostModel, Plan, Tuner, calibrate,
+from completer.engine.tuning import (MAX_DRAFT, Candidate, Continuation, CostModel, Plan, Trial, Tuner, calibrate,
                                      match_bucket, widest_taken_back)
 from completer.engine.workspace_index import NO_MATCH
 from completer.models.backend import CUT_ANYWHERE, LlamaContext, LlamaModel
@@ -147,10 +147,8 @@ class Engine:
 
     def __init__(self, target: LlamaModel, draft: LlamaModel | None = None, n_ctx: int = 4096,
                  threads: int = 0, calibrate_s: float = 1.0, exact: bool = False, costs: CostModel | None = None,
-                 drafting: DraftingOptions = DraftingOptions(), checkpoint_mb: float = CacheOptions().checkpoint_mb):
-        """`costs`: another engine's measured cost model, shared instead of measuring one.
-        `checkpoint_mb`: the budget of the caches' checkpoints together, where the model's
-        state cannot be cut anywhere (cache.checkpoint_mb; `checkpoints.limit` changes it)."""
+                 drafting: DraftingOptions = DraftingOptions()):
+        """`costs`: another engine's measured cost model, shared instead of measuring one."""
         self.model = target
         # exact: the target decodes one token per llama_decode, so that a verify batch
         # scores as plain steps do and greedy speculation equals plain decoding bit for bit.
@@ -161,7 +159,9 @@ class Engine:
         # the engine's constants").
         branches = MAX_TREE_BRANCHES if target.memory in CUT_ANYWHERE else 0
         rollback_tokens = ROLLBACK_TOKENS if target.gpu_layers > 0 else 0
-        self.checkpoints = CheckpointBudget(int(checkpoint_mb * 2**20))
+        # The caches' checkpoints together, where the model's state cannot be cut anywhere:
+        # cache.checkpoint_mb's default until `checkpoints.limit` changes it.
+        self.checkpoints = CheckpointBudget(int(CacheOptions().checkpoint_mb * 2**20))
         self.target = KVSequence(LlamaContext(target, n_ctx=n_ctx, n_threads=threads or None,
                                               single_token_eval=exact, branches=branches,
                                               rollback_tokens=rollback_tokens), self.checkpoints)
@@ -226,13 +226,12 @@ class Engine:
         for sequence in self.sequences:
             sequence.truncate(0)
 
-
-def _drop_draft(engine: Engine, error: Exception) -> None:
-    """The draft model failed (a llama.cpp error in its context): go on with n-gram
-    lookup and plain target steps, which need nothing from it, and say so in the stats."""
-    log.warning("the draft model failed, decoding without it: %s", error)
-    engine.draft_failure = f"the draft model failed ({error}); completing with the target alone"
-    engine.drafter = None
+    def drop_draft(self, error: Exception) -> None:
+        """The draft model failed (a llama.cpp error in its context): go on with n-gram
+        lookup and plain target steps, which need nothing from it, and say so in the stats."""
+        log.warning("the draft model failed, decoding without it: %s", error)
+        self.draft_failure = f"the draft model failed ({error}); completing with the target alone"
+        self.drafter = None
 
 
 def _time_one_step(context: LlamaContext) -> float:
@@ -263,6 +262,7 @@ class _Round:
     # A lookup's proposal past the plan's k: checked against what the target goes on to
     # make when it keeps the whole draft (tuning.Continuation).
     beyond: tuple[int, ...] = ()
+    draft_error: Exception | None = None  # the draft model failed proposing: a plain step instead
 
 
 PLAIN_ROUND = _Round(Plan(None, 0, 1.0, 0.0), None, NO_PROPOSAL)
@@ -278,6 +278,9 @@ class RoundSettings:
     language: str
     draft_length: int | None  # fixes k, bypassing the tuner
     copy: CopyDrafter | None = None  # a rewrite's original, to copy drafts from
+    # The draft model, while it serves this generation: a round it fails in reports the
+    # error (RoundResult), and the rounds after go on without it.
+    drafter: ModelDrafter | None = None
     cancel: threading.Event | None = None  # the request's: stops the draft model's catch-up too
 
 
@@ -302,7 +305,7 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
     lookup_ms = (time.perf_counter() - lookup_started) * 1000
     hybrid_ngram = max(found.length, indexed.length, copied.length) >= engine.drafting.hybrid_min_match
     use_ngram = "ngram" in allowed or ("hybrid" in allowed and hybrid_ngram)
-    use_model = engine.drafter is not None and ("draft" in allowed or ("hybrid" in allowed and not use_ngram))
+    use_model = asked.drafter is not None and ("draft" in allowed or ("hybrid" in allowed and not use_ngram))
     candidates = []  # preferred first
     for provider, match in (("ngram", found), ("index", indexed), ("copy", copied)):
         if use_ngram and match.tokens:
@@ -323,19 +326,20 @@ def _choose(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, 
         proposal = Proposal(match.tokens[: plan.k], None, lookup_ms, match.length)
         return _Round(plan, plan.provider, proposal, offered=offered, beyond=tuple(match.tokens[plan.k:]))
     try:
-        return _Round(plan, "draft", engine.drafter.propose(tokens, plan.k, asked.sampling, rng, asked.cancel))
+        return _Round(plan, "draft", asked.drafter.propose(tokens, plan.k, asked.sampling, rng, asked.cancel))
     except (RuntimeError, ValueError) as error:  # llama_decode failed, or the draft's context is full
-        _drop_draft(engine, error)
-        return PLAIN_ROUND
+        return replace(PLAIN_ROUND, draft_error=error)
 
 
-def _verify(engine: Engine, tokens: list[int], chosen: _Round, sampling: Sampling, rng: np.random.Generator,
-            allowed: np.ndarray | None, keep_rows: bool) -> tuple[TreeVerdict, np.ndarray | None, float]:
+def _verify(engine: Engine, tokens: list[int], chosen: _Round, asked: RoundSettings, rng: np.random.Generator,
+            allowed: np.ndarray | None, keep_rows: bool) -> tuple[TreeVerdict, np.ndarray | None, float,
+                                                                  Exception | None]:
     """The target scores [last, d1..dk] (and a token tree's branches) in one batch and
     accepts a prefix of the draft (and maybe of a branch after it); both caches are cut
     to what it accepted. `allowed`: the only tokens the first may be (healing). Returns
     (what it accepted, with `keep_rows` the rows that chose the new tokens
-    [accepted + 1, V] (else None), ms)."""
+    [accepted + 1, V] (else None), ms, the draft model's error where cutting its cache failed)."""
+    sampling, draft_error = asked.sampling, None
     draft = chosen.proposal.tokens
     scored = [tokens[-1], *draft]
     if draft:
@@ -371,20 +375,27 @@ def _verify(engine: Engine, tokens: list[int], chosen: _Round, sampling: Samplin
     if chosen.provider == "draft":
         # The draft evaluated last, d1..d(k-1): keep what the target accepted.
         try:
-            engine.drafter.sequence.truncate(len(tokens) + verdict.accepted)
+            asked.drafter.sequence.truncate(len(tokens) + verdict.accepted)
         except RuntimeError as error:
-            _drop_draft(engine, error)
-    return verdict, rows, verify_ms
+            draft_error = error
+    return verdict, rows, verify_ms, draft_error
+
+
+class RoundResult(NamedTuple):
+    """What speculative_round returns."""
+
+    new: list[int]  # the tokens the round added
+    rows: np.ndarray | None  # with keep_rows, the target's rows that chose them [len(new), V]
+    stats: RoundStats
+    draft_error: Exception | None  # the draft model failed: the rounds after go on without it
 
 
 def speculative_round(engine: Engine, tokens: list[int], room: int, asked: RoundSettings, rng: np.random.Generator,
                       allowed: np.ndarray | None = None,
-                      keep_rows: bool = False) -> tuple[list[int], np.ndarray | None, RoundStats]:
+                      keep_rows: bool = False) -> RoundResult:
     """One round: draft (the tuner picks the provider and k, at most `room`), verify,
     accept, truncate, and teach the tuner what it did. A first token constrained by
-    healing (`allowed`) is a plain step: drafts know nothing of the constraint. Returns
-    the new tokens, with `keep_rows` the target's rows that chose them [len(new), V]
-    (else None), and what the round did."""
+    healing (`allowed`) is a plain step: drafts know nothing of the constraint."""
     # Branches only at temperature 0: their rule is greedy, and without kept rows (accept_tree
     # reads argmaxes). Not with single-token verification: a kept branch's cells sit after
     # the draft's freed ones in llama.cpp's pool, attention sums over cells in pool order,
@@ -397,70 +408,112 @@ def speculative_round(engine: Engine, tokens: list[int], room: int, asked: Round
     tree = (asked.sampling.greedy and not keep_rows and engine.drafting.tree_branches > 0
             and not context.single_token_eval and context.cuts_anywhere)
     chosen = PLAIN_ROUND if allowed is not None else _choose(engine, tokens, room, asked, rng, tree)
-    verdict, rows, verify_ms = _verify(engine, tokens, chosen, asked.sampling, rng, allowed, keep_rows)
+    verdict, rows, verify_ms, draft_error = _verify(engine, tokens, chosen, asked, rng, allowed, keep_rows)
     new = [*chosen.proposal.tokens[:verdict.accepted], *verdict.branch_tokens, verdict.next_token]
     made = _round_stats(chosen, verdict, len(new), verify_ms)
     _learn(engine, chosen, made, new, asked)
-    return new, rows, made
+    return RoundResult(new, rows, made, chosen.draft_error or draft_error)
 
 
-def generate(engine: Engine, prompt: list[int], max_tokens: int, stop: tuple[str, ...] = (),
-             time_budget_ms: float | None = None, sampling: Sampling = Sampling(), mode: str = "auto",
-             cancel: threading.Event | None = None, document: str = "", language: str = "",
-             draft_length: int | None = None, done: Callable[[str], bool] | None = None,
-             healing: Healing | None = None, keep_logits: bool = False,
-             copy_from: list[int] | CopyDrafter | None = None) -> Generation:
-    """Continue `prompt` by up to `max_tokens` tokens, round after round.
+@dataclass(frozen=True, kw_only=True)
+class GenerationRequest:
+    """What generate is asked for."""
 
-    Stops at an end-of-generation token, at a `stop` string (excluded from the text),
-    after `time_budget_ms` of predicting (prompt evaluation not counted), or when
-    `cancel` is set (checked between rounds, and between the prompt's pieces). The
-    target's KV cache is reused for the longest common prefix with the last call.
-    Acceptance is learnt per `document` and `language`. `draft_length` fixes k, bypassing
-    the tuner. `done(text)` ends generation when the text is complete (it left the scope
-    being written). With `healing`, the first token is one of `healing.allowed` and the
-    text starts after `healing.text`. `keep_logits` returns the target's logits behind
-    each token (to judge near ties). `copy_from`: the tokens of the text the output
-    rewrites, to copy drafts from (or the copy drafter itself).
-    """
-    if mode not in DRAFT_MODES:
-        raise ValueError(f"unknown draft mode {mode!r}; modes: {', '.join(DRAFT_MODES)}")
+    prompt: list[int]  # the tokens to continue; a prompt longer than the context keeps its end
+    max_tokens: int  # the most tokens to add
+    stop: tuple[str, ...] = ()  # stop strings: generation ends at the first, which the text excludes
+    time_budget_ms: float | None = None  # of predicting (prompt evaluation not counted); None: no limit
+    sampling: Sampling = Sampling()
+    mode: str = "auto"  # which draft providers may serve (config.DRAFT_MODES)
+    # Checked between rounds and between the prompt's pieces: once set, no further round.
+    cancel: threading.Event | None = None
+    document: str = ""  # acceptance is learnt per document and language
+    language: str = ""
+    draft_length: int | None = None  # fixes k, bypassing the tuner (tests and measurements)
+    done: Callable[[str], bool] | None = None  # done(text): the text is complete (it left the scope being written)
+    # The first token is one of `healing.allowed`, and the text starts after `healing.text`.
+    healing: Healing | None = None
+    keep_logits: bool = False  # return the target's logits behind each token (to judge near ties)
+    # The tokens of the text the output rewrites, to copy drafts from (or the copy drafter itself).
+    copy_from: list[int] | CopyDrafter | None = None
+
+
+def generate(engine: Engine, request: GenerationRequest | list[int], max_tokens: int | None = None,
+             **options) -> Generation:
+    """Continue the request's prompt by up to its `max_tokens` tokens, round after round,
+    until an end-of-generation token, a stop string, `done`, the time budget or `cancel`.
+    The target's KV cache is reused for the longest common prefix with the last call.
+
+    The old call form, generate(engine, prompt, max_tokens, **options), stays until its
+    callers outside the engine (completer/bench/run.py, benchmarks/, a few engine tests)
+    build a GenerationRequest: /tmp/team/requests.md."""
+    if not isinstance(request, GenerationRequest):
+        request = GenerationRequest(prompt=request, max_tokens=max_tokens, **options)
+    if request.mode not in DRAFT_MODES:
+        raise ValueError(f"unknown draft mode {request.mode!r}; modes: {', '.join(DRAFT_MODES)}")
     started = time.perf_counter()
-    rng, rounds = np.random.default_rng(sampling.seed), []  # rounds: what each round did (RoundStats)
-    n_ctx = engine.context_tokens
-    tokens = list(prompt[-(n_ctx - 1):])  # a prompt longer than the context keeps its end
-    prompt_length = len(tokens)
-    asked = _start_rounds(engine, RoundSettings(mode, sampling, document, language, draft_length, cancel=cancel),
-                          copy_from, prompt_length)
+    tokens = list(request.prompt[-(engine.context_tokens - 1):])  # a prompt longer than the context keeps its end
+    asked = _start_rounds(engine, request, len(tokens))
     replayed = engine.target.replayed
     # cancelled: the loop stops before a round
-    rewound = evaluate_in_pieces(engine.target, tokens[:-1], PROMPT_PIECE, cancel)
-    predict_started = time.perf_counter()  # the time budget is for predicting, as llama.vim's t_max_predict_ms
-    # rows: with keep_logits, [produced, V] per round
-    stop_reason, text, rows, end_token = StopReason.MAX_TOKENS, "", [], None
-    while len(tokens) - prompt_length < max_tokens:
-        room = min(max_tokens - (len(tokens) - prompt_length), n_ctx - len(tokens)) - 1
-        if (stopped := _stop_before_round(cancel, time_budget_ms, predict_started, room)) is not None:
-            stop_reason = stopped
-            break
-        allowed = healing.allowed if healing is not None and len(tokens) == prompt_length else None
-        new, logits, made = speculative_round(engine, tokens, room, asked, rng, allowed, keep_logits)
-        tokens.extend(new)
-        rounds.append(made)
-        if keep_logits:
-            rows.append(logits)
-        end_token = next((t for t in new if engine.model.is_end_of_generation(t)), None)
-        stop_reason, text = stop_after_round(engine, tokens, prompt_length, stop, done, healing)
-        if stop_reason != StopReason.MAX_TOKENS:
-            break
-    del tokens[prompt_length + max_tokens:]
-    generated = tokens[prompt_length:]
-    if stop_reason != StopReason.STOP:
-        text = generated_text(engine, generated, healing)
-    stats = summarize(mode, rounds, len(generated), (time.perf_counter() - started) * 1000, rewound,
+    rewound = evaluate_in_pieces(engine.target, tokens[:-1], PROMPT_PIECE, request.cancel)
+    rounds = _Rounds(len(tokens))
+    try:
+        _run_rounds(engine, request, asked, tokens, rounds)
+    finally:
+        if rounds.draft_error is not None:  # the draft model failed in a round: the engine goes on without it
+            engine.drop_draft(rounds.draft_error)
+    del tokens[rounds.prompt_length + request.max_tokens:]
+    generated = tokens[rounds.prompt_length:]
+    text = rounds.text if rounds.stop_reason == StopReason.STOP else generated_text(engine, generated, request.healing)
+    stats = summarize(request.mode, rounds.made, len(generated), (time.perf_counter() - started) * 1000, rewound,
                       engine.target.replayed - replayed)
-    kept = _kept_logits(engine, rows, len(generated) + (stop_reason == StopReason.END)) if keep_logits else None
-    return Generation(text, generated, stop_reason, stats, kept, end_token if stop_reason == StopReason.END else None)
+    ended = rounds.stop_reason == StopReason.END
+    kept = _kept_logits(engine, rounds.rows, len(generated) + ended) if request.keep_logits else None
+    return Generation(text, generated, rounds.stop_reason, stats, kept, rounds.end_token if ended else None)
+
+
+@dataclass
+class _Rounds:
+    """A generation's rounds so far: what _run_rounds leaves for generate."""
+
+    prompt_length: int
+    made: list[RoundStats] = field(default_factory=list)  # what each round did
+    rows: list[np.ndarray] = field(default_factory=list)  # with keep_logits, [produced, V] per round
+    stop_reason: str = StopReason.MAX_TOKENS
+    text: str = ""  # the text so far where a stop string or `done` read it
+    end_token: int | None = None
+    draft_error: Exception | None = None  # the draft model failed: the later rounds went on without it
+
+
+def _run_rounds(engine: Engine, request: GenerationRequest, asked: RoundSettings, tokens: list[int],
+                rounds: _Rounds) -> None:
+    """Round after round onto `tokens` until a stop, recorded in `rounds`. A round the draft
+    model fails in reports it, and the rounds after go on without it (the engine drops it
+    once generation ends, Engine.drop_draft)."""
+    rng = np.random.default_rng(request.sampling.seed)
+    prompt_length, max_tokens, healing = rounds.prompt_length, request.max_tokens, request.healing
+    predict_started = time.perf_counter()  # the time budget is for predicting, as llama.vim's t_max_predict_ms
+    while len(tokens) - prompt_length < max_tokens:
+        room = min(max_tokens - (len(tokens) - prompt_length), engine.context_tokens - len(tokens)) - 1
+        stopped = _stop_before_round(request.cancel, request.time_budget_ms, predict_started, room)
+        if stopped is not None:
+            rounds.stop_reason = stopped
+            return
+        allowed = healing.allowed if healing is not None and len(tokens) == prompt_length else None
+        new, logits, made, draft_error = speculative_round(engine, tokens, room, asked, rng, allowed,
+                                                           request.keep_logits)
+        if draft_error is not None:
+            asked, rounds.draft_error = replace(asked, drafter=None), draft_error
+        tokens.extend(new)
+        rounds.made.append(made)
+        if request.keep_logits:
+            rounds.rows.append(logits)
+        rounds.end_token = next((t for t in new if engine.model.is_end_of_generation(t)), None)
+        rounds.stop_reason, rounds.text = stop_after_round(engine, tokens, prompt_length, request.stop, request.done,
+                                                           healing)
+        if rounds.stop_reason != StopReason.MAX_TOKENS:
+            return
 
 
 def _stop_before_round(cancel: threading.Event | None, time_budget_ms: float | None, predict_started: float,
@@ -477,18 +530,16 @@ def _stop_before_round(cancel: threading.Event | None, time_budget_ms: float | N
     return None
 
 
-def _start_rounds(engine: Engine, asked: RoundSettings, copy_from: list[int] | CopyDrafter | None,
-                  prompt_length: int) -> RoundSettings:
-    """A generation's rounds begin: `asked` with copy drafting from `copy_from` (the
-    rewrite starts after the prompt), and no proposal of an earlier generation still
-    checked (its tokens say nothing of this one's)."""
+def _start_rounds(engine: Engine, request: GenerationRequest, prompt_length: int) -> RoundSettings:
+    """What a generation's rounds need: the request's settings, the draft model while it
+    serves, copy drafting from `copy_from` (the rewrite starts after the prompt), and no
+    proposal of an earlier generation still checked (its tokens say nothing of this one's)."""
     engine.tuner.continuations = []
-    if isinstance(copy_from, CopyDrafter):
-        return replace(asked, copy=copy_from)
-    if not copy_from:
-        return asked
-    return replace(asked, copy=CopyDrafter(copy_from, prompt_length, engine.drafting.ngram_max_match,
-                                           engine.drafting.tree_branches))
+    copy = request.copy_from or None
+    if isinstance(copy, list):
+        copy = CopyDrafter(copy, prompt_length, engine.drafting.ngram_max_match, engine.drafting.tree_branches)
+    return RoundSettings(request.mode, request.sampling, request.document, request.language, request.draft_length,
+                         copy=copy, drafter=engine.drafter, cancel=request.cancel)
 
 
 def _kept_logits(engine: Engine, rows: list[np.ndarray], n: int) -> np.ndarray:
@@ -547,8 +598,8 @@ def _learn(engine: Engine, chosen: _Round, made: RoundStats, new: list[int], ask
     over would have held, whether an offered branch started with the target's token,
     and how far the proposals of rounds whose whole draft held went on holding."""
     bucket = match_bucket(made.match_length) if made.provider in LOOKUPS else 0
-    engine.tuner.observe(made.provider, bucket, made.drafted, made.accepted, made.produced, made.verify_ms,
-                         chosen.proposal.draft_ms, asked.document, asked.language, made.branch_rows)
+    engine.tuner.observe(Trial(made.provider, bucket, made.drafted, made.accepted, made.produced, made.verify_ms,
+                               chosen.proposal.draft_ms, made.branch_rows), asked.document, asked.language)
     if chosen.shadow is not None:
         engine.tuner.observe_shadow(match_bucket(chosen.shadow.match_length), chosen.shadow.tokens[0] == new[-1],
                                     asked.document, asked.language)

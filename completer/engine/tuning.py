@@ -24,6 +24,7 @@ import operator
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from completer.config import DraftingOptions
 from completer.engine.kv import common_prefix_length
@@ -284,6 +285,19 @@ class Candidate:
     most: int  # tokens it can propose
 
 
+class Trial(NamedTuple):
+    """What one round tried and got, for the tuner (Tuner.observe)."""
+
+    provider: str | None  # None: a plain step
+    bucket: int  # the draft's acceptance bucket (Candidate.bucket)
+    drafted: int
+    accepted: int  # drafted tokens the target kept
+    produced: int  # tokens the round added
+    verify_ms: float  # the target's pass
+    draft_ms: float  # proposing the draft
+    branch_rows: int = 0  # rows verified beside the draft for a token tree's branches
+
+
 class Tuner:
     """What the engine learns about speculating, and the plan it makes from that each
     round: the cost model, the acceptance estimates, and how long since each provider
@@ -331,21 +345,20 @@ class Tuner:
         the target's token."""
         self.branch_hits.record(int(hit), 1)
 
-    def observe(self, provider: str | None, bucket: int, drafted: int, accepted: int, produced: int,
-                verify_ms: float, draft_ms: float, document: str, language: str, branch_rows: int = 0) -> None:
-        """What a round did: its verify pass's cost (`branch_rows` more rows where a token
-        tree's branches were verified too), and for a speculative round its provider's
-        drafting cost and acceptance."""
-        self.costs.record_verify(drafted + 1 + branch_rows, verify_ms)
+    def observe(self, trial: Trial, document: str, language: str) -> None:
+        """What a round did: its verify pass's cost, and for a speculative round its
+        provider's drafting cost and acceptance."""
+        self.costs.record_verify(trial.drafted + 1 + trial.branch_rows, trial.verify_ms)
         for name in PRIORS:  # every provider
-            self.since_used[name] = self.since_used.get(name, 0) + produced
-        if provider is None or drafted == 0:
+            self.since_used[name] = self.since_used.get(name, 0) + trial.produced
+        provider = trial.provider
+        if provider is None or trial.drafted == 0:
             return
         every = self.options.probe_every
         wait = self.probe_wait.get(provider, every)
-        self.probe_wait[provider] = every if accepted else min(2 * wait, self.options.probe_max)
-        self.costs.record_draft(provider, drafted, draft_ms)
-        self.acceptance.record(provider, document, language, bucket, accepted, drafted)
+        self.probe_wait[provider] = every if trial.accepted else min(2 * wait, self.options.probe_max)
+        self.costs.record_draft(provider, trial.drafted, trial.draft_ms)
+        self.acceptance.record(provider, document, language, trial.bucket, trial.accepted, trial.drafted)
 
     def follow(self, made: Sequence[int], started: Continuation | None, document: str, language: str) -> None:
         """The tokens a round made, against each continuation being checked (`started`:

@@ -13,7 +13,7 @@ import pytest
 from completer.config import Config, GenerationOptions
 from completer.decoders.local import LocalDecoder
 from completer.editor.completer import Completer
-from completer.engine.generation import Engine, generate
+from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.healing import TokenPrefixes, heal
 from completer.engine.speculative import parting_gap
 from completer.models.backend import LlamaContext
@@ -61,8 +61,8 @@ def single_step_noise(model, prompt: list[int], continuation: list[int]) -> floa
 def test_with_single_token_verification_n_gram_speculation_is_plain_decoding(model, draft_length):
     engine = Engine(model, None, n_ctx=2048, calibrate_s=0, exact=True)
     prompt = copy_with_changes(model)
-    plain = generate(engine, prompt, 48, mode="target").tokens
-    fast = generate(engine, prompt, 48, mode="ngram", draft_length=draft_length)
+    plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=48, mode="target")).tokens
+    fast = generate(engine, GenerationRequest(prompt=prompt, max_tokens=48, mode="ngram", draft_length=draft_length))
     assert fast.tokens == plain
     assert fast.stats.drafted > 10 and fast.stats.accepted > 0
 
@@ -73,8 +73,9 @@ def test_batched_speculation_parts_from_plain_decoding_only_within_the_models_ow
     along plain decoding's text."""
     engine = Engine(model, None, n_ctx=2048, calibrate_s=0.3)
     prompt = copy_with_changes(model)
-    plain = generate(engine, prompt, 48, mode="target", keep_logits=True)
-    fast = generate(engine, prompt, 48, mode=mode, draft_length=8 if mode == "ngram" else None, keep_logits=True)
+    plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=48, mode="target", keep_logits=True))
+    fast = generate(engine, GenerationRequest(prompt=prompt, max_tokens=48, mode=mode,
+                                              draft_length=8 if mode == "ngram" else None, keep_logits=True))
     assert fast.stats.drafted > 0
     if fast.tokens != plain.tokens:
         gap = parting_gap(plain.logits, fast.logits.argmax(axis=1))
@@ -106,7 +107,7 @@ def test_healing_backs_up_over_a_word_begun_and_the_first_token_extends_it(model
     prompt = model.tokenize("import os\n\n\ndef main():\n    for name in os.listdir('.'):\n        pri")
     healed_prompt, healing = heal(prompt, model, prefixes)
     assert healing is not None and healing.text.endswith("pri") and len(healed_prompt) < len(prompt)
-    result = generate(engine, healed_prompt, 4, mode="auto", healing=healing)
+    result = generate(engine, GenerationRequest(prompt=healed_prompt, max_tokens=4, mode="auto", healing=healing))
     assert model.token_bytes(result.tokens[0]).startswith(healing.text.encode())
     assert result.text.startswith("nt")  # print(, the word begun
 

@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from completer.engine.candidates import MAX_GAP, branch_points, candidates
-from completer.engine.generation import Engine, generate
+from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.speculative import NEAR_TIE_LOGITS, parting_gap
 from test_speculative_engine import stdlib_holes
 
@@ -55,8 +55,8 @@ def test_each_candidate_is_greedy_after_its_first_token(exact, target, mode):
     made = 0
     for hole in stdlib_holes(4, prompt_chars=600):
         prompt = target.tokenize(hole)
-        main = generate(exact, prompt, 24, mode=mode, keep_logits=True)
-        for candidate in candidates(exact, prompt, main, 3, 24):
+        main = generate(exact, GenerationRequest(prompt=prompt, max_tokens=24, mode=mode, keep_logits=True))
+        for candidate in candidates(exact, GenerationRequest(prompt=prompt, max_tokens=24), main, 3):
             made += 1
             point = candidate.position
             assert candidate.tokens[:point] == main.tokens[:point]
@@ -66,7 +66,8 @@ def test_each_candidate_is_greedy_after_its_first_token(exact, target, mode):
                 assert candidate.stop_reason == "end"  # the runner-up there was an end of generation
                 continue
             start = prompt + candidate.tokens[: point + 1]
-            plain = generate(exact, start, 24 - point - 1, mode="target", keep_logits=True)
+            plain = generate(exact, GenerationRequest(prompt=start, max_tokens=24 - point - 1, mode="target",
+                                                      keep_logits=True))
             rest = candidate.tokens[point + 1:]
             # Cut where the completion ended ("time"): a start of plain decoding's text.
             plain_part = plain.tokens[: len(rest)] if candidate.stop_reason == "time" else plain.tokens
@@ -78,12 +79,12 @@ def test_each_candidate_is_greedy_after_its_first_token(exact, target, mode):
 
 def test_the_completions_cache_is_left_as_it_was(exact, target):
     prompt = target.tokenize(stdlib_holes(1, prompt_chars=600)[0])
-    main = generate(exact, prompt, 16, mode="target", keep_logits=True)
+    main = generate(exact, GenerationRequest(prompt=prompt, max_tokens=16, mode="target", keep_logits=True))
     held = list(exact.target.tokens)
-    assert candidates(exact, prompt, main, 2, 16)
+    assert candidates(exact, GenerationRequest(prompt=prompt, max_tokens=16), main, 2)
     assert exact.target.tokens == held and exact.target.consistent
     assert exact.target.context.length() == len(held)  # the branches' cells are gone: none is counted as the text's
-    again = generate(exact, prompt, 16, mode="target")
+    again = generate(exact, GenerationRequest(prompt=prompt, max_tokens=16, mode="target"))
     assert again.tokens == main.tokens
 
 
@@ -91,8 +92,9 @@ def test_candidates_stop_as_the_completion_does(exact, target):
     """The same stop strings and limit: no candidate holds a stop string or runs past max_tokens."""
     for hole in stdlib_holes(3, prompt_chars=600):
         prompt = target.tokenize(hole)
-        main = generate(exact, prompt, 20, stop=("\n",), mode="target", keep_logits=True)
-        for candidate in candidates(exact, prompt, main, 3, 20, stop=("\n",)):
+        main = generate(exact, GenerationRequest(prompt=prompt, max_tokens=20, stop=("\n",), mode="target",
+                                                 keep_logits=True))
+        for candidate in candidates(exact, GenerationRequest(prompt=prompt, max_tokens=20, stop=("\n",)), main, 3):
             assert "\n" not in candidate.text and len(candidate.tokens) <= 20
             # No longer than the completion, with its end token: a candidate costs no more than it.
             assert len(candidate.tokens) <= max(len(main.tokens) + (main.end_token is not None), candidate.position + 1)
@@ -101,7 +103,7 @@ def test_candidates_stop_as_the_completion_does(exact, target):
 
 def test_a_cancelled_request_gets_no_candidates(exact, target):
     prompt = target.tokenize(stdlib_holes(1, prompt_chars=600)[0])
-    main = generate(exact, prompt, 16, mode="target", keep_logits=True)
+    main = generate(exact, GenerationRequest(prompt=prompt, max_tokens=16, mode="target", keep_logits=True))
     cancel = threading.Event()
     cancel.set()
-    assert candidates(exact, prompt, main, 3, 16, cancel=cancel) == []
+    assert candidates(exact, GenerationRequest(prompt=prompt, max_tokens=16, cancel=cancel), main, 3) == []

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from completer.engine.drafts import CopyDrafter
-from completer.engine.generation import Engine, generate
+from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.speculative import NEAR_TIE_LOGITS, parting_gap
 from completer.engine.tuning import CostModel
 
@@ -71,8 +71,9 @@ def test_with_single_token_verification_copy_drafting_is_plain_decoding(target, 
     the tuner's k and at fixed ones (long copies, rejected within)."""
     engine = Engine(target, None, n_ctx=2048, calibrate_s=0, exact=True)
     prompt, original = rewrite_prompt(target, CODE)
-    plain = generate(engine, prompt, 96, mode="target")
-    copied = generate(engine, prompt, 96, mode="ngram", copy_from=original, draft_length=draft_length)
+    plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=96, mode="target"))
+    copied = generate(engine, GenerationRequest(prompt=prompt, max_tokens=96, mode="ngram", copy_from=original,
+                                                draft_length=draft_length))
     assert copied.tokens == plain.tokens
     assert copied.stats.accepted > 0 and any(r[0] == "copy" for r in copied.stats.rounds)
 
@@ -86,8 +87,9 @@ def test_copy_drafting_with_batched_verification_parts_from_plain_decoding_only_
     engine = Engine(target, None, n_ctx=2048, costs=curve)
     prompt, original = rewrite_prompt(target, CODE)
     # smol copies the function's first 40 tokens or so, then writes its own.
-    plain = generate(engine, prompt, 40, mode="target", keep_logits=True)
-    copied = generate(engine, prompt, 40, mode=mode, copy_from=original, keep_logits=True)
+    plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=40, mode="target", keep_logits=True))
+    copied = generate(engine, GenerationRequest(prompt=prompt, max_tokens=40, mode=mode, copy_from=original,
+                                                keep_logits=True))
     if copied.tokens != plain.tokens:
         gap = parting_gap(plain.logits, copied.logits.argmax(axis=1))
         assert gap is not None and gap < NEAR_TIE_LOGITS, f"parted where plain preferred its token by {gap}"
@@ -120,8 +122,9 @@ def test_a_rewrite_of_lines_written_twice_verifies_both_copies_in_one_pass(targe
     curve = CostModel(verify_ms={n: 10.0 + 0.5 * n for n in range(1, 65)}, smoothing=0.0)  # held still, as above
     engine = Engine(target, None, n_ctx=2048, costs=curve)
     prompt, original = rewrite_prompt(target, CLAMP)
-    plain = generate(engine, prompt, 80, mode="target", keep_logits=True)
-    copied = generate(engine, prompt, 80, mode="ngram", copy_from=original)  # trees: no logits kept
+    plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=80, mode="target", keep_logits=True))
+    copied = generate(engine, GenerationRequest(prompt=prompt, max_tokens=80, mode="ngram",
+                                                copy_from=original))  # trees: no logits kept
     if copied.tokens != plain.tokens:
         gap = parting_gap(plain.logits, np.array(copied.tokens))
         assert gap is not None and gap < NEAR_TIE_LOGITS, f"parted where plain preferred its token by {gap}"

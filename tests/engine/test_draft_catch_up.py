@@ -12,7 +12,7 @@ import pytest
 from completer.decoders.local import LocalDecoder
 from completer.decoders.protocol import Decode
 from completer.engine.drafts import CATCH_UP_PIECE, ModelDrafter
-from completer.engine.generation import Engine, generate
+from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.kv import KVSequence
 from completer.engine.speculative import Sampling
 from completer.engine.tuning import CostModel
@@ -99,9 +99,10 @@ def test_greedy_drafting_after_a_catch_up_in_pieces_and_after_a_cancelled_one_is
     engine = Engine(target, draft, n_ctx=1024, calibrate_s=0, exact=True)
     prompt = long_prompt(target, 2 * CATCH_UP_PIECE + 17)
     draft_length = 4
-    plain = generate(engine, prompt, 16, mode="target").tokens
+    plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=16, mode="target")).tokens
     engine.drafter.sequence.truncate(0)
-    assert generate(engine, prompt, 16, mode="draft", draft_length=draft_length).tokens == plain
+    assert generate(engine, GenerationRequest(prompt=prompt, max_tokens=16, mode="draft",
+                                              draft_length=draft_length)).tokens == plain
     # A catch-up cancelled after its first piece, then a request that goes on from it.
     engine.drafter.sequence.truncate(0)
     cancel = threading.Event()
@@ -109,5 +110,5 @@ def test_greedy_drafting_after_a_catch_up_in_pieces_and_after_a_cancelled_one_is
         cancel_after_first_piece(engine.drafter.sequence, cancel, patch)
         engine.drafter.propose(prompt, draft_length, Sampling(), np.random.default_rng(0), cancel)
     assert len(engine.drafter.sequence.tokens) == CATCH_UP_PIECE
-    fast = generate(engine, prompt, 16, mode="draft", draft_length=draft_length)
+    fast = generate(engine, GenerationRequest(prompt=prompt, max_tokens=16, mode="draft", draft_length=draft_length))
     assert fast.tokens == plain and fast.stats.drafted > 0

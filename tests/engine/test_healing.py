@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from completer.engine.generation import Engine, generate
+from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.healing import TokenPrefixes, heal
 from completer.engine.speculative import Sampling
 from completer.prompt import path_header
@@ -59,10 +59,11 @@ def test_healing_fixes_a_word_the_unhealed_prompt_gets_wrong(engine, target, pre
     text, rest_of_word = cursor_in_word(222)
     assert rest_of_word == "r_line"
     prompt = target.tokenize(text)
-    unhealed = generate(engine, prompt, 8, mode="target").text
+    unhealed = generate(engine, GenerationRequest(prompt=prompt, max_tokens=8, mode="target")).text
     assert not unhealed.startswith(rest_of_word)  # smol: "cu = len(chunks)"
     healed_prompt, healing = heal(prompt, target, prefixes)
-    healed = generate(engine, healed_prompt, 8, mode="target", healing=healing).text
+    healed = generate(engine, GenerationRequest(prompt=healed_prompt, max_tokens=8, mode="target",
+                                                healing=healing)).text
     assert healed.startswith(rest_of_word)
 
 
@@ -73,9 +74,11 @@ def test_healing_completes_words_far_more_often_over_many_cursors(engine, target
             continue
         text, rest_of_word = cursor_in_word(line_number)
         prompt = target.tokenize(text)
-        plain += generate(engine, prompt, 6, mode="target").text.startswith(rest_of_word)
+        plain += generate(engine, GenerationRequest(prompt=prompt, max_tokens=6,
+                                                    mode="target")).text.startswith(rest_of_word)
         healed_prompt, healing = heal(prompt, target, prefixes)
-        healed += generate(engine, healed_prompt, 6, mode="target", healing=healing).text.startswith(rest_of_word)
+        healed += generate(engine, GenerationRequest(prompt=healed_prompt, max_tokens=6, mode="target",
+                                                     healing=healing)).text.startswith(rest_of_word)
     assert healed >= plain + 3
 
 
@@ -83,8 +86,8 @@ def test_sampled_first_tokens_always_extend_what_was_typed(engine, target, prefi
     prompt = target.tokenize(path_header("a.py") + "import os\n\ndef main():\n    pa")
     healed_prompt, healing = heal(prompt, target, prefixes)
     for seed in range(12):
-        result = generate(engine, healed_prompt, 3, mode="auto", healing=healing,
-                          sampling=Sampling(temperature=1.5, top_p=1.0, seed=seed))
+        result = generate(engine, GenerationRequest(prompt=healed_prompt, max_tokens=3, mode="auto", healing=healing,
+                                                    sampling=Sampling(temperature=1.5, top_p=1.0, seed=seed)))
         assert target.token_bytes(result.tokens[0]).startswith(healing.text.encode())
         assert healing.text.endswith("pa") and np.isin(result.tokens[0], healing.allowed)
         assert target.detokenize(result.tokens) == healing.text + result.text

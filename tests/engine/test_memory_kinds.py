@@ -19,7 +19,7 @@ from completer.config import CacheOptions, Config
 from completer.decoders.local import LocalDecoder
 from completer.decoders.protocol import Decode, Decoded
 from completer.engine.drafts import ModelDrafter
-from completer.engine.generation import MAX_TREE_BRANCHES, PROMPT_PIECE, Engine, generate
+from completer.engine.generation import MAX_TREE_BRANCHES, PROMPT_PIECE, Engine, GenerationRequest, generate
 from completer.engine.kv import CHECKPOINT_SPACING, KVSequence, evaluate_in_pieces
 from completer.engine.speculative import Sampling
 from completer.engine.tuning import CostModel
@@ -97,10 +97,11 @@ def test_a_copy_of_targets_tokens_is_rejected_exactly_where_it_was_changed(reque
     model = loaded(request, name)
     engine = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
     prompt = prompt_of(model)
-    plain = generate(engine, prompt, 40, mode="target").tokens
+    plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=40, mode="target")).tokens
     for fraction, draft_length in ((1.0, 4), (0.8, 3), (0.8, 6)):
-        fast = generate(engine, prompt, 40, mode="ngram", draft_length=draft_length,
-                        copy_from=target_copy(plain, fraction, len(prompt)))
+        fast = generate(engine, GenerationRequest(prompt=prompt, max_tokens=40, mode="ngram",
+                                                  draft_length=draft_length,
+                                                  copy_from=target_copy(plain, fraction, len(prompt))))
         assert fast.tokens == plain
         assert sum(k for provider, k, *_ in fast.stats.rounds if provider == "copy") >= 10
         at, rejected_at = 0, []
@@ -141,10 +142,11 @@ def test_forced_drafts_of_every_length_rejected_anywhere_give_plain_decodings_to
     model = loaded(request, name)
     engine = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
     prompt = prompt_of(model)
-    plain = generate(engine, prompt, 40, mode="target").tokens
+    plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=40, mode="target")).tokens
     for offset in (0, 2):
-        fast = generate(engine, prompt, 40, mode="ngram", draft_length=draft_length,
-                        copy_from=with_every_nth_changed(plain, 5, offset))
+        fast = generate(engine, GenerationRequest(prompt=prompt, max_tokens=40, mode="ngram",
+                                                  draft_length=draft_length,
+                                                  copy_from=with_every_nth_changed(plain, 5, offset)))
         parted = next((i for i, (a, b) in enumerate(zip(fast.tokens, plain)) if a != b), None)
         assert fast.tokens == plain, f"parted at {parted}"
         assert fast.stats.accepted > 0 and fast.stats.drafted > fast.stats.accepted
@@ -195,8 +197,8 @@ def test_edits_anywhere_in_a_cached_document_give_a_fresh_evaluations_answer(mod
     edits.append(edits[-1][:20] + edits[-1][29:])
     rewound = []
     for prompt in edits:
-        got = generate(engine, prompt, 12, mode="target")
-        assert got.tokens == generate(fresh, prompt, 12, mode="target").tokens
+        got = generate(engine, GenerationRequest(prompt=prompt, max_tokens=12, mode="target"))
+        assert got.tokens == generate(fresh, GenerationRequest(prompt=prompt, max_tokens=12, mode="target")).tokens
         fresh.reset()
         rewound.append(got.stats.rewound)
     if not engine.target.context.cuts_anywhere:
@@ -217,10 +219,10 @@ def test_an_edit_far_from_the_cursor_goes_back_at_most_the_checkpoint_spacing(re
     engine = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
     fresh = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
     text = prompt_of(model, 700)
-    generate(engine, text, 4, mode="target")
+    generate(engine, GenerationRequest(prompt=text, max_tokens=4, mode="target"))
     edited = text[:520] + text[521:]
-    got = generate(engine, edited, 12, mode="target")
-    assert got.tokens == generate(fresh, edited, 12, mode="target").tokens
+    got = generate(engine, GenerationRequest(prompt=edited, max_tokens=12, mode="target"))
+    assert got.tokens == generate(fresh, GenerationRequest(prompt=edited, max_tokens=12, mode="target")).tokens
     assert got.stats.rewound == 520 - 2 * CHECKPOINT_SPACING, got.stats
 
 
@@ -261,17 +263,18 @@ def test_the_first_keystroke_in_a_fill_in_the_middle_prompt_goes_back_to_a_check
     def fim(prefix: list[int]) -> list[int]:
         return [special.fim_prefix, *prefix, special.fim_suffix, *text[150:250], special.fim_middle]
     engine = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
-    generate(engine, fim(text[:150]), 8, mode="target")
-    typed = generate(engine, fim(text[:150] + text[300:301]), 8, mode="target")
+    generate(engine, GenerationRequest(prompt=fim(text[:150]), max_tokens=8, mode="target"))
+    typed = generate(engine, GenerationRequest(prompt=fim(text[:150] + text[300:301]), max_tokens=8, mode="target"))
     assert typed.stats.rewound == 0
     fresh = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
-    assert typed.tokens == generate(fresh, fim(text[:150] + text[300:301]), 8, mode="target").tokens
+    assert typed.tokens == generate(fresh, GenerationRequest(prompt=fim(text[:150] + text[300:301]), max_tokens=8,
+                                                             mode="target")).tokens
 
 
 def test_a_prompt_cancelled_mid_evaluation_leaves_a_state_the_next_request_can_use(model):
     engine = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
     prompt = prompt_of(model, 230)
-    generate(engine, prompt[:100], 8, mode="target")
+    generate(engine, GenerationRequest(prompt=prompt[:100], max_tokens=8, mode="target"))
     cancel = threading.Event()
     pieces = 0
     extend = engine.target.extend
@@ -287,7 +290,8 @@ def test_a_prompt_cancelled_mid_evaluation_leaves_a_state_the_next_request_can_u
     assert pieces == 1 and engine.target.consistent
     fresh = Engine(model, None, n_ctx=1024, calibrate_s=0, exact=True)
     edited = prompt[:50] + prompt[60:] + prompt[:20]
-    assert generate(engine, edited, 12, mode="target").tokens == generate(fresh, edited, 12, mode="target").tokens
+    request = GenerationRequest(prompt=edited, max_tokens=12, mode="target")
+    assert generate(engine, request).tokens == generate(fresh, request).tokens
 
 
 def fim_keystroke_decoder(model: LlamaModel):

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 from scipy.stats import binomtest, chisquare
 
-from completer.engine.generation import PROMPT_PIECE, Engine, generate
+from completer.engine.generation import PROMPT_PIECE, Engine, GenerationRequest, generate
 from completer.engine.kv import KVSequence
 from completer.engine.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap, probabilities
 from completer.engine.tuning import CostModel
@@ -66,9 +66,9 @@ def test_with_single_token_verification_greedy_speculation_is_plain_decoding(tar
     drafted = accepted = 0
     for hole in stdlib_holes(3, prompt_chars=600):
         prompt = target.tokenize(hole)
-        plain = generate(engine, prompt, 32, mode="target").tokens
+        plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=32, mode="target")).tokens
         for mode, k in GREEDY_CONFIGURATIONS:
-            fast = generate(engine, prompt, 32, mode=mode, draft_length=k)
+            fast = generate(engine, GenerationRequest(prompt=prompt, max_tokens=32, mode=mode, draft_length=k))
             assert fast.tokens == plain, f"{mode} at k={k} parted from plain decoding"
             drafted, accepted = drafted + fast.stats.drafted, accepted + fast.stats.accepted
     assert drafted > 100 and accepted > 0  # speculation ran, and some of it was kept
@@ -81,9 +81,9 @@ def test_a_line_written_over_and_over_is_copied_on_past_the_texts_end_as_plain_d
     a round; with one token per target decode the output is plain decoding's."""
     engine = Engine(target, None, n_ctx=1024, calibrate_s=0, exact=True)
     prompt = target.tokenize("# Options\n" + "#\n" * 40)
-    plain = generate(engine, prompt, 99, mode="target")
+    plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=99, mode="target"))
     assert target.detokenize(plain.tokens).startswith("#\n" * 8)  # the loop this is about
-    copied = generate(engine, prompt, 99, mode="ngram", draft_length=32)
+    copied = generate(engine, GenerationRequest(prompt=prompt, max_tokens=99, mode="ngram", draft_length=32))
     assert copied.tokens == plain.tokens
     assert copied.stats.target_passes <= 4 and copied.stats.accepted == copied.stats.drafted
 
@@ -96,8 +96,9 @@ def test_greedy_speculation_equals_plain_decoding_up_to_near_ties(engine, target
     completer/engine/speculative.py for the measurement)."""
     for hole in stdlib_holes(4):
         prompt = target.tokenize(hole)
-        plain = generate(engine, prompt, 32, mode="target", keep_logits=True)
-        fast = generate(engine, prompt, 32, mode=mode, draft_length=draft_length, keep_logits=True)
+        plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=32, mode="target", keep_logits=True))
+        fast = generate(engine, GenerationRequest(prompt=prompt, max_tokens=32, mode=mode, draft_length=draft_length,
+                                                  keep_logits=True))
         if fast.tokens == plain.tokens:
             continue
         gap = parting_gap(plain.logits, fast.logits.argmax(axis=1))
@@ -128,9 +129,9 @@ def test_a_token_tree_takes_the_runner_up_where_the_target_goes_and_stays_lossle
     taken = 0
     for hole in stdlib_holes(4, prompt_chars=600):
         prompt = target.tokenize(hole)
-        plain = generate(engine, prompt, 32, mode="target", keep_logits=True)
+        plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=32, mode="target", keep_logits=True))
         engine.ngram.workspace = exact.ngram.workspace = forked_index(prompt, plain.tokens, fork=5)
-        fast = generate(engine, prompt, 32, mode="ngram")
+        fast = generate(engine, GenerationRequest(prompt=prompt, max_tokens=32, mode="ngram"))
         if fast.tokens != plain.tokens:
             gap = parting_gap(plain.logits, np.array(fast.tokens))
             assert gap is not None and gap < NEAR_TIE_LOGITS, f"parted where plain preferred its token by {gap}"
@@ -147,7 +148,7 @@ def test_a_token_tree_takes_the_runner_up_where_the_target_goes_and_stays_lossle
         assert fast.stats.branches_taken == fast.stats.branch_hits
         if fast.tokens[:6] == plain.tokens[:6]:
             assert fast.stats.tree_rounds >= 1 and fast.stats.branch_rows >= 1
-        assert generate(exact, prompt, 32, mode="ngram").stats.tree_rounds == 0
+        assert generate(exact, GenerationRequest(prompt=prompt, max_tokens=32, mode="ngram")).stats.tree_rounds == 0
     # The branch carried the round where the proposal parted (in a hole where the batched
     # pass did not part from plain decoding at a near tie before the fork).
     assert taken >= 2
@@ -158,10 +159,10 @@ def test_a_round_cut_by_the_token_limit_keeps_plain_decodings_tokens(target, tem
     rounds run long): the text stops exactly at the limit and is plain decoding's start."""
     engine = Engine(target, LlamaModel(tempered), n_ctx=2048, calibrate_s=0, exact=True)
     prompt = target.tokenize(stdlib_holes(1)[0])
-    plain = generate(engine, prompt, 24, mode="target").tokens
+    plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=24, mode="target")).tokens
     for limit in (1, 5, 7):
         for mode, k in [("draft", 6), ("draft", 15), ("auto", None)]:
-            cut = generate(engine, prompt, limit, mode=mode, draft_length=k)
+            cut = generate(engine, GenerationRequest(prompt=prompt, max_tokens=limit, mode=mode, draft_length=k))
             assert cut.tokens == plain[:limit] and cut.stop_reason == "max_tokens", (limit, mode, k)
 
 
@@ -174,7 +175,8 @@ def test_the_target_as_its_own_draft_is_rejected_only_at_near_ties(smol, target)
     engine = Engine(target, target, n_ctx=2048, calibrate_s=0)
     accepted = drafted = 0
     for hole in stdlib_holes(3):
-        result = generate(engine, target.tokenize(hole), 32, mode="draft", draft_length=4, keep_logits=True)
+        result = generate(engine, GenerationRequest(prompt=target.tokenize(hole), max_tokens=32, mode="draft",
+                                                    draft_length=4, keep_logits=True))
         made_before = 0
         for provider, k, _, _, made in result.stats.rounds:
             rejected_at = made_before + made - 1  # the target's own token, where it parted from the draft
@@ -204,7 +206,8 @@ def assert_cache_holds(sequence, text: list[int]) -> None:
 @pytest.mark.parametrize("sampling", [Sampling(), Sampling(temperature=0.8, seed=3)])
 def test_after_rejections_the_caches_hold_exactly_the_accepted_tokens(engine, target, sampling):
     prompt = target.tokenize(stdlib_holes(1)[0])
-    result = generate(engine, prompt, 40, mode="draft", draft_length=5, sampling=sampling)
+    result = generate(engine, GenerationRequest(prompt=prompt, max_tokens=40, mode="draft", draft_length=5,
+                                                sampling=sampling))
     assert result.stats.accepted < result.stats.drafted  # the derived draft was rejected, the case to test
     assert result.stop_reason == "max_tokens"
     # Stopping cuts the text at 40 tokens; the caches may run past the cut, never off the text.
@@ -257,7 +260,8 @@ def test_sampling_with_a_partly_agreeing_draft_has_the_targets_joint_distributio
     n = 1000
     for seed in range(n):
         # max_tokens 4 leaves room for k = 3 in the first round; the first three tokens are judged.
-        result = generate(engine, prompt, 4, sampling=replace(SAMPLING, seed=seed), mode="draft", draft_length=3)
+        result = generate(engine, GenerationRequest(prompt=prompt, max_tokens=4, sampling=replace(SAMPLING, seed=seed),
+                                                    mode="draft", draft_length=3))
         samples[tuple(result.tokens[:3])] += 1
         drafted, accepted = drafted + result.stats.drafted, accepted + result.stats.accepted
     assert 0.3 <= accepted / drafted <= 0.8, accepted / drafted  # both sides of min(1, p/q) are exercised
@@ -282,8 +286,9 @@ def test_a_drafted_token_is_accepted_with_probability_one_less_the_total_variati
     q = probabilities(draft.eval(prompt[-1:], len(prompt) - 1, logits_at=[0]), SAMPLING)[0]
     n = 800
     # max_tokens 2: one round of one drafted token.
-    accepted = sum(generate(engine, prompt, 2, sampling=replace(SAMPLING, seed=seed), mode="draft",
-                            draft_length=1).stats.accepted for seed in range(n))
+    accepted = sum(generate(engine, GenerationRequest(prompt=prompt, max_tokens=2,
+                                                      sampling=replace(SAMPLING, seed=seed), mode="draft",
+                                                      draft_length=1)).stats.accepted for seed in range(n))
     assert binomtest(accepted, n, np.minimum(p, q).sum()).pvalue > 0.001, (accepted / n, np.minimum(p, q).sum())
 
 
@@ -292,19 +297,20 @@ def test_a_draft_that_does_not_pay_is_abandoned(target, draft):
     engine = Engine(target, draft, n_ctx=2048, calibrate_s=0.3)
     speculative = passes = 0
     for hole in stdlib_holes(4):
-        stats = generate(engine, target.tokenize(hole), 48, mode="draft", document="a.py", language="python").stats
+        stats = generate(engine, GenerationRequest(prompt=target.tokenize(hole), max_tokens=48, mode="draft",
+                                                   document="a.py", language="python")).stats
         speculative, passes = speculative + stats.speculative_rounds, passes + stats.target_passes
     assert speculative <= 0.2 * passes
 
 
 def test_stops_at_a_stop_string_a_time_budget_and_a_cancel(engine, target):
     prompt = target.tokenize(stdlib_holes(1)[0])
-    stopped = generate(engine, prompt, 48, stop=("\n",), mode="auto")
+    stopped = generate(engine, GenerationRequest(prompt=prompt, max_tokens=48, stop=("\n",), mode="auto"))
     assert stopped.stop_reason == "stop" and "\n" not in stopped.text
-    assert generate(engine, prompt, 48, time_budget_ms=0).stop_reason == "time"
+    assert generate(engine, GenerationRequest(prompt=prompt, max_tokens=48, time_budget_ms=0)).stop_reason == "time"
     cancel = threading.Event()
     cancel.set()
-    cancelled = generate(engine, prompt, 48, cancel=cancel)
+    cancelled = generate(engine, GenerationRequest(prompt=prompt, max_tokens=48, cancel=cancel))
     assert cancelled.stop_reason == "cancelled" and cancelled.tokens == []
 
 
@@ -328,17 +334,19 @@ def test_a_cancel_stops_the_prompt_evaluation_at_the_next_piece(engine, target):
     prompt = target.tokenize(stdlib_holes(1, prompt_chars=4000)[0])
     assert len(prompt) > 3 * PROMPT_PIECE
     engine.reset()
-    assert generate(engine, prompt, 8, cancel=CancelledAfter(0)).stop_reason == "cancelled"
+    assert generate(engine, GenerationRequest(prompt=prompt, max_tokens=8,
+                                              cancel=CancelledAfter(0))).stop_reason == "cancelled"
     assert engine.target.tokens == []
-    assert generate(engine, prompt, 8, cancel=CancelledAfter(2)).stop_reason == "cancelled"
+    assert generate(engine, GenerationRequest(prompt=prompt, max_tokens=8,
+                                              cancel=CancelledAfter(2))).stop_reason == "cancelled"
     assert engine.target.tokens == prompt[:2 * PROMPT_PIECE]
-    finished = generate(engine, prompt, 8)  # the next request goes on from there
+    finished = generate(engine, GenerationRequest(prompt=prompt, max_tokens=8))  # the next request goes on from there
     assert finished.stop_reason != "cancelled" and engine.target.tokens[:len(prompt)] == prompt
 
 
 def test_an_unknown_mode_is_refused(engine, target):
     with pytest.raises(ValueError, match="unknown draft mode 'fast'"):
-        generate(engine, target.tokenize("x = 1"), 4, mode="fast")
+        generate(engine, GenerationRequest(prompt=target.tokenize("x = 1"), max_tokens=4, mode="fast"))
 
 
 def test_a_draft_that_fails_mid_session_leaves_the_target_completing_alone(smol, target):
@@ -347,8 +355,10 @@ def test_a_draft_that_fails_mid_session_leaves_the_target_completing_alone(smol,
     assert len(prompt) > 100
     # A real llama.cpp context too small for the prompt: the draft's next evaluation fails.
     engine.drafter.sequence = KVSequence(LlamaContext(engine.drafter.sequence.context.model, n_ctx=64))
-    failed = generate(engine, prompt, 24, mode="draft", draft_length=3)
+    failed = generate(engine, GenerationRequest(prompt=prompt, max_tokens=24, mode="draft", draft_length=3))
     assert engine.drafter is None and "the draft model failed" in engine.draft_failure
-    plain = generate(Engine(target, None, n_ctx=1024, calibrate_s=0), prompt, 24, mode="target")
+    plain = generate(Engine(target, None, n_ctx=1024, calibrate_s=0), GenerationRequest(prompt=prompt, max_tokens=24,
+                                                                                        mode="target"))
     assert failed.tokens == plain.tokens  # nothing lost: the target's own text
-    assert generate(engine, prompt, 8, mode="draft").tokens == plain.tokens[:8]  # and it goes on serving
+    assert generate(engine, GenerationRequest(prompt=prompt, max_tokens=8,
+                                              mode="draft")).tokens == plain.tokens[:8]  # and it goes on serving

@@ -22,7 +22,7 @@ from lsprotocol import types
 
 from completer.config import DraftingOptions
 from completer.engine.drafts import NgramDrafter
-from completer.engine.generation import Engine, generate
+from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.workspace_index import NO_MATCH, TokenTable, WorkspaceIndex, saved_index_path, workspace_files
 from completer.models.backend import LlamaModel
 from completer.models.sources import listed_files
@@ -380,12 +380,12 @@ def test_an_index_of_ids_the_target_lacks_drafts_nothing_and_decoding_goes_on(sm
     # Text whose end occurs nowhere earlier in it: the index is the only n-gram provider.
     prompt = target.tokenize("import json\n\n\ndef load_settings(path):\n"
                              "    with open(path) as handle:\n        return")
-    plain = generate(engine, prompt, 8, mode="target")
+    plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=8, mode="target"))
     beyond = [target.n_vocab + 7, target.n_vocab + 9] * 4
     engine.ngram.workspace = WorkspaceIndex()
     engine.ngram.workspace.table = TokenTable([("other.py", np.array(prompt[-12:] + beyond, np.int32))])
     assert engine.ngram.lookup_workspace(prompt, 4, target.n_vocab + 10).tokens == beyond[:4]  # it matches
-    drafted = generate(engine, prompt, 8, mode="ngram", draft_length=4)
+    drafted = generate(engine, GenerationRequest(prompt=prompt, max_tokens=8, mode="ngram", draft_length=4))
     assert drafted.tokens == plain.tokens
 
 

@@ -11,8 +11,8 @@ from completer.config import DraftingOptions
 from completer.engine.drafts import NgramDrafter, NgramIndex
 from completer.engine.kv import common_prefix_length
 from completer.engine.speculative import Branch
-from completer.engine.tuning import (AcceptanceCurve, Candidate, Continuation, CostModel, Plan, Tuner, best_plan,
-                                     match_bucket, with_branches)
+from completer.engine.tuning import (AcceptanceCurve, Candidate, Continuation, CostModel, Plan, Trial, Tuner,
+                                     best_plan, match_bucket, with_branches)
 
 MIN_MATCH, MAX_MATCH = DraftingOptions().ngram_min_match, DraftingOptions().ngram_max_match
 # A CPU-like cost curve in ms: batches of 4 and 8 are cheaper than their neighbours, as
@@ -110,7 +110,7 @@ def test_a_copy_drafted_short_that_goes_on_holding_is_soon_drafted_long():
         for _ in range(10):
             k = tuner.plan([Candidate("ngram", bucket, 63)], "doc", "py").k
             chosen.append(k)
-            tuner.observe("ngram", bucket, k, k, k + 1, tuner.costs.verify(k + 1), 0.0, "doc", "py")
+            tuner.observe(Trial("ngram", bucket, k, k, k + 1, tuner.costs.verify(k + 1), 0.0), "doc", "py")
             if follow:
                 proposed_past_k = Continuation("ngram", bucket, k, tuple(line[made + k:made + 63]))
                 tuner.follow(line[made:made + k + 1], proposed_past_k, "doc", "py")
