@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from completer.config import DraftingOptions
+from completer.engine.documents import Documents
 from completer.engine.kv import KVSequence, evaluate_in_pieces
 from completer.engine.speculative import Sampling, probabilities, sample
 from completer.engine.workspace_index import BRANCH_MOST, NO_MATCH, SAVED_FILES_SHARE, Match, WorkspaceIndex
@@ -152,10 +153,12 @@ class NgramDrafter:
     workspace index the rest), the least recently saved or drafted from dropped first:
     an editor saves every file it edits, and each index costs about 230 bytes a token."""
 
-    def __init__(self, options: DraftingOptions = DraftingOptions(), workspace: WorkspaceIndex | None = None):
+    def __init__(self, options: DraftingOptions = DraftingOptions(), workspace: WorkspaceIndex | None = None,
+                 documents: Documents | None = None):
+        """`documents`: the engine's, which hold the other open documents' texts."""
         self.options = options
         self.document = self._index([])
-        self.others: dict[str, NgramIndex] = {}  # open documents, by the editor's name
+        self.documents = documents if documents is not None else Documents()
         # Workspace files saved since the index was built, by path, least recently used first.
         self.saved_files: OrderedDict[str, NgramIndex] = OrderedDict()
         self.saved_bytes = 0  # their nbytes together; read from any thread (statistics)
@@ -202,10 +205,12 @@ class NgramDrafter:
             self.document = self._index(tokens)
 
     def set_other_document(self, key: str, tokens: list[int]) -> None:
-        self.others[key] = self._index(tokens)
+        self.documents.set_text(key, self._index(tokens))
 
     def remove_other_document(self, key: str) -> None:
-        self.others.pop(key, None)
+        """The document is the live one now: its text is the text looked up in."""
+        if (document := self.documents.find(key)) is not None:
+            document.text = None
 
     def saved_file_index(self, tokens: list[int]) -> NgramIndex:
         """The index set_saved_file takes: built apart, so that the engine need not wait for it."""
@@ -231,9 +236,6 @@ class NgramDrafter:
     def has_saved_file(self, path: str) -> bool:
         return path in self.saved_files
 
-    def forget_other_documents(self) -> None:
-        self.others.clear()
-
     def use_index(self, workspace: WorkspaceIndex | None) -> None:
         """Look up in this workspace index from now on (None: in no index)."""
         self.workspace = workspace
@@ -241,7 +243,9 @@ class NgramDrafter:
     def _rebuild_stale(self) -> None:
         """The indexes built before the match lengths changed, built again (configure)."""
         self.document = self._current(self.document)
-        self.others = {key: self._current(index) for key, index in self.others.items()}
+        for _, document in self.documents.all():
+            if document.text is not None:
+                document.text = self._current(document.text)
         for path, index in list(self.saved_files.items()):
             if (current := self._current(index)) is not index:
                 self.saved_files[path] = current  # its place in the order stays
@@ -259,7 +263,7 @@ class NgramDrafter:
         self.set_document(tokens)
         best_length, best_index, best_end, best_saved = 0, self.document, -1, None
         # Only occurrences with a token after them can propose anything.
-        candidates = [(self.document, None), *((index, None) for index in self.others.values()),
+        candidates = [(self.document, None), *((index, None) for index in self.documents.texts()),
                       *((index, path) for path, index in self.saved_files.items())]
         for index, saved_path in candidates:
             before = len(tokens) if index is self.document else len(index.tokens)

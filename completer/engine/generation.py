@@ -11,14 +11,15 @@ from typing import NamedTuple
 import numpy as np
 
 from completer.config import DRAFT_MODES, CacheOptions, DraftingOptions
-from completer.engine.drafts import NO_PROPOSAL, CopyDrafter, ModelDrafter, NgramDrafter, Proposal
+from completer.engine.documents import Documents, Snapshot
+from completer.engine.drafts import NO_PROPOSAL, CopyDrafter, ModelDrafter, NgramDrafter, NgramIndex, Proposal
 from completer.engine.healing import Healing, mask_to
 from completer.engine.kv import CheckpointBudget, KVSequence, common_prefix_length, evaluate_in_pieces
 from completer.engine.speculative import (Branch, Sampling, TreeVerdict, accept_greedy, accept_tree, probabilities,
                                           verify_greedy, verify_sampled)
 from completer.engine.tuning import (MAX_DRAFT, Candidate, Continuation, CostModel, Plan, Trial, Tuner, calibrate,
                                      match_bucket, widest_taken_back)
-from completer.engine.workspace_index import NO_MATCH
+from completer.engine.workspace_index import NO_MATCH, WorkspaceIndex
 from completer.models.backend import CUT_ANYWHERE, LlamaContext, LlamaModel
 from completer.requests import StopReason
 
@@ -179,14 +180,92 @@ class Engine:
                 costs.record_draft("draft", 1, _time_one_step(self.drafter.sequence.context))
         self.draft_failure = ""  # why the draft model was dropped mid-session; "" while it serves
         self.drafting = drafting
-        self.ngram = NgramDrafter(drafting)
-        self.tuner = Tuner(costs, drafting)
+        # What the engine keeps of each open document: one removal forgets it (forget).
+        self.documents = Documents(int(CacheOptions().budget_mb * 2**20))
+        self.ngram = NgramDrafter(drafting, documents=self.documents)
+        self.tuner = Tuner(costs, drafting, self.documents)
 
-    def configure(self, drafting: DraftingOptions) -> None:
-        """New drafting options: they apply from the next round on."""
+    def configure(self, drafting: DraftingOptions, cache: CacheOptions | None = None) -> None:
+        """New options: drafting's apply from the next round on; the cache's budgets (the
+        saved documents' caches, the checkpoints) now."""
         if drafting != self.drafting:
             self.drafting = self.tuner.options = drafting
             self.ngram.configure(drafting)
+        if cache is not None:
+            self.documents.budget_bytes = int(cache.budget_mb * 2**20)
+            self.checkpoints.limit(int(cache.checkpoint_mb * 2**20))
+
+    def use_index(self, workspace: WorkspaceIndex | None) -> None:
+        """n-gram lookup looks in this workspace index from now on (None: in none)."""
+        self.ngram.use_index(workspace)
+
+    @property
+    def offers_candidates(self) -> bool:
+        """Whether candidates() can fork the target's sequence: recurrent state cannot be."""
+        return self.target.context.cuts_anywhere
+
+    def enter(self, document: str, left: tuple[str, str] | None = None, edits: bool = False) -> None:
+        """The editor is in `document`, having left `left` (its name and text) for it:
+        n-gram lookup drafts from the text left, and no longer from this document's older
+        copy, and the document's caches are made live (activate)."""
+        if left is not None:
+            self.ngram.set_other_document(left[0], self.model.tokenize(left[1]))
+        self.ngram.remove_other_document(document)  # it is the live document now
+        self.activate(document, edits)
+
+    def activate(self, document: str, edits: bool = False) -> None:
+        """Make `document`'s caches the live ones, saving the live ones as their
+        document's. Its next edits (`edits`) have caches of their own: their prompt (an
+        instruction, the region to rewrite) shares next to nothing with its completions'
+        (the text before the cursor), so in one cache each request evaluated its whole
+        prompt again after the other kind, and the editors ask for a next edit whenever
+        typing pauses."""
+        documents = self.documents
+        if (document, edits) == documents.live:
+            return
+        snapshot = documents.take_snapshot(document, edits)  # taken first: saving must not evict it
+        if documents.live is not None:
+            documents.keep_snapshot(*documents.live, Snapshot([sequence.save() for sequence in self.sequences]))
+        for index, sequence in enumerate(self.sequences):
+            if snapshot is not None:
+                sequence.restore(snapshot.sequences[index])
+            else:
+                sequence.truncate(0)
+        documents.live = (document, edits)
+
+    def holds(self, document: str, edits: bool = False) -> bool:
+        """Whether the live caches are the document's (its next edits', for `edits`)."""
+        return self.documents.live == (document, edits)
+
+    def forget(self, document: str) -> None:
+        """The document closed: all the engine kept of it goes in one removal (its saved
+        caches with their checkpoints, its text for n-gram lookup, its acceptance curves;
+        its language's curves keep what it taught them), and live caches that were its
+        are emptied, their checkpoints with them."""
+        live = self.documents.live
+        self.documents.forget(document)
+        if live is not None and live[0] == document:
+            for sequence in self.sequences:
+                sequence.truncate(0)
+
+    def saved_file_index(self, text: str) -> NgramIndex:
+        """The n-gram index of a file's saved text, for set_saved_file: built without the
+        engine, so that a request need not wait for it."""
+        return self.ngram.saved_file_index(self.model.tokenize(text))
+
+    def set_saved_file(self, path: str, index: NgramIndex) -> None:
+        """n-gram lookup drafts from this text of the file from now on."""
+        self.ngram.set_saved_file(path, index)
+
+    def has_saved_file(self, path: str) -> bool:
+        return self.ngram.has_saved_file(path)
+
+    def document_statistics(self) -> dict:
+        """For completer/stats, from any thread."""
+        return {"saved_kv_mb": self.documents.saved_bytes / 2**20,
+                "drafting_documents": len(self.documents.texts()),
+                "tuned_documents": len(self.tuner.acceptance.tuned_documents()),
+                "saved_files_mb": self.ngram.saved_bytes / 2**20}
 
     @property
     def costs(self) -> CostModel:
@@ -222,7 +301,9 @@ class Engine:
             evaluate_in_pieces(sequence, prompt[:-1], PROMPT_PIECE, None, until=until)
 
     def reset(self) -> None:
-        """Empty every cache."""
+        """Empty every cache: the live ones, the documents' saved ones and their texts for
+        n-gram lookup (what was learnt of acceptance stays)."""
+        self.documents.clear()
         for sequence in self.sequences:
             sequence.truncate(0)
 

@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 from typing import NamedTuple
 
 from completer.config import DraftingOptions
+from completer.engine.documents import Documents
 from completer.engine.kv import common_prefix_length
 from completer.engine.speculative import Branch
 
@@ -153,39 +154,38 @@ MATCH_BUCKET_ENDS = (4, 6, 9, 16, 32)
 MATCH_BUCKET_NAMES = ("3", "4-5", "6-8", "9-15", "16-31", "32+")
 
 
-@dataclass
 class AcceptanceTable:
-    """Acceptance curves per (provider, bucket), for each document and each language."""
+    """Acceptance curves per (provider, bucket), for each language, and for each document
+    in what the engine keeps of it (EngineDocument.curves): closing it takes them along."""
 
-    by_key: dict[tuple[str, str, int], AcceptanceCurve] = field(default_factory=dict)
+    def __init__(self, documents: Documents | None = None):
+        self.languages: dict[tuple[str, str, int], AcceptanceCurve] = {}  # (provider, language, bucket) ->
+        self.documents = documents if documents is not None else Documents()
 
-    def _get(self, provider: str, scope: str, bucket: int) -> AcceptanceCurve:
-        return self.by_key.setdefault((provider, scope, bucket), AcceptanceCurve())
+    def _of_document(self, provider: str, document: str, bucket: int) -> AcceptanceCurve:
+        return self.documents.get(document).curves.setdefault((provider, bucket), AcceptanceCurve())
+
+    def _of_language(self, provider: str, language: str, bucket: int) -> AcceptanceCurve:
+        return self.languages.setdefault((provider, language, bucket), AcceptanceCurve())
 
     def record(self, provider: str, document: str, language: str, bucket: int, accepted: int, drafted: int,
                first: int = 0) -> None:
-        for scope in (f"doc:{document}", f"lang:{language}"):
-            self._get(provider, scope, bucket).record(accepted, drafted, first)
+        self._of_document(provider, document, bucket).record(accepted, drafted, first)
+        self._of_language(provider, language, bucket).record(accepted, drafted, first)
 
     def curve(self, provider: str, document: str, language: str, bucket: int) -> AcceptanceCurve:
         """The document's curve once it has MIN_TRIALS, else its language's."""
-        document_curve = self._get(provider, f"doc:{document}", bucket)
+        document_curve = self._of_document(provider, document, bucket)
         if document_curve.total_trials() >= MIN_TRIALS:
             return document_curve
-        return self._get(provider, f"lang:{language}", bucket)
+        return self._of_language(provider, language, bucket)
 
     def survival(self, provider: str, document: str, language: str, bucket: int, most: int) -> list[float]:
         return self.curve(provider, document, language, bucket).survival(most, PRIORS.get(provider, 0.5))
 
-    def forget(self, document: str) -> None:
-        """The document closed: its curves go (its language's keep what it taught them)."""
-        scope = f"doc:{document}"
-        for key in [key for key in self.by_key if key[1] == scope]:
-            del self.by_key[key]
-
-    def documents(self) -> set[str]:
+    def tuned_documents(self) -> list[str]:
         """The documents with curves of their own."""
-        return {scope.removeprefix("doc:") for _, scope, _ in list(self.by_key) if scope.startswith("doc:")}
+        return [name for name, document in self.documents.all() if document.curves]
 
 
 @dataclass(frozen=True)
@@ -303,10 +303,11 @@ class Tuner:
     round: the cost model, the acceptance estimates, and how long since each provider
     was last tried (for probes). `options` are drafting's (margin and probes)."""
 
-    def __init__(self, costs: CostModel, options: DraftingOptions):
+    def __init__(self, costs: CostModel, options: DraftingOptions, documents: Documents | None = None):
+        """`documents`: the engine's, which hold each document's acceptance curves."""
         self.costs = costs
         self.options = options
-        self.acceptance = AcceptanceTable()
+        self.acceptance = AcceptanceTable(documents)
         self.since_used: dict[str, int] = {}  # provider -> tokens generated since its last round
         self.probe_wait: dict[str, int] = {}  # provider -> tokens to wait before probing it
         self.branch_hits = AcceptanceCurve()  # its first position: how often a branch's first token is the target's
