@@ -9,91 +9,18 @@ recently used document evaluates only what changed.
 
 import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass
 
 from completer.config import Config
 from completer.decoders.protocol import Decode, DecodeCounts, Decoded, DecoderModel, with_length
 from completer.engine.candidates import candidates
-from completer.engine.generation import PROMPT_PIECE, Engine, generate
+from completer.engine.generation import PROMPT_PIECE, Engine, GenerationRequest, generate
 from completer.engine.healing import TokenPrefixes, heal
-from completer.engine.kv import SavedSequence
 from completer.engine.workspace_index import WorkspaceIndex, saved_index_path
 from completer.prompt import Segment, template_for, tokenize_segments
-from completer.requests import EDITS, CancelFlag, StopReason
+from completer.requests import CancelFlag, StopReason
 from completer.workspace import Workspace
-
-
-@dataclass
-class Snapshot:
-    """A document's saved caches, one per live sequence."""
-
-    sequences: list[SavedSequence]
-
-    @property
-    def size_bytes(self) -> int:
-        return sum(saved.nbytes for saved in self.sequences)
-
-
-def caches_name(document: str, edits: bool) -> str:
-    """The name of a document's caches. Its next edits have caches of their own: their prompt
-    (an instruction, the region to rewrite) shares next to nothing with its completions'
-    (the text before the cursor), so in one cache each request evaluated its whole prompt
-    again after the other kind, and the editors ask for a next edit whenever typing pauses."""
-    return EDITS + document if edits else document
-
-
-class DocumentCaches:
-    """The live document's name and the others' saved caches. Switching runs with the
-    engine; `saved_bytes` is read from any thread (statistics), so `saved` changes and
-    is read only under its own lock."""
-
-    def __init__(self, engine: Engine, budget_mb: float):
-        self.engine = engine
-        self.budget_bytes = int(budget_mb * 2**20)
-        self.current: str | None = None
-        self.saved: OrderedDict[str, Snapshot] = OrderedDict()  # least recently used first
-        self._lock = threading.Lock()
-
-    @property
-    def saved_bytes(self) -> int:
-        with self._lock:
-            snapshots = list(self.saved.values())
-        return sum(snapshot.size_bytes for snapshot in snapshots)
-
-    def forget(self, document: str) -> None:
-        """The document closed: its saved caches go, and live ones are no longer its (the
-        next document activated starts from them without saving them)."""
-        with self._lock:
-            self.saved.pop(document, None)
-        if self.current == document:
-            self.current = None
-
-    def clear(self) -> None:
-        with self._lock:
-            self.saved.clear()
-        self.current = None
-
-    def activate(self, document: str) -> None:
-        """Make `document`'s caches the live ones."""
-        if document == self.current:
-            return
-        with self._lock:
-            snapshot = self.saved.pop(document, None)  # taken first: saving must not evict it
-        if self.current is not None:
-            leaving = Snapshot([sequence.save() for sequence in self.engine.sequences])
-            with self._lock:
-                self.saved[self.current] = leaving
-                while self.saved and sum(saved.size_bytes for saved in self.saved.values()) > self.budget_bytes:
-                    self.saved.popitem(last=False)
-        for index, sequence in enumerate(self.engine.sequences):
-            if snapshot is not None:
-                sequence.restore(snapshot.sequences[index])
-            else:
-                sequence.truncate(0)
-        self.current = document
 
 
 class LocalDecoder:
@@ -105,12 +32,11 @@ class LocalDecoder:
         self.model = DecoderModel(template_for(engine.model), engine.context_tokens,
                                   f"models.context_tokens {engine.context_tokens}")
         self.prefixes = TokenPrefixes(engine.model, engine.model.n_vocab)
-        self.caches = DocumentCaches(engine, 0)
         self.index = WorkspaceIndex()
         self._index_cancel = threading.Event()  # the index build's under way
         self._state = threading.Lock()  # what waits for the engine, the count of requests waiting
-        # One generation at a time; the engine's state, the caches and the options in use
-        # change only under it.
+        # One generation at a time; the engine's state (the documents' caches among it) and
+        # the options in use change only under it.
         self._engine_lock = threading.Lock()
         # What configure() and close() got while the engine was busy: done by whoever has
         # the engine, before it uses it and before it lets it go.
@@ -168,11 +94,9 @@ class LocalDecoder:
     def _apply(self, config: Config) -> None:
         """Under the engine lock (or before any other thread has the decoder)."""
         self.config = config
-        self.engine.configure(config.drafting)
+        self.engine.configure(config.drafting, config.cache)
         self.index.options = config.drafting
-        self.engine.ngram.use_index(self.index if config.drafting.index_mb > 0 else None)
-        self.caches.budget_bytes = int(config.cache.budget_mb * 2**20)
-        self.engine.checkpoints.limit(int(config.cache.checkpoint_mb * 2**20))
+        self.engine.use_index(self.index if config.drafting.index_mb > 0 else None)
 
     @contextmanager
     def _engine(self):
@@ -208,12 +132,9 @@ class LocalDecoder:
               cancel: CancelFlag | None, edits: bool = False) -> None:
         """Make the document's caches live (its next edits' own, for `edits`); n-gram lookup
         drafts from the workspace document left, and no longer from this one's older copies."""
-        if left is not None:
-            self.engine.ngram.set_other_document(left[0], self.engine.model.tokenize(left[1]))
-        self.engine.ngram.remove_other_document(document)  # it is the document now
         if path_in_workspace is not None:
             self.index.hide(path_in_workspace)  # the editor's text is newer than the index's copy
-        self.caches.activate(caches_name(document, edits))
+        self.engine.enter(document, left, edits)
 
     def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int], int]:
         model = self.engine.model
@@ -229,13 +150,14 @@ class LocalDecoder:
         healed_prompt, healing = heal(prompt, self.engine.model, self.prefixes) if decode.heal else (prompt, None)
         started = time.perf_counter()
         # Candidates fork the target's sequence, which recurrent state cannot do (candidates()).
-        several = decode.candidates > 1 and self.engine.target.context.cuts_anywhere
-        result = generate(self.engine, healed_prompt, decode.max_tokens, stop=tuple(decode.stop),
-                          time_budget_ms=decode.time_budget_ms or None, sampling=decode.sampling,
-                          mode=decode.draft_mode, cancel=decode.cancel, document=decode.document,
-                          language=decode.language, done=decode.done, healing=healing,
-                          copy_from=self.engine.model.tokenize(decode.copy_from) if decode.copy_from else None,
-                          keep_logits=several)
+        several = decode.candidates > 1 and self.engine.offers_candidates
+        request = GenerationRequest(
+            prompt=healed_prompt, max_tokens=decode.max_tokens, stop=tuple(decode.stop),
+            time_budget_ms=decode.time_budget_ms or None, sampling=decode.sampling, mode=decode.draft_mode,
+            cancel=decode.cancel, document=decode.document, language=decode.language, done=decode.done,
+            healing=healing, keep_logits=several,
+            copy_from=self.engine.model.tokenize(decode.copy_from) if decode.copy_from else None)
+        result = generate(self.engine, request)
         stats = result.stats
         counts = DecodeCounts(len(prompt), evaluated + stats.rewound, stats.tokens, stats.total_ms, stats.drafted,
                               stats.accepted)
@@ -243,9 +165,8 @@ class LocalDecoder:
         if several and result.stop_reason != StopReason.CANCELLED:
             # The time budget counts from the request's decoding: the others stop with the answer's.
             deadline = started + decode.time_budget_ms / 1000 if decode.time_budget_ms else None
-            alternatives = tuple((c.text, c.stop_reason) for c in candidates(
-                self.engine, healed_prompt, result, decode.candidates - 1, decode.max_tokens,
-                tuple(decode.stop), decode.done, healing, decode.cancel, deadline))
+            alternatives = tuple((c.text, c.stop_reason)
+                                 for c in candidates(self.engine, request, result, decode.candidates - 1, deadline))
         return Decoded(result.text, result.stop_reason, counts, result, alternatives)
 
     def prompt_text(self, prompt: list[int]) -> str:
@@ -271,7 +192,7 @@ class LocalDecoder:
                     continue  # a request came between: it goes first
                 if prompt is None:
                     prompt = prompt_for()  # all but its last token is evaluated, as generate does
-                elif self.caches.current != document:
+                elif not self.engine.holds(document):
                     break  # a request for another document took the caches: the user is there now
                 have = self.engine.cached_length(prompt)
                 if have >= len(prompt) - 1:
@@ -293,27 +214,22 @@ class LocalDecoder:
 
     def _release(self, document: str, path: str | None) -> None:
         """Under the engine lock: close()'s work."""
-        self.caches.forget(caches_name(document, edits=False))
-        self.caches.forget(caches_name(document, edits=True))
-        self.engine.ngram.remove_other_document(document)
-        self.engine.tuner.acceptance.forget(document)
-        if path is not None and not self.engine.ngram.has_saved_file(path):
+        self.engine.forget(document)
+        if path is not None and not self.engine.has_saved_file(path):
             self.index.show(path)
 
     def file_saved(self, path: str, text: str) -> None:
         """N-gram lookup drafts from this text of the file from now on, not the index's older
         copy (while the saved files' share of drafting.index_mb holds it). Tokenized and
         indexed before taking the engine: a request need not wait for either."""
-        index = self.engine.ngram.saved_file_index(self.engine.model.tokenize(text))
+        index = self.engine.saved_file_index(text)
         with self._engine():
             self.index.hide(path)
-            self.engine.ngram.set_saved_file(path, index)
+            self.engine.set_saved_file(path, index)
 
     def reset(self) -> None:
         with self._engine():
-            self.caches.clear()
             self.engine.reset()
-            self.engine.ngram.forget_other_documents()
 
     def index_workspace(self, workspace: Workspace) -> threading.Thread | None:
         """Build the workspace index for n-gram lookup in a background thread (requests are
@@ -335,9 +251,9 @@ class LocalDecoder:
         self._index_cancel.set()
 
     def statistics(self) -> dict:
-        stats = self.index.stats
-        return {"draft_failure": self.engine.draft_failure, "saved_kv_mb": self.caches.saved_bytes / 2**20,
-                "drafting_documents": len(self.engine.ngram.others),
-                "tuned_documents": len(self.engine.tuner.acceptance.documents()),
+        stats, documents = self.index.stats, self.engine.document_statistics()
+        return {"draft_failure": self.engine.draft_failure, "saved_kv_mb": documents["saved_kv_mb"],
+                "drafting_documents": documents["drafting_documents"],
+                "tuned_documents": documents["tuned_documents"],
                 "index_files": stats.files, "index_tokens": stats.tokens,
-                "index_mb": stats.mb + self.engine.ngram.saved_bytes / 2**20}
+                "index_mb": stats.mb + documents["saved_files_mb"]}

@@ -15,7 +15,7 @@ from hypothesis import example, given
 from hypothesis import strategies as st
 
 from completer.config import CacheOptions, Config, DraftingOptions, GenerationOptions, PromptOptions
-from completer.decoders.local import DocumentCaches, LocalDecoder
+from completer.decoders.local import LocalDecoder
 from completer.editor.completer import Completer
 from completer.editor.documents import INLINE
 from completer.editor.inline import fit_prompt
@@ -122,19 +122,19 @@ def assert_caches_hold(engine: Engine, expected: list[list[int]]) -> None:
 
 @pytest.mark.slow  # seconds of real model passes
 def test_switching_documents_keeps_both_caches(engine):
-    caches = DocumentCaches(engine, budget_mb=512)
+    engine.configure(engine.drafting, CacheOptions(budget_mb=512))
     a, b = file_text("textwrap.py"), file_text("shlex.py")
-    caches.activate("a.py")
+    engine.activate("a.py")
     assert prepare(engine, a) > 500
     engine.drafter.sequence.sync(engine.target.tokens)  # the draft's cache is switched too
     held_a = held(engine)
-    caches.activate("b.py")
+    engine.activate("b.py")
     assert prepare(engine, b, "b.py") > 500
     held_b = held(engine)
-    caches.activate("a.py")
+    engine.activate("a.py")
     assert_caches_hold(engine, held_a)
     assert prepare(engine, a + "x") <= 3  # restored: only the typed character
-    caches.activate("b.py")
+    engine.activate("b.py")
     assert_caches_hold(engine, held_b)
     assert prepare(engine, b, "b.py") == 0
 
@@ -142,21 +142,21 @@ def test_switching_documents_keeps_both_caches(engine):
 @pytest.mark.slow  # seconds of real model passes
 def test_the_memory_budget_evicts_the_least_recently_used_document(engine):
     a, b, c = file_text("textwrap.py"), file_text("shlex.py"), file_text("string.py")
-    caches = DocumentCaches(engine, budget_mb=1024)
+    engine.configure(engine.drafting, CacheOptions(budget_mb=1024))
     for name, text in [("a.py", a), ("b.py", b)]:
-        caches.activate(name)
+        engine.activate(name)
         prepare(engine, text, name)
-    one_document = caches.saved_bytes if caches.saved else 0
+    one_document = engine.documents.saved_bytes
     assert one_document > 0
-    caches.budget_bytes = int(one_document * 1.5)  # room for one saved document, not two
-    caches.activate("c.py")
+    engine.documents.budget_bytes = int(one_document * 1.5)  # room for one saved document, not two
+    engine.activate("c.py")
     prepare(engine, c, "c.py")
     held_c = held(engine)
-    caches.activate("a.py")  # saving c evicts a, the least recently used
-    assert list(caches.saved) == ["c.py"]
+    engine.activate("a.py")  # saving c evicts a, the least recently used
+    assert [name for name, document in engine.documents.all() if document.snapshots] == ["c.py"]
     assert_caches_hold(engine, [[], []])
     assert prepare(engine, a) > 500  # a is evaluated again from the start
-    caches.activate("c.py")
+    engine.activate("c.py")
     assert_caches_hold(engine, held_c)
     assert prepare(engine, c, "c.py") == 0
 
@@ -270,8 +270,9 @@ def test_a_restore_that_fails_empties_the_caches_and_the_next_completion_is_fres
     for sequence in live_sequences(engine):  # keep what one batch evaluated: a fresh batch gives its exact logits
         sequence.truncate(len(sequence.tokens) // 2)
     held_b = held(engine)
-    spoil(completer.decoder.caches.saved["a.py"], draft_state(engine, a) if damage == "another model's" else None)
-    completer.decoder.caches.activate("a.py")  # what the next request for a.py does first
+    spoil(engine.documents.find("a.py").snapshots[False], draft_state(engine, a) if damage == "another model's"
+          else None)
+    engine.activate("a.py")  # what the next request for a.py does first
     assert "evaluated again" in caplog.text
     assert_caches_hold(engine, [[], []])  # empty, and llama.cpp agrees: not N tokens over an empty KV
     request = request_at_end("a.py", a + "\n    def")
@@ -279,26 +280,26 @@ def test_a_restore_that_fails_empties_the_caches_and_the_next_completion_is_fres
     assert cached.evaluated_tokens == cached.prompt_tokens  # evaluated again from the start
     fresh = Completer(LocalDecoder(Engine(*models, n_ctx=2048, calibrate_s=0)), completer.config)
     assert cached.text == fresh.complete(request).text
-    completer.decoder.caches.activate("b.py")  # the other document's snapshot is intact
+    engine.activate("b.py")  # the other document's snapshot is intact
     assert_caches_hold(engine, held_b)
 
 
 @pytest.mark.slow  # seconds of real model passes
 def test_a_failed_restore_is_never_saved_as_a_good_snapshot(engine):
-    caches = DocumentCaches(engine, budget_mb=512)
-    caches.activate("a.py")
+    engine.configure(engine.drafting, CacheOptions(budget_mb=512))
+    engine.activate("a.py")
     prepare(engine, file_text("textwrap.py"))
-    caches.activate("b.py")
+    engine.activate("b.py")
     prepare(engine, file_text("shlex.py"), "b.py")
     held_b = held(engine)
-    spoil(caches.saved["a.py"])
-    caches.activate("a.py")  # fails: a's caches are left empty
-    caches.activate("b.py")  # saves a as it is: empty, not its old token list over an empty state
-    assert [saved.tokens for saved in caches.saved["a.py"].sequences] == [[], []]
+    spoil(engine.documents.find("a.py").snapshots[False])
+    engine.activate("a.py")  # fails: a's caches are left empty
+    engine.activate("b.py")  # saves a as it is: empty, not its old token list over an empty state
+    assert [saved.tokens for saved in engine.documents.find("a.py").snapshots[False].sequences] == [[], []]
     assert_caches_hold(engine, held_b)
     engine.target.context.truncate(0)  # b's KV lost under its token list
-    caches.activate("a.py")
-    assert [saved.tokens for saved in caches.saved["b.py"].sequences] == [[], []]
+    engine.activate("a.py")
+    assert [saved.tokens for saved in engine.documents.find("b.py").snapshots[False].sequences] == [[], []]
     assert_caches_hold(engine, [[], []])
 
 
@@ -319,10 +320,10 @@ def test_a_prompt_chunk_that_fails_midway_leaves_the_cache_as_before(models):
 
 
 def test_a_document_switched_away_from_before_any_completion_restores_empty(engine):
-    caches = DocumentCaches(engine, budget_mb=64)
-    caches.activate("empty.py")
-    caches.activate("b.py")
-    caches.activate("empty.py")
+    engine.configure(engine.drafting, CacheOptions(budget_mb=64))
+    engine.activate("empty.py")
+    engine.activate("b.py")
+    engine.activate("empty.py")
     assert engine.target.tokens == [] and engine.target.context.length() == 0
 
 
@@ -513,7 +514,7 @@ def test_a_request_during_warming_goes_first_and_one_for_another_document_ends_i
     assert completion.source == Source.MODEL and completion.text
     # The request took the engine between two pieces, and the caches: warming stopped there.
     assert 0 < warmed["tokens"] < len(prompt) - 1
-    assert completer.decoder.caches.current == "small"
+    assert engine.holds("small")
     # What it did was kept: the big document's caches were saved with its pieces in them.
     assert completer.complete(big).evaluated_tokens == len(prompt) - warmed["tokens"]
 
@@ -629,11 +630,11 @@ def test_completions_settings_and_statistics_from_many_threads_at_once_all_answe
 def test_the_saved_caches_size_is_read_safely_while_documents_switch(engine):
     """completer/stats sums the saved caches from the event loop while a worker switches
     documents, which saves one, restores another and evicts over the budget."""
-    caches = DocumentCaches(engine, budget_mb=1024)
+    engine.configure(engine.drafting, CacheOptions(budget_mb=1024))
     for i in range(8):
-        caches.activate(f"doc{i}")
+        engine.activate(f"doc{i}")
         prepare(engine, f"value_{i} = {i}\n" * 4)
-    caches.budget_bytes = caches.saved_bytes * 3 // 4  # each switch now evicts too
+    engine.documents.budget_bytes = engine.documents.saved_bytes * 3 // 4  # each switch now evicts too
     deadline = time.monotonic() + 5
     sums, failures = [], []
 
@@ -641,14 +642,14 @@ def test_the_saved_caches_size_is_read_safely_while_documents_switch(engine):
         for i in itertools.count():
             if time.monotonic() > deadline:
                 return
-            caches.activate(f"doc{i % 8}")
+            engine.activate(f"doc{i % 8}")
             prepare(engine, f"value_{i % 8} = {i}\n" * 4)
 
     def reading() -> None:
         try:
             while time.monotonic() < deadline:
-                sums.append(caches.saved_bytes)
-        except RuntimeError as error:  # "OrderedDict mutated during iteration"
+                sums.append(engine.documents.saved_bytes)
+        except RuntimeError as error:  # "dictionary changed size during iteration"
             failures.append(error)
 
     switch_interval = sys.getswitchinterval()
@@ -661,6 +662,6 @@ def test_the_saved_caches_size_is_read_safely_while_documents_switch(engine):
             thread.join(60)
     finally:
         sys.setswitchinterval(switch_interval)
-    assert failures == [] and sums and caches.saved_bytes <= caches.budget_bytes
+    assert failures == [] and sums and engine.documents.saved_bytes <= engine.documents.budget_bytes
 
 
