@@ -3,16 +3,22 @@
 Its prompts are text (the segments joined, control tokens spelt out), a character is a
 token, and it answers from a table: the text of the longest key the prompt ends with
 ("" when none does), cut at the request's first stop string as a real decoder stops.
-`hold()` makes the next decode (or warm) wait until released or cancelled, for newest-request-wins
-and prefetch tests; `decodes` records every call, and `calls` counts the other methods."""
+`hold()` makes the next decode (or warm) wait until released or cancelled, for
+newest-request-wins and prefetch tests; `decodes` records every prompt decoded, and
+`calls` counts the document events."""
 
 import threading
 from collections import Counter
-from contextlib import nullcontext
 
-from completer.decoders.protocol import Decode, DecodeCounts, Decoded, DecoderModel
+from completer.decoders.protocol import DecodeCounts, Decoded, DecodeRequest, DecoderModel, ready
+from completer.errors import Cancelled
 from completer.prompt import Segment
 from completer.requests import StopReason
+
+
+def joined(segments: list[Segment]) -> tuple[str, int]:
+    text = "".join(segment.text for segment in segments)
+    return text, len(text)
 
 
 class FakeDecoder:
@@ -20,9 +26,10 @@ class FakeDecoder:
 
     def __init__(self, answers: dict[str, str] | None = None, context_tokens: int = 4096):
         self.answers = dict(answers or {})
-        self.model = DecoderModel(None, context_tokens, "the fake's context")
-        self.decodes: list[Decode] = []  # every decode asked for, cancelled ones too
-        self.calls: Counter[str] = Counter()  # the other methods' calls, by name
+        self.model = DecoderModel(None, context_tokens, "the fake's context", encode=joined, count=len,
+                                  text_of=str)
+        self.decodes = []  # every Decode, cancelled ones too
+        self.calls: Counter[str] = Counter()  # the document events and other calls, by name
         self.started = threading.Event()  # set when a decode starts (cleared by hold)
         self._hold: threading.Event | None = None
 
@@ -33,10 +40,6 @@ class FakeDecoder:
         self._hold = threading.Event()
         return self._hold
 
-    def answer(self, prompt: str) -> str:
-        keys = [key for key in self.answers if prompt.endswith(key)]
-        return self.answers[max(keys, key=len)] if keys else ""
-
     def _held(self, cancel: threading.Event) -> None:
         """Waits while the hold asked for the next call is on, until it is released or `cancel` is set."""
         hold, self._hold = self._hold, None
@@ -45,39 +48,35 @@ class FakeDecoder:
             if cancel.is_set():
                 break
 
-    def decode(self, decode: Decode) -> Decoded:
+    def answer(self, prompt: str) -> str:
+        keys = [key for key in self.answers if prompt.endswith(key)]
+        return self.answers[max(keys, key=len)] if keys else ""
+
+    def decode(self, request: DecodeRequest) -> Decoded:
+        """Several requests at once, as a server serves them."""
+        if request.cancel.is_set():
+            raise Cancelled
+        prompt = request.prompt(self.model, self.model.context_tokens - request.answer_tokens)
+        decode = ready(request, prompt)
         self.decodes.append(decode)
         self._held(decode.cancel)
         if decode.cancel.is_set():
-            return Decoded("", StopReason.CANCELLED, None, None)
+            return Decoded("", StopReason.CANCELLED, None, None, prompt=prompt)
         text, reason = self.answer(decode.prompt), StopReason.END
         cuts = [text.index(stop) for stop in decode.stop if stop and stop in text]
         if cuts:
             text, reason = text[:min(cuts)], StopReason.STOP
         counts = DecodeCounts(decode.prompt_length, decode.prompt_length, len(text), 1.0, 0, 0)
-        return Decoded(text, reason, counts, None)
+        return Decoded(text, reason, counts, None, prompt=prompt)
 
-    def encode(self, segments: list[Segment], cancel=None) -> tuple[str, int]:
-        text = "".join(segment.text for segment in segments)
-        return text, len(text)
-
-    def count(self, text: str, cancel=None) -> int:
-        return len(text)
+    def warm(self, request: DecodeRequest) -> int:
+        """The prompt's length; held as decode is, before the prompt enters the document (as
+        the local engine's warm waits for the engine)."""
+        self._held(threading.Event())
+        return request.prompt(self.model, self.model.context_tokens - request.answer_tokens).length
 
     def connect(self) -> DecoderModel:
         return self.model
-
-    def turn(self):
-        return nullcontext()  # several requests at once, as a server serves them
-
-    def prompt_text(self, prompt: str) -> str:
-        return prompt
-
-    def warm(self, document: str, prompt_for) -> int:
-        """The prompt's length; held as decode is, before prompt_for() enters the document (as
-        the local engine's warm waits for the engine)."""
-        self._held(threading.Event())
-        return len(prompt_for())
 
     def statistics(self) -> dict:
         return {}
@@ -86,7 +85,7 @@ class FakeDecoder:
         return None
 
     def __getattr__(self, name: str):
-        """configure, enter, close, file_saved, reset, stop_indexing: counted, nothing done."""
-        if name not in ("configure", "enter", "close", "file_saved", "reset", "stop_indexing"):
+        """configure, close, file_saved, reset, stop_indexing: counted, nothing done."""
+        if name not in ("configure", "close", "file_saved", "reset", "stop_indexing"):
             raise AttributeError(name)
         return lambda *args, **kwargs: self.calls.update([name])

@@ -11,13 +11,16 @@ import threading
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
+from dataclasses import replace
 
 from completer.config import Config
-from completer.decoders.protocol import Decode, DecodeCounts, Decoded, DecoderModel, with_length
+from completer.decoders.protocol import (Decode, DecodeCounts, Decoded, DecodeRequest, DecoderModel, Prompt, ready,
+                                         with_length)
 from completer.engine.candidates import candidates
 from completer.engine.generation import PROMPT_PIECE, Engine, GenerationRequest, generate
 from completer.engine.healing import TokenPrefixes, heal
 from completer.engine.workspace_index import WorkspaceIndex, saved_index_path
+from completer.errors import Cancelled
 from completer.prompt import Segment, template_for, tokenize_segments
 from completer.requests import CancelFlag, StopReason
 from completer.workspace import Workspace
@@ -29,8 +32,11 @@ class LocalDecoder:
 
     def __init__(self, engine: Engine):
         self.engine = engine
-        self.model = DecoderModel(template_for(engine.model), engine.context_tokens,
-                                  f"models.context_tokens {engine.context_tokens}")
+        model = engine.model
+        self.model = DecoderModel(template_for(model), engine.context_tokens,
+                                  f"models.context_tokens {engine.context_tokens}", encode=self.encode,
+                                  count=lambda text: len(model.tokenize(text)),
+                                  text_of=lambda prompt: model.detokenize(prompt, special=True))
         self.prefixes = TokenPrefixes(engine.model, engine.model.n_vocab)
         self.index = WorkspaceIndex()
         self._index_cancel = threading.Event()  # the index build's under way
@@ -141,10 +147,22 @@ class LocalDecoder:
         bos = [model.special.bos] if model.adds_bos else []
         return with_length(bos + tokenize_segments(model, segments))
 
-    def count(self, text: str, cancel: CancelFlag | None = None) -> int:
-        return len(self.engine.model.tokenize(text))
+    def decode(self, request: DecodeRequest) -> Decoded:
+        """Under the engine's turn: the request's prompt made, the document's caches entered, decoded."""
+        with self.turn():
+            if request.cancel.is_set():
+                raise Cancelled
+            prompt = self._entered(request)
+            return replace(self.decode_prompt(ready(request, prompt)), prompt=prompt)
 
-    def decode(self, decode: Decode) -> Decoded:
+    def _entered(self, request: DecodeRequest) -> Prompt:
+        """Under the engine: the request's prompt, and its document's caches made live."""
+        prompt = request.prompt(self.model, self.model.context_tokens - request.answer_tokens)
+        self.enter(request.document, prompt.in_workspace, prompt.left, request.cancel, request.edits)
+        return prompt
+
+    def decode_prompt(self, decode: Decode) -> Decoded:
+        """A prompt already made decoded, in the caches made live (enter)."""
         prompt = decode.prompt
         evaluated = len(prompt) - self.engine.cached_length(prompt)
         healed_prompt, healing = heal(prompt, self.engine.model, self.prefixes) if decode.heal else (prompt, None)
@@ -169,10 +187,11 @@ class LocalDecoder:
                                  for c in candidates(self.engine, request, result, decode.candidates - 1, deadline))
         return Decoded(result.text, result.stop_reason, counts, result, alternatives)
 
-    def prompt_text(self, prompt: list[int]) -> str:
-        return self.engine.model.detokenize(prompt, special=True)
+    def warm(self, request: DecodeRequest) -> int:
+        """warm_prompt() of the request's prompt, made (and its document entered) once warming has the engine."""
+        return self.warm_prompt(request.document, lambda: self._entered(request).tokens)
 
-    def warm(self, document: str, prompt_for: Callable[[], list[int]]) -> int:
+    def warm_prompt(self, document: str, prompt_for: Callable[[], list[int]]) -> int:
         """PROMPT_PIECE tokens at a time, as a request evaluates its prompt, yielding the
         engine to any request between pieces (which then waits for one piece at most);
         after one it goes on only if that request was for this document (the caches are

@@ -1,12 +1,18 @@
-"""The one seam under the editor side: a Decoder turns a request's prompt into text.
+"""The one seam under the editor side: a Decoder decodes a request, making its prompt
+with the decoder's own vocabulary, and hears of the documents' lifecycle.
 
-    Completer (editor/completer.py): documents, prompts, the forward cache,
-                            post-processing, newest-request-wins, statistics; the same
-                            for every backend
-      -> Decoder: connect, encode a prompt's segments, decode (prompt + budget + cancel
-                  flag -> text + its own counts), warm, and the documents' lifecycle
-           LocalDecoder  (local.py): the engine, per-document KV caches, the index
-           ServerDecoder (server.py): llama-server or an OpenAI-compatible server
+    Completer (editor/): documents, what a prompt holds (the text around the cursor,
+                         other files' chunks, the recent edits, the format),
+                         post-processing, newest-request-wins, statistics; the same for
+                         every backend
+      -> Decoder.decode(DecodeRequest) -> Decoded: under the decoder's turn the
+                         request's prompt is made for the decoder's model (DecoderModel:
+                         its template, context and tokenizer), tried once more at half
+                         the length when a server finds it too long, the document's
+                         caches entered, and decoded
+         Decoder.warm(DecodeRequest): the same prompt evaluated, nothing generated
+         LocalDecoder  (local.py): the engine, per-document KV caches, the index
+         ServerDecoder (server.py): llama-server or an OpenAI-compatible server
 
 A request's failures are completer.errors' family: decoders raise Unavailable (cannot
 serve now: the server is down), Refused (this request alone) and Cancelled (the
@@ -14,7 +20,6 @@ request's cancel flag closed a call under way); the Completer turns each into it
 """
 
 from collections.abc import Callable
-from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -27,27 +32,71 @@ from completer.workspace import Workspace
 
 @dataclass(frozen=True)
 class DecoderModel:
-    """What prompts are made for: the FIM template and the tokens one request has."""
+    """What prompts are made for: the FIM template, the tokens one request has, and the
+    model's tokenizer (for one request: its calls stop at the request's cancel flag)."""
 
     template: FimTemplate | None
     context_tokens: int  # prompt and answer together
     context_name: str  # where those tokens are set, for a message saying no prompt fits
+    encode: Callable[[list[Segment]], tuple[list[int] | str, int]]  # a prompt's segments, and its length in tokens
+    count: Callable[[str], int]  # a text's length in tokens
+    text_of: Callable[[list[int] | str], str]  # a prompt as the model sees it, control tokens spelt out
 
 
 def never_done(text: str) -> bool:
-    """Decode.done's default: decoding ends at max_tokens, a stop string or the end token."""
+    """Prompt.done's default: decoding ends at max_tokens, a stop string or the end token."""
     return False
 
 
 @dataclass(frozen=True, kw_only=True)
-class Decode:
-    """One request's decoding, as the Completer asks for it. Keyword-only: a dozen
-    fields of which several are numbers and flags read wrongly by position."""
+class Prompt:
+    """A request's prompt as the editor side made it for the decoder's model, and how its
+    answer ends."""
+
+    tokens: list[int] | str  # as the model's encode made them
+    length: int  # in the model's tokens
+    max_tokens: int
+    stop: tuple[str, ...] = ()
+    done: Callable[[str], bool] = never_done  # the text is complete: decoding may end early
+    # The text the answer rewrites (a next edit's region), for a decoder that drafts from
+    # it (the local engine's copy drafting); "" for an answer that writes new text.
+    copy_from: str = ""
+    in_workspace: str | None = None  # the document's path, when inside the workspace
+    left: tuple[str, str] | None = None  # (document, text) of a workspace document the user just left
+    made: Any = None  # the editor side's own, back with the answer (the cursor's suffix, the fitted region)
+
+
+@dataclass(frozen=True, kw_only=True)
+class DecodeRequest:
+    """One request, as the Completer gives it to the decoder."""
 
     document: str
     language: str
-    prompt: list[int] | str  # as the decoder's encode made it
-    prompt_length: int  # in the decoder's tokens, as encode counted them
+    # Under the decoder's turn: the prompt made for its model in at most `room` tokens
+    # (PromptTooLong, or the editor side's own error, when none fits).
+    prompt: Callable[[DecoderModel, int], Prompt]
+    answer_tokens: int  # the room the answer keeps in the context (a next edit's prompt holds its own)
+    edits: bool = False  # a next edit: its prompt shares next to nothing with the document's completions'
+    # A prompt a server finds longer than its context (our count was an estimate, or its
+    # slots shrank) is made once more at half the length (an inline completion's).
+    retry_shorter: bool = True
+    draft_mode: str = "auto"  # the local engine's drafting; a server drafts as it is configured
+    time_budget_ms: float = 0.0  # 0: no budget
+    sampling: Sampling = Sampling()
+    heal: bool = False  # token healing at the cursor, where the decoder has the vocabulary for it
+    cancel: CancelFlag = field(default_factory=CancelFlag)
+    candidates: int = 1  # texts wanted: the answer and candidates - 1 others (the local engine's)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Decode:
+    """A request with its prompt made, as a decoder decodes it (ready()). Keyword-only: a
+    dozen fields of which several are numbers and flags read wrongly by position."""
+
+    document: str
+    language: str
+    prompt: list[int] | str  # as the model's encode made it
+    prompt_length: int  # in the model's tokens
     max_tokens: int
     draft_mode: str  # the local engine's drafting; a server drafts as it is configured
     time_budget_ms: float = 0.0  # 0: no budget
@@ -56,10 +105,17 @@ class Decode:
     stop: list[str] = field(default_factory=list)
     done: Callable[[str], bool] = never_done  # the text is complete: decoding may end early
     cancel: CancelFlag = field(default_factory=CancelFlag)
-    # The text the answer rewrites (a next edit's region), for a decoder that drafts from
-    # it (the local engine's copy drafting); "" for an answer that writes new text.
-    copy_from: str = ""
+    copy_from: str = ""  # Prompt.copy_from
     candidates: int = 1  # texts wanted: the answer and candidates - 1 others (the local engine's)
+
+
+def ready(request: DecodeRequest, prompt: Prompt) -> Decode:
+    """The request with its prompt made, as a decoder decodes it."""
+    return Decode(document=request.document, language=request.language, prompt=prompt.tokens,
+                  prompt_length=prompt.length, max_tokens=prompt.max_tokens, draft_mode=request.draft_mode,
+                  time_budget_ms=request.time_budget_ms, sampling=request.sampling, heal=request.heal,
+                  stop=list(prompt.stop), done=prompt.done, cancel=request.cancel, copy_from=prompt.copy_from,
+                  candidates=request.candidates)
 
 
 @dataclass(frozen=True)
@@ -82,10 +138,11 @@ class Decoded:
     result: Any  # the decoder's own result (requests.Completion.result)
     # The other candidates' (text, stop reason), before post-processing, as `text` is.
     alternatives: tuple[tuple[str, str], ...] = ()
+    prompt: Prompt | None = None  # the request's prompt, as it was decoded (DecodeRequest.prompt's last)
 
 
 def with_length(tokens: list[int]) -> tuple[list[int], int]:
-    """Token ids as a Decoder's encode gives them: the prompt, and its length."""
+    """Token ids as a model's encode gives them: the prompt, and its length."""
     return tokens, len(tokens)
 
 
@@ -105,37 +162,13 @@ class Decoder(Protocol):
         """New options, from the next request on (the models stay)."""
         ...
 
-    def turn(self) -> AbstractContextManager:
-        """Held by a request from entering its document to the end of its decoding: the
-        local engine serves one request at a time, a server several."""
+    def decode(self, request: DecodeRequest) -> Decoded:
+        """The request decoded: under the decoder's turn, its prompt made for the model
+        (request.prompt), the document's caches entered, the answer generated."""
         ...
 
-    def enter(self, document: str, path_in_workspace: str | None, left: tuple[str, str] | None,
-              cancel: CancelFlag | None, edits: bool = False) -> None:
-        """A request for `document` starts (under its turn). `path_in_workspace`: its path,
-        when inside the workspace; `left`: (document, text) of a workspace document the user
-        just left; `edits`: a next-edit request, whose prompt shares next to nothing with
-        the document's completions'."""
-        ...
-
-    def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int] | str, int]:
-        """A prompt's segments as this decoder takes them, and the length in its tokens."""
-        ...
-
-    def count(self, text: str, cancel: CancelFlag | None = None) -> int:
-        """`text`'s length in this decoder's tokens."""
-        ...
-
-    def decode(self, decode: Decode) -> Decoded:
-        ...
-
-    def prompt_text(self, prompt: list[int] | str) -> str:
-        """A prompt as the model sees it, control tokens spelt out."""
-        ...
-
-    def warm(self, document: str, prompt_for: Callable[[], list[int] | str]) -> int:
-        """Evaluate the prompt `prompt_for()` makes (entering the document, under the
-        decoder's turn) ahead of a request, generating nothing; the tokens evaluated."""
+    def warm(self, request: DecodeRequest) -> int:
+        """The request's prompt evaluated ahead of a request, generating nothing; the tokens evaluated."""
         ...
 
     def close(self, document: str, path: str | None) -> None:
@@ -161,4 +194,3 @@ class Decoder(Protocol):
     def statistics(self) -> dict:
         """The decoder's part of CompleterStats, by field."""
         ...
-

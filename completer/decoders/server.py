@@ -4,13 +4,12 @@ KV cache; the editor side (session.Completer) keeps the rest.
 
     connect: the server's model, slots and FIM family; while it is down, why, and
              another try after a backoff
-    enter:   the document's slot: the server's choice (the one sharing most with the
-             prompt), or with models.server_slots pin the document's own (least
-             recently used give theirs up)
-    encode:  the prompt as token ids from the server's /tokenize (a file's text can
-             never become a control token), or as text with every special token's
-             spelling taken out (OpenAI's API)
-    decode:  generate on the server, streamed; a cancel flag closes the stream
+    decode:  the request's prompt made with the server's tokenizer: token ids from its
+             /tokenize (a file's text can never become a control token), or text with
+             every special token's spelling taken out (OpenAI's API); generated on the
+             server in the document's slot (the server's choice, the one sharing most
+             with the prompt, or with models.server_slots pin the document's own, least
+             recently used giving theirs up), streamed; a cancel flag closes the stream
 """
 
 import logging
@@ -19,17 +18,19 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable
 from contextlib import AbstractContextManager, contextmanager, nullcontext
+from dataclasses import replace
+from functools import partial
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
 from completer.config import Config, ModelOptions
 from completer.decoders.clients import LlamaServerClient, OpenAIClient, RemoteGeneration, ServerProps
-from completer.decoders.protocol import Decode, DecodeCounts, Decoded, DecoderModel, with_length
+from completer.decoders.protocol import (Decode, DecodeCounts, Decoded, DecodeRequest, DecoderModel, Prompt, ready,
+                                         with_length)
 from completer.engine.speculative import Sampling
-from completer.errors import Refused, ServerError, ServerRefused
+from completer.errors import Cancelled, Refused, ServerError, ServerRefused, Unavailable
 from completer.prompt import (TEMPLATES, FimTemplate, Segment, control_token, template_for, text_prompt,
                               tokenize_segments)
 from completer.requests import CancelFlag
@@ -355,10 +356,15 @@ class ServerDecoder:
             self._connecting.release()
 
     def connect(self) -> DecoderModel | None:
-        model = self.server_model()
-        if model is None:
-            return None
-        return DecoderModel(model.template, model.context_tokens, f"the server's {model.context_tokens} tokens a slot")
+        server = self.server_model()
+        return self._model(server, None) if server is not None else None
+
+    def _model(self, server: ServerModel, cancel: CancelFlag | None) -> DecoderModel:
+        """The server's model as prompts are made for it; its tokenizer's calls stop at `cancel`."""
+        return DecoderModel(server.template, server.context_tokens,
+                            f"the server's {server.context_tokens} tokens a slot",
+                            encode=partial(self._encode, cancel=cancel), count=partial(self._count, cancel=cancel),
+                            text_of=self._text_of)
 
     def _failed(self, reason: str) -> None:
         with self._state:
@@ -378,38 +384,59 @@ class ServerDecoder:
     def configure(self, config: Config) -> None:
         self.config = config
 
-    def turn(self) -> AbstractContextManager:
-        return nullcontext()  # requests for other documents go on at once; a pinned slot is locked in decode
-
-    def enter(self, document: str, path_in_workspace: str | None, left: tuple[str, str] | None,
-              cancel: CancelFlag | None, edits: bool = False) -> None:
-        """Nothing to prepare: the server keeps its own caches and drafts from them."""
-
-    def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int] | str, int]:
+    def _encode(self, segments: list[Segment], cancel: CancelFlag | None) -> tuple[list[int] | str, int]:
         with self._faults():
             return self.backend.encode(segments, cancel)
 
-    def count(self, text: str, cancel: CancelFlag | None = None) -> int:
+    def _count(self, text: str, cancel: CancelFlag | None) -> int:
         with self._faults():
             return self.backend.count(text, cancel)
 
-    def prompt_text(self, prompt: list[int] | str) -> str:
+    def _text_of(self, prompt: list[int] | str) -> str:
         with self._faults():
             return self.backend.text_of(prompt)
 
-    def decode(self, decode: Decode) -> Decoded:
+    def _prompt(self, request: DecodeRequest, room: int | None = None) -> Prompt:
+        """The request's prompt made for the server's model, in at most `room` tokens (by
+        default the context less the answer's room); Unavailable while the server is down,
+        Cancelled when the request was. Requests for other documents go on at once: a
+        server has no turn to wait for (a pinned slot is locked in decoding)."""
+        server = self.server_model()
+        if server is None:
+            raise Unavailable(self.warning)
+        if request.cancel.is_set():
+            raise Cancelled
+        model = self._model(server, request.cancel)
+        return request.prompt(model, model.context_tokens - request.answer_tokens if room is None else room)
+
+    def decode(self, request: DecodeRequest) -> Decoded:
+        """The server keeps its own caches and drafts from them: nothing to enter. A prompt
+        it finds longer than its context (our count was an estimate, or its slots shrank)
+        is made once more at half the length, where the request allows."""
+        prompt = self._prompt(request)
+        try:
+            decoded = self._generate(ready(request, prompt))
+        except Refused as refused:
+            if not (refused.context_exceeded and request.retry_shorter):
+                raise
+            log.info("%s: trying once more with a prompt of at most %d tokens", refused, prompt.length // 2)
+            prompt = self._prompt(request, prompt.length // 2)
+            decoded = self._generate(ready(request, prompt))
+        return replace(decoded, prompt=prompt)
+
+    def _generate(self, decode: Decode) -> Decoded:
         slot = self._slot(decode.document)
         with self._faults(), self._slot_lock(slot):
             result = self.backend.generate(decode.prompt, slot, decode.max_tokens, decode.stop, decode.sampling,
                                            decode.time_budget_ms, decode.cancel, done=decode.done)
         return Decoded(result.text, result.stop_reason, server_counts(result, decode.prompt_length), result)
 
-    def warm(self, document: str, prompt_for: Callable[[], list[int] | str]) -> int:
+    def warm(self, request: DecodeRequest) -> int:
         """The prompt evaluated into the document's slot, generating nothing (llama.vim's n_predict 0)."""
-        prompt = prompt_for()
-        slot = self._slot(document)
+        prompt = self._prompt(request)
+        slot = self._slot(request.document)
         with self._faults(), self._slot_lock(slot):
-            result = self.backend.generate(prompt, slot, 0, [], Sampling(), 0, CancelFlag())
+            result = self.backend.generate(prompt.tokens, slot, 0, [], Sampling(), 0, CancelFlag())
         return int(result.timings.get("prompt_n", 0))
 
     def _slot(self, document: str) -> int:

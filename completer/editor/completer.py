@@ -1,6 +1,5 @@
-"""Completions for documents being edited, the same for every backend, over one Decoder
-(decoders.local.LocalDecoder: this machine's engine; decoders.server.ServerDecoder:
-llama-server or an OpenAI-compatible server). The Completer is a facade over its parts:
+"""Completions for documents being edited, the same for every decoder (LocalDecoder: this
+machine's engine; ServerDecoder: a team server). The Completer is a facade over its parts:
 
     documents.py  one object per document: its session, forward cache, recent edits and
                   running requests (newest request wins); a close is one removal
@@ -10,6 +9,9 @@ llama-server or an OpenAI-compatible server). The Completer is a facade over its
     serving.py    what the parts share: entering a document under the decoder's turn,
                   and a decoder's failures as answers (superseded, no room, server down)
     counters.py   the counters behind `completer/stats`
+
+Each request crosses to the decoder once (decoders/protocol.py: decode or warm); the
+decoder calls the request's prompt back under its turn, with its model's tokenizer.
 """
 
 import threading
@@ -20,14 +22,12 @@ from completer.decoders.protocol import Decoder, DecoderModel
 from completer.editor.context import ChunkRing
 from completer.editor.counters import Counters
 from completer.editor.documents import EDIT, INLINE, WARM, Documents, stopped_by_close
-from completer.editor.editing import NextEdits, edit_format_name
+from completer.editor.editing import NextEdits
 from completer.editor.inline import InlineCompletions
 from completer.editor.serving import Serving
+from completer.errors import Unavailable
 from completer.requests import CancelFlag, CompleterStats, Completion, CompletionRequest, NextEdit, Source
 from completer.workspace import Workspace
-
-__all__ = ["Completer", "edit_format_name"]  # edit_format_name: the edit bench imports it from here
-
 
 class Completer:
     """Completions for every document, from one decoder; the newest request of a kind for
@@ -38,7 +38,7 @@ class Completer:
         self.decoder = decoder
         self.documents = Documents()
         self.counters = Counters()
-        self.ring = ChunkRing(workspace, decoder.count)
+        self.ring = ChunkRing(workspace)  # chunks measured in the model's tokens as a request adds them
         self.serving = Serving(decoder, workspace, Config(), self.documents, self.counters, self.ring)
         self.inline = InlineCompletions(self.serving)
         self.edits = NextEdits(self.serving)
@@ -47,10 +47,6 @@ class Completer:
     @property
     def config(self) -> Config:
         return self.serving.config
-
-    @property
-    def workspace(self) -> Workspace:
-        return self.serving.workspace
 
     def configure(self, config: Config) -> None:
         """New options: each request takes the options in force when it starts (the
@@ -61,19 +57,16 @@ class Completer:
         self.decoder.configure(config)
 
     def request(self, document: str, kind: str = INLINE) -> AbstractContextManager[CancelFlag]:
-        """A request of `kind` (documents.INLINE, EDIT, WARM) for the document, running for
-        the block's length: older ones of its kind are cancelled, and the flag given to
-        complete(), next_edit() or warm() stops it. Its caller owns it: the language server
-        starts it before the debounce."""
+        """A request of `kind` (INLINE, EDIT, WARM) for the document for the block's length,
+        cancelling the older one of its kind; its flag, given to complete(), next_edit() or
+        warm(), is its caller's (the language server starts it before the debounce)."""
         return self.documents.running(document, kind)
 
     def close(self, document: str) -> None:
-        """The editor closed the document: its requests stop and its state goes (one
-        removal), with a prefetch for it and the decoder's caches of it. Never waits, so the
-        server runs it on its event loop, in the order of the editor's messages: a request
-        or a reopen after the close finds the document closed, and the decoder releases the
-        caches before anyone uses its engine again. Work that starts after this for a
-        request made before it stops by the flag the request carries (CompletionRequest.closed)."""
+        """The editor closed the document: its requests stop, its state goes (one removal),
+        with a prefetch for it and the decoder's caches of it. Never waits: the server runs
+        it on its event loop, in the order of the editor's messages. Work that starts later
+        for a request made before stops by the request's flag (CompletionRequest.closed)."""
         closed = self.documents.close(document)
         self.inline.prefetches.drop(lambda ahead: ahead.request.document == document)
         self.decoder.close(document, closed.path if closed is not None else None)
@@ -89,12 +82,12 @@ class Completer:
 
     def file_saved(self, path: str, text: str) -> None:
         """The editor saved a file: inside the workspace, the decoder drafts from this text of it."""
-        if self.workspace.contains(path):
+        if self.serving.workspace.contains(path):
             self.decoder.file_saved(path, text)
 
     def index_workspace(self) -> threading.Thread | None:
         """Start the decoder's index of the workspace (drafting from its files), if it keeps one."""
-        return self.decoder.index_workspace(self.workspace)
+        return self.decoder.index_workspace(self.serving.workspace)
 
     def stop_indexing(self) -> None:
         self.decoder.stop_indexing()
@@ -110,15 +103,18 @@ class Completer:
 
     def prompt_text(self, prompt: list[int] | str) -> str:
         """A completion's prompt as the model saw it, control tokens spelt out."""
-        return self.decoder.prompt_text(prompt)
+        model = self.decoder.connect()
+        if model is None:
+            raise Unavailable(self.decoder.warning)
+        return model.text_of(prompt)
 
     def prompt(self, request: CompletionRequest, model: DecoderModel) -> tuple[list[int] | str, int, str]:
         """The request's inline prompt, its length and the suffix the cursor sees (the bench's)."""
         return self.inline.prompt(request, model)
 
     def complete(self, request: CompletionRequest, cancel: CancelFlag | None = None) -> Completion:
-        """The completion at the request's cursor. `cancel`: request()'s, whose caller owns
-        the request (else it runs for this call); once set, the answer is empty (Source.SUPERSEDED)."""
+        """The completion at the request's cursor. `cancel`: request()'s (else the request runs
+        for this call); once set, the answer is empty (Source.SUPERSEDED)."""
         request.check_cursor()
         with self.documents.owned(request.document, INLINE, cancel) as cancel, stopped_by_close(request, cancel):
             completion = self.inline.complete(request, cancel)
@@ -127,10 +123,8 @@ class Completer:
         return completion
 
     def next_edit(self, request: CompletionRequest, cancel: CancelFlag | None = None) -> NextEdit:
-        """The edits the user will make next in the editable region around the cursor: the
-        model writes the region again (copy drafting from it where the decoder has it),
-        and the answer is the difference. A newer next-edit request for the document
-        cancels this one (request(document, EDIT)); inline requests do not."""
+        """The edits the user will make next in the region around the cursor: the model writes
+        the region again, the answer is the difference. A newer next edit cancels this one."""
         request.check_cursor()
         self.inline.prefetches.drop(lambda ahead: not ahead.done.is_set())  # a running one would hold up this request
         with self.documents.owned(request.document, EDIT, cancel) as cancel, stopped_by_close(request, cancel):
@@ -139,21 +133,17 @@ class Completer:
         return edit
 
     def warm(self, request: CompletionRequest, cancel: CancelFlag | None = None) -> int:
-        """Evaluate the prompt a request at this cursor would have, before it is asked (a
-        document opened or made active, the user reading before typing), as llama.vim
-        pre-sends its prompt with n_predict 0; the prompt tokens evaluated. `cancel`:
-        request(document, WARM)'s, taken where the editor's messages are read in order, so
-        that a close read after it stops it."""
+        """Evaluate ahead the prompt a request at this cursor would have (a document opened
+        or made active), as llama.vim sends its prompt with n_predict 0; the tokens
+        evaluated. `cancel`: request(document, WARM)'s, taken in the editor's message order."""
         request.check_cursor()
         with self.documents.owned(request.document, WARM, cancel) as cancel, stopped_by_close(request, cancel):
             return self.inline.warm(request, cancel)
 
     def prefetch(self, request: CompletionRequest, start: int) -> Completion | None:
-        """Compute the completion at `request` now, for complete() to answer that request
-        with: `request` is the document as accepting a shown completion (request.text[start
-        : request.cursor]) leaves it. Only while no request is running: one the user waits
-        for goes first, and any that comes stops it at its next round. The same prefetch
-        already there is kept; another is replaced. Returns what it computed; None when it
-        did not start."""
+        """Compute now the completion complete() will answer `request` with: the document as
+        accepting a shown completion (request.text[start : request.cursor]) leaves it. Only
+        while no request runs (any that comes stops it); the same one kept, another
+        replaced. What it computed; None when it did not start."""
         request.check_cursor()
         return self.inline.prefetch(request, start)

@@ -52,7 +52,7 @@ class ChunkRing:
     selection at a time (an add builds the ring's new list from the old one, so two at
     once would lose one's chunk, and a select would read a list being cut)."""
 
-    def __init__(self, workspace: Workspace, count_tokens: Callable[[str], int], capacity: int = 16,
+    def __init__(self, workspace: Workspace, count_tokens: Callable[[str], int] = len, capacity: int = 16,
                  chunk_lines: int = 64):
         self.workspace = workspace
         self.count_tokens = count_tokens

@@ -1,6 +1,12 @@
 """Inline completions: the forward cache, the prefetch, the prompt fitted to the
-decoder's context, decoding at the cursor and post-processing; and warming, which
-evaluates the same prompt ahead of a request."""
+decoder's model, decoding at the cursor and post-processing; and warming, which
+evaluates the same prompt ahead of a request.
+
+    request -> forward cache? -> prefetch? -> decoder.decode(DecodeRequest): under its
+      turn the decoder calls InlinePrompt (the document entered, the prompt fitted to
+      its room; a server's retry at half the length calls it again) and decodes
+      -> post-processed at the cursor, remembered in the forward cache, counted
+"""
 
 import dataclasses
 import logging
@@ -8,13 +14,13 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from completer.config import PromptOptions
-from completer.decoders.protocol import Decode, Decoded, DecoderModel
+from completer.decoders.protocol import Decoded, DecodeRequest, DecoderModel, Prompt
 from completer.editor.context import ChunkRing
 from completer.editor.documents import EDIT, INLINE, Document, stopped_by_close
 from completer.editor.forward_cache import Shown, distinct
 from completer.editor.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
 from completer.editor.prefetch import Prefetch, PrefetchSlot
-from completer.editor.serving import Serving, empty_completion, superseded
+from completer.editor.serving import NoRoom, Serving, empty_completion, no_room_warning, superseded
 from completer.engine.speculative import Sampling
 from completer.errors import Cancelled, PromptTooLong, Refused, Unavailable
 from completer.prompt import FimTemplate, Segment, cursor_sections, render
@@ -60,6 +66,32 @@ def fit_prompt(request: CompletionRequest, options: PromptOptions, template: Fim
             raise PromptTooLong(length, room)
 
 
+class InlinePrompt:
+    """A request's inline prompt, made when the decoder calls it (DecodeRequest.prompt):
+    the document is entered on the first call. `ahead`: a prefetch, whose text is not yet
+    the document's."""
+
+    def __init__(self, inline: "InlineCompletions", request: CompletionRequest, cancel: CancelFlag,
+                 ahead: bool = False):
+        self.inline, self.request, self.cancel, self.ahead = inline, request, cancel, ahead
+        self.entered: tuple[Document, str | None, tuple[str, str] | None] | None = None
+
+    def __call__(self, model: DecoderModel, room: int) -> Prompt:
+        serving = self.inline.serving
+        if self.entered is None:
+            self.entered = serving.enter(self.request, self.cancel, model, self.ahead)
+        document, in_workspace, left = self.entered
+        max_tokens = serving.config.generation.max_tokens
+        try:
+            tokens, length, suffix = self.inline.prompt(self.request, model, room)
+        except PromptTooLong as error:
+            raise NoRoom(no_room_warning(error, model.context_name, max_tokens)) from None
+        cursor = self.inline.cursor_context(self.request, suffix)
+        return Prompt(tokens=tokens, length=length, max_tokens=max_tokens, stop=tuple(stops_for(cursor)),
+                      done=lambda text: cut_to_scope(text, cursor) != text, in_workspace=in_workspace, left=left,
+                      made=(document, cursor))
+
+
 class InlineCompletions:
     """Completions at the cursor, and the prefetch of the one after an accepted one."""
 
@@ -73,16 +105,26 @@ class InlineCompletions:
                                               self.serving.config.prompt.suffix_lines)
         return CursorContext(line_before, around if suffix is None else suffix)
 
-    def prompt(self, request: CompletionRequest, model: DecoderModel, cancel: CancelFlag | None = None,
-               room: int | None = None) -> tuple[list[int] | str, int, str]:
-        """The request's prompt in at most `room` tokens (by default the decoder's context
-        less the answer's), its length and the suffix the cursor sees; PromptTooLong when
-        none fits. Its calls to the decoder stop at `cancel` (Cancelled)."""
+    def prompt(self, request: CompletionRequest, model: DecoderModel, room: int | None = None
+               ) -> tuple[list[int] | str, int, str]:
+        """The request's prompt made with `model` in at most `room` tokens (by default the
+        model's context less the answer's), its length and the suffix the cursor sees;
+        PromptTooLong when none fits."""
         serving = self.serving
         if room is None:
             room = model.context_tokens - serving.config.generation.max_tokens - 1
         return fit_prompt(request, serving.config.prompt, model.template, room, serving.workspace, serving.ring,
-                          lambda segments: serving.decoder.encode(segments, cancel))
+                          model.encode)
+
+    def decode_request(self, request: CompletionRequest, prompt: InlinePrompt) -> DecodeRequest:
+        """What the decoder is asked for the request, its prompt made by `prompt`."""
+        options = self.serving.config.generation
+        return DecodeRequest(document=request.document, language=request.language, prompt=prompt,
+                             answer_tokens=options.max_tokens + 1, draft_mode=options.draft_mode,
+                             time_budget_ms=options.time_budget_ms,
+                             sampling=Sampling(options.temperature, options.top_k, options.top_p),
+                             heal=self.serving.config.prompt.heal, cancel=prompt.cancel,
+                             candidates=options.candidates)
 
     def complete(self, request: CompletionRequest, cancel: CancelFlag) -> Completion:
         """From the forward cache, from the prefetch for this request, or decoded."""
@@ -106,35 +148,26 @@ class InlineCompletions:
                 serving.counters.count(prefetch_hits=1)
                 serving.counters.add(ahead.counts)
                 return dataclasses.replace(ahead.completion, source=Source.PREFETCH)
-        return serving.in_turn(cancel, lambda model: self._complete_in_turn(request, model, cancel), empty_completion)
+        return serving.answer(lambda: self._decoded(request, cancel), empty_completion)
 
-    def _complete_in_turn(self, request: CompletionRequest, model: DecoderModel, cancel: CancelFlag,
-                          ahead: Prefetch | None = None) -> Completion:
-        """Under the decoder's turn: the document entered, its prompt decoded. A prompt the
-        decoder finds longer than its context (our count was an estimate, or a server's
-        slots shrank) is tried once more at half the length. `ahead`: the prefetch this
-        is, which keeps the completion's forward cache and counts until it is served (the
-        request is what the user may make next, not what the document is)."""
-        document = self.serving.enter(request, cancel, ahead=ahead is not None)
-        prompt, length, suffix = self.prompt(request, model, cancel)
-        try:
-            decoded, cursor = self._decode_at_cursor(request, prompt, length, suffix, cancel)
-        except Refused as refused:
-            if not refused.context_exceeded:
-                raise
-            log.info("%s: trying once more with a prompt of at most %d tokens", refused, length // 2)
-            prompt, length, suffix = self.prompt(request, model, cancel, room=length // 2)
-            decoded, cursor = self._decode_at_cursor(request, prompt, length, suffix, cancel)
+    def _decoded(self, request: CompletionRequest, cancel: CancelFlag, ahead: Prefetch | None = None) -> Completion:
+        """The request decoded (one call to the decoder), post-processed at the cursor its
+        prompt was made for. `ahead`: the prefetch this is, which keeps the completion's
+        forward cache and counts until it is served (the request is what the user may make
+        next, not what the document is)."""
+        decoded = self.serving.decoder.decode(self.decode_request(request, InlinePrompt(
+            self, request, cancel, ahead=ahead is not None)))
         stop_reason = StopReason(decoded.stop_reason)
         if stop_reason == StopReason.CANCELLED:
             return superseded()
+        document, cursor = decoded.prompt.made
         candidates = tuple(Shown(text, postprocess(text, cursor, timed_out=timed_out), timed_out)
                            for text, timed_out in [(decoded.text, stop_reason == StopReason.TIME)] +
                            [(text, reason == StopReason.TIME) for text, reason in decoded.alternatives])
         self._keep(document, request, candidates, decoded, ahead)
         evaluated = decoded.counts.evaluated_tokens if decoded.counts is not None else 0
         shown = distinct([c.shown for c in candidates]) or [""]  # where the completion shows nothing, the next one
-        return Completion(shown[0], Source.MODEL, stop_reason, prompt, evaluated, decoded.result,
+        return Completion(shown[0], Source.MODEL, stop_reason, decoded.prompt.tokens, evaluated, decoded.result,
                           alternatives=shown[1:])
 
     def _keep(self, document: Document, request: CompletionRequest, candidates: tuple[Shown, ...],
@@ -148,20 +181,6 @@ class InlineCompletions:
             ahead.forward.remember(request.text, request.cursor, candidates)
             ahead.counts = decoded.counts
 
-    def _decode_at_cursor(self, request: CompletionRequest, prompt: list[int] | str, length: int, suffix: str,
-                          cancel: CancelFlag) -> tuple[Decoded, CursorContext]:
-        """The decoder's answer to `prompt`, and the cursor it is post-processed at."""
-        options = self.serving.config.generation
-        cursor = self.cursor_context(request, suffix)
-        decode = Decode(document=request.document, language=request.language, prompt=prompt, prompt_length=length,
-                        max_tokens=options.max_tokens, draft_mode=options.draft_mode,
-                        time_budget_ms=options.time_budget_ms,
-                        sampling=Sampling(options.temperature, options.top_k, options.top_p),
-                        heal=self.serving.config.prompt.heal, stop=stops_for(cursor),
-                        done=lambda text: cut_to_scope(text, cursor) != text, cancel=cancel,
-                        candidates=options.candidates)
-        return self.serving.decoder.decode(decode), cursor
-
     def prefetch(self, request: CompletionRequest, start: int) -> Completion | None:
         """Completer.prefetch."""
         if self.serving.documents.any_running(INLINE, EDIT) or request.closed.is_set():
@@ -172,29 +191,20 @@ class InlineCompletions:
         self.serving.counters.count(prefetches=1)
         try:
             with stopped_by_close(request, ahead.cancel):
-                ahead.completion = self.serving.in_turn(ahead.cancel, lambda model: self._complete_in_turn(
-                    request, model, ahead.cancel, ahead), empty_completion)
+                ahead.completion = self.serving.answer(lambda: self._decoded(request, ahead.cancel, ahead),
+                                                       empty_completion)
         finally:
             ahead.done.set()
         return ahead.completion
 
     def warm(self, request: CompletionRequest, cancel: CancelFlag) -> int:
         """Completer.warm, under the warm's own flag."""
-        serving = self.serving
-        model = serving.decoder.connect()
-        if model is None:
-            return 0
-
-        def prompt_for() -> list[int] | str:
-            # A warm that waited for the engine while the document closed brings no session back.
-            serving.enter(request, cancel)
-            return self.prompt(request, model)[0]
         try:
-            warmed = serving.decoder.warm(request.document, prompt_for)
-        except (Cancelled, PromptTooLong, Unavailable):
+            warmed = self.serving.decoder.warm(self.decode_request(request, InlinePrompt(self, request, cancel)))
+        except (Cancelled, NoRoom, Unavailable):
             return 0  # closed; or a request will say so
         except Refused as error:
             log.warning("%s (this request only: the server is up)", error)
             return 0
-        serving.counters.count(warmed_tokens=warmed)
+        self.serving.counters.count(warmed_tokens=warmed)
         return warmed

@@ -1,6 +1,6 @@
 """What the Completer's parts share: the decoder, the workspace, the documents, the
-context chunks, the counters and the options in force; entering a document under the
-decoder's turn, and turning a decoder's failures into answers."""
+context chunks, the counters and the options in force; entering a document (from the
+request's prompt, under the decoder's turn), and turning a decoder's failures into answers."""
 
 import logging
 from collections.abc import Callable
@@ -19,6 +19,12 @@ from completer.workspace import Workspace
 log = logging.getLogger("completer.editor.completer")
 
 A = TypeVar("A")  # an answer: a Completion or a NextEdit
+
+
+class NoRoom(Exception):
+    """No prompt fits the decoder's model; the message is what the user is told. Raised by
+    the editor side's prompt (DecodeRequest.prompt), which the decoder calls, and answered
+    by the editor side: it is never a decoder's."""
 
 
 def no_room_warning(error: PromptTooLong, context: str, max_tokens: int) -> str:
@@ -56,45 +62,35 @@ class Serving:
         """A file's path as prompts name it: relative to the workspace, inside it."""
         return self.workspace.relative(path) if self.workspace.contains(path) else path
 
-    def enter(self, request: CompletionRequest, cancel: CancelFlag | None, ahead: bool = False,
-              edits: bool = False) -> Document:
-        """Under the decoder's turn: the request's document becomes the current one, and the
-        workspace document the user left a context chunk (measured in the decoder's
-        tokens, under the request's cancel flag) that the decoder may draft from. `ahead`:
-        a prefetch, whose text is not yet the document's: the session's text and the edit
-        history stay as they are. `edits`: a next-edit request, on the document's caches for
-        next edits."""
+    def enter(self, request: CompletionRequest, cancel: CancelFlag | None, model: DecoderModel,
+              ahead: bool = False) -> tuple[Document, str | None, tuple[str, str] | None]:
+        """Under the decoder's turn (its call to the request's prompt): the request's document
+        becomes the current one, and the workspace document the user left a context chunk
+        (measured in the model's tokens) that the decoder may draft from. `ahead`: a
+        prefetch, whose text is not yet the document's: the session's text and the edit
+        history stay as they are. The document's state, its path when inside the
+        workspace, and (document, text) of the one left for the decoder to draft from."""
         document, left = self.documents.enter(request, self.workspace_path(request.path), cancel,
                                               take_text=not ahead)
         left_for_drafting = None
         if left is not None and left[1].text and self.workspace.contains(left[1].path):
             key, state = left
-            self.ring.add(state.path, state.text, state.cursor, lambda text: self.decoder.count(text, cancel))
+            self.ring.add(state.path, state.text, state.cursor, model.count)
             left_for_drafting = (key, state.text)
-        in_workspace = request.path if self.workspace.contains(request.path) else None
-        self.decoder.enter(request.document, in_workspace, left_for_drafting, cancel, edits)
-        return document
+        return document, request.path if self.workspace.contains(request.path) else None, left_for_drafting
 
-    def in_turn(self, cancel: CancelFlag, work: Callable[[DecoderModel], A],
-                empty: Callable[[Source, StopReason, str], A]) -> A:
-        """`work(model)` under the decoder's turn; `empty(source, stop reason, warning)` says
-        why there is no answer when the decoder cannot serve, the request was superseded,
-        no prompt fits or the server refused it."""
-        model = self.decoder.connect()
-        if model is None:
+    def answer(self, decode: Callable[[], A], empty: Callable[[Source, StopReason, str], A]) -> A:
+        """`decode()`, the request's one call to the decoder; `empty(source, stop reason,
+        warning)` says why there is no answer when the decoder cannot serve, the request
+        was superseded, no prompt fits or the server refused it."""
+        try:
+            return decode()
+        except Cancelled:
+            return empty(Source.SUPERSEDED, StopReason.CANCELLED, "")
+        except NoRoom as error:
+            return empty(Source.NO_ROOM, StopReason.PROMPT_TOO_LONG, str(error))
+        except Refused as error:
+            log.warning("%s (this request only: the server is up)", error)
+            return empty(Source.REFUSED, StopReason.UNAVAILABLE, "")
+        except Unavailable:
             return empty(Source.SERVER_DOWN, StopReason.UNAVAILABLE, "")
-        with self.decoder.turn():
-            if cancel.is_set():
-                return empty(Source.SUPERSEDED, StopReason.CANCELLED, "")
-            try:
-                return work(model)
-            except Cancelled:
-                return empty(Source.SUPERSEDED, StopReason.CANCELLED, "")
-            except PromptTooLong as error:
-                return empty(Source.NO_ROOM, StopReason.PROMPT_TOO_LONG, no_room_warning(
-                    error, model.context_name, self.config.generation.max_tokens))
-            except Refused as error:
-                log.warning("%s (this request only: the server is up)", error)
-                return empty(Source.REFUSED, StopReason.UNAVAILABLE, "")
-            except Unavailable:
-                return empty(Source.SERVER_DOWN, StopReason.UNAVAILABLE, "")
