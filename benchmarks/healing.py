@@ -16,7 +16,7 @@ import sysconfig
 from pathlib import Path
 
 from completer.config import Config, GenerationOptions, ModelOptions
-from completer.engine.generation import generate
+from completer.engine.generation import GenerationRequest, generate
 from completer.engine.healing import TokenPrefixes, heal
 from completer.loading import load_engine
 from completer.prompt import path_header
@@ -43,9 +43,10 @@ def main() -> None:
         rest = lines[number][cut : word.end()]
         prompt = model.tokenize(path_header(args.file) + "".join(lines[max(0, number - 60) : number])
                                 + lines[number][:cut])
-        plain_text = generate(engine, prompt, 8, mode="target").text
+        plain_text = generate(engine, GenerationRequest(prompt=prompt, max_tokens=8, mode="target")).text
         healed_prompt, healing = heal(prompt, model, prefixes)
-        healed_text = generate(engine, healed_prompt, 8, mode="target", healing=healing).text
+        healed_text = generate(engine, GenerationRequest(prompt=healed_prompt, max_tokens=8, mode="target",
+                                                         healing=healing)).text
         cursors += 1
         plain += plain_text.startswith(rest)
         healed += healed_text.startswith(rest)

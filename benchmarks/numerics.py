@@ -26,7 +26,7 @@ import numpy as np
 
 from completer.bench.holes import Hole, pick_holes
 from completer.config import Config, ModelOptions
-from completer.engine.generation import Engine, generate
+from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.speculative import NEAR_TIE_LOGITS, first_parting, parting_gap
 from completer.loading import engine_for, load_pair
 from completer.prompt import path_header
@@ -47,8 +47,8 @@ def parting_gaps(engine: Engine, prompt: list[int], plain_logits: np.ndarray, mo
     plain = plain_logits.argmax(axis=1).tolist()  # its end-of-generation token included
     gaps, start = [], 0
     while start < len(plain):
-        fast = generate(engine, prompt + plain[:start], len(plain) - start, mode=mode, draft_length=k,
-                        keep_logits=True)
+        fast = generate(engine, GenerationRequest(prompt=prompt + plain[:start], max_tokens=len(plain) - start,
+                                                  mode=mode, draft_length=k, keep_logits=True))
         chosen = fast.logits.argmax(axis=1)  # its tokens and the end token that stopped it
         at = first_parting(plain[start:], chosen)
         if at is None:
@@ -91,7 +91,8 @@ def main() -> None:
     gaps, positions, runs = [], [], 0
     for hole in pick_holes([Path(sysconfig.get_paths()["stdlib"])], args.holes, args.seed):
         prompt = model.tokenize(hole_prompt(hole))[-1500:]
-        plain = generate(engine, prompt, args.tokens, mode="target", keep_logits=True).logits  # [n, V]
+        plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=args.tokens, mode="target",
+                                                   keep_logits=True)).logits  # [n, V]
         positions.append(top2_gaps(plain))
         for mode, k in CONFIGURATIONS:
             gaps += parting_gaps(engine, prompt, plain, mode, k)

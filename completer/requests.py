@@ -10,10 +10,6 @@ from typing import Any
 
 from completer.errors import PositionError
 
-# A document's next edits, named apart from its inline completions: the key of its next-edit
-# requests among the running ones (newest wins among them alone), and of their own caches.
-EDITS = "edits:"
-
 
 @dataclass(frozen=True)
 class TextEdit:

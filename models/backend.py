@@ -455,7 +455,8 @@ class TokenTrees:
 class LlamaContext(TokenTrees):
     """One model's KV cache for one sequence of tokens, and the calls to fill, cut, save
     and restore it. Documents take turns in it: the one left is saved and restored when
-    the editor comes back (completer.decoders.local.DocumentCaches)."""
+    the editor comes back (Engine.activate, completer/engine/generation.py; the snapshots in
+    completer/engine/documents.py)."""
 
     def __init__(
         self,

@@ -32,7 +32,7 @@ from completer.config import Config
 from completer.decoders.local import LocalDecoder
 from completer.editor.postprocess import CursorContext, postprocess
 from completer.engine.drafts import CopyDrafter
-from completer.engine.generation import Engine, generate
+from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.speculative import Sampling, first_parting, parting_gap
 from completer.engine.workspace_index import NO_MATCH, IndexStats, Match, saved_index_path
 from completer.errors import PositionError
@@ -217,7 +217,8 @@ class Bench:
             if greedy and "target" in records and not record["identical"]:
                 if target_logits is None:  # plain decoding again, untimed: the same tokens, with their rows
                     self.engine.prefill(prompt)
-                    plain = generate(self.engine, prompt, max_tokens, mode="target", keep_logits=True)
+                    plain = generate(self.engine, GenerationRequest(prompt=prompt, max_tokens=max_tokens, mode="target",
+                                                                    keep_logits=True))
                     target_logits, bounds = plain.logits, self.tie_bounds(prompt, plain.tokens, plain.logits)
                 record["parting_gap"] = gap = parting_gap(target_logits, chosen[mode])
                 at = first_parting(target_logits.argmax(axis=1), chosen[mode])
@@ -274,8 +275,9 @@ class Bench:
         engine = self.engines[draft]
         engine.prefill(prompt)  # outside the timing
         decode_before, logits_before = engine.llama_ms()
-        result = generate(engine, prompt, max_tokens, stop, sampling=Sampling(generation.temperature, seed=index),
-                          mode=provider, document=document, language=base["language"], copy_from=copy_from)
+        result = generate(engine, GenerationRequest(
+            prompt=prompt, max_tokens=max_tokens, stop=stop, sampling=Sampling(generation.temperature, seed=index),
+            mode=provider, document=document, language=base["language"], copy_from=copy_from))
         decode_after, logits_after = engine.llama_ms()
         s = result.stats
         return {**base, "tokens": result.tokens, "ms": s.total_ms, "decode_ms": decode_after - decode_before,

@@ -17,7 +17,7 @@ from completer.bench.metrics import (compared, edit_similarity, exact_first_line
                                      summarize_mode)
 from completer.bench.run import Bench, Settings
 from completer.config import Config, GenerationOptions, ModelOptions
-from completer.engine.generation import Engine, generate
+from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.tuning import CostModel
 from completer.loading import Pair
 from completer.models.backend import default_threads
@@ -145,10 +145,10 @@ def test_plain_decoding_reads_the_texts_of_its_tokens_once_when_no_stop_string_a
     prompt = target.tokenize((REPO / "completer" / "engine" / "kv.py").read_text())[:200]
     read = []
     monkeypatch.setattr(target, "token_bytes", lambda token, special=False: read.append(token) or b"x")
-    made = generate(engine, prompt, 24, mode="target")
+    made = generate(engine, GenerationRequest(prompt=prompt, max_tokens=24, mode="target"))
     assert len(made.tokens) == 24 and len(read) == 24  # the answer's text, once
     read.clear()
-    generate(engine, prompt, 24, stop=("never written",), mode="target")
+    generate(engine, GenerationRequest(prompt=prompt, max_tokens=24, stop=("never written",), mode="target"))
     assert len(read) == 24 * 25 // 2 + 24  # a stop string is looked for in the text every round
 
 
