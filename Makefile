@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 INSTALLED := $(VENV)/.installed
 
-.PHONY: demo test llama
+.PHONY: demo test test-fast llama
 
 # The main job, offline, on an embedded model: what speculation buys on this project's
 # own sources. Gemma 3 270M rather than smol: on held-out code it completed better
@@ -15,10 +15,20 @@ demo: llama
 
 # The whole test suite; .ci/run calls this. The VS Code extension is built, unit-tested
 # and packaged first (its toolchain, code-server and chromium, is installed once per
-# machine); pytest then drives the .vsix in code-server and the Neovim plugin in nvim.
+# machine), and vLLM's CPU build goes into its own venv in the cache (models/vllm_env.py,
+# once per machine); pytest then drives the .vsix in code-server and the Neovim plugin in
+# nvim, and the language server on a real vLLM.
 test: llama
 	editor-extensions/vscode/scripts/build.sh
+	$(BIN)/python -m completer.models.vllm_env install
 	$(BIN)/python -m pytest
+
+# While changing code: the first tier (tests/unit: no model, no process) and the tiers on
+# the real smol pair and the language server without their `slow` tests (the editors,
+# llama-server and vLLM, distillation, the statistical sampling tests). `make test` runs
+# everything; the time each takes on this project's machine is in docs/setup.md.
+test-fast: llama
+	$(BIN)/python -m pytest -m "not slow" tests/unit tests/engine tests/lsp
 
 # The llama.cpp build the flags ask for now, the bindings linked to it: nothing to do
 # when they are. `COMPLETER_CPU_FEATURES=avx2 make test` runs the suite on the build an
