@@ -519,17 +519,10 @@ class GenerationRequest:
     copy_from: list[int] | CopyDrafter | None = None
 
 
-def generate(engine: Engine, request: GenerationRequest | list[int], max_tokens: int | None = None,
-             **options) -> Generation:
+def generate(engine: Engine, request: GenerationRequest) -> Generation:
     """Continue the request's prompt by up to its `max_tokens` tokens, round after round,
     until an end-of-generation token, a stop string, `done`, the time budget or `cancel`.
-    The target's KV cache is reused for the longest common prefix with the last call.
-
-    The old call form, generate(engine, prompt, max_tokens, **options), stays until its
-    callers outside the engine (completer/bench/run.py, benchmarks/, a few engine tests)
-    build a GenerationRequest: /tmp/team/requests.md."""
-    if not isinstance(request, GenerationRequest):
-        request = GenerationRequest(prompt=request, max_tokens=max_tokens, **options)
+    The target's KV cache is reused for the longest common prefix with the last call."""
     if request.mode not in DRAFT_MODES:
         raise ValueError(f"unknown draft mode {request.mode!r}; modes: {', '.join(DRAFT_MODES)}")
     started = time.perf_counter()

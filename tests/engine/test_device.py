@@ -18,8 +18,7 @@ import numpy as np
 import pytest
 
 from completer.config import ModelOptions
-from completer.decoders.local import DocumentCaches
-from completer.engine.generation import Engine, generate
+from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.speculative import NEAR_TIE_LOGITS, parting_gap
 from completer.engine.tuning import calibrate
 from completer.loading import load_pair
@@ -152,9 +151,9 @@ def test_on_the_device_single_token_verification_gives_plain_decodings_tokens(on
     drafted = accepted = 0
     for hole in stdlib_holes(3):
         prompt = target.tokenize(hole)
-        plain = generate(engine, prompt, 32, mode="target").tokens
+        plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=32, mode="target")).tokens
         for mode, k in [("ngram", None), ("draft", 3), ("auto", None)]:
-            fast = generate(engine, prompt, 32, mode=mode, draft_length=k)
+            fast = generate(engine, GenerationRequest(prompt=prompt, max_tokens=32, mode=mode, draft_length=k))
             assert fast.tokens == plain, f"{mode} at k={k} parted from plain decoding on the device"
             drafted, accepted = drafted + fast.stats.drafted, accepted + fast.stats.accepted
     assert drafted > 50 and accepted > 0
@@ -166,9 +165,9 @@ def test_on_the_device_batched_speculation_equals_plain_decoding_up_to_near_ties
     engine = Engine(target, draft, n_ctx=2048, calibrate_s=0.3)
     for hole in stdlib_holes(4):
         prompt = target.tokenize(hole)
-        plain = generate(engine, prompt, 32, mode="target", keep_logits=True)
-        fast = generate(engine, prompt, 32, mode=mode, draft_length=4 if mode == "draft" else None,
-                        keep_logits=True)
+        plain = generate(engine, GenerationRequest(prompt=prompt, max_tokens=32, mode="target", keep_logits=True))
+        fast = generate(engine, GenerationRequest(prompt=prompt, max_tokens=32, mode=mode,
+                                                  draft_length=4 if mode == "draft" else None, keep_logits=True))
         if fast.tokens != plain.tokens:
             gap = parting_gap(plain.logits, fast.logits.argmax(axis=1))
             assert gap is not None and gap < NEAR_TIE_LOGITS, f"{mode}: parted where plain preferred its token by {gap}"
@@ -197,7 +196,7 @@ def test_on_the_device_rejection_truncates_both_caches_to_the_accepted_tokens(on
     target, draft = on_device
     engine = Engine(target, draft, n_ctx=2048, calibrate_s=0)
     prompt = target.tokenize(stdlib_holes(1)[0])
-    result = generate(engine, prompt, 40, mode="draft", draft_length=5)
+    result = generate(engine, GenerationRequest(prompt=prompt, max_tokens=40, mode="draft", draft_length=5))
     assert result.stats.accepted < result.stats.drafted  # the derived draft was rejected: the case to test
     text = prompt + result.tokens
     for sequence in (engine.target, engine.drafter.sequence):
@@ -211,16 +210,16 @@ def test_on_the_device_a_document_switch_saves_and_restores_its_kv(on_device):
     the same tokens, nothing evaluated again, and the same logits for the next token."""
     target, draft = on_device
     engine = Engine(target, draft, n_ctx=2048, calibrate_s=0)
-    caches = DocumentCaches(engine, budget_mb=512)
+    engine.documents.budget_bytes = 512 * 2**20
     documents = {name: target.tokenize((STDLIB / name).read_text()[:3000]) for name in ("textwrap.py", "shlex.py")}
     probes = {}
     for name, tokens in documents.items():
-        caches.activate(name)
+        engine.activate(name)
         for sequence in engine.sequences:
             sequence.sync(tokens)
         probes[name] = [probe(sequence) for sequence in engine.sequences]
     for name, tokens in documents.items():
-        caches.activate(name)
+        engine.activate(name)
         before = [sequence.evaluated for sequence in engine.sequences]
         for sequence, expected in zip(engine.sequences, probes[name], strict=True):
             assert list(sequence.tokens) == tokens and sequence.context.length() == len(tokens)

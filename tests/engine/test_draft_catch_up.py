@@ -86,7 +86,7 @@ def test_a_request_cancelled_while_the_draft_catches_up_after_a_paste_ends_there
     proposed = []
     propose = engine.drafter.propose
     monkeypatch.setattr(engine.drafter, "propose", lambda *args: proposed.append(propose(*args)) or proposed[-1])
-    decoded = decoder.decode(Decode(document="a.py", language="python", prompt=prompt, prompt_length=len(prompt),
+    decoded = decoder.decode_prompt(Decode(document="a.py", language="python", prompt=prompt, prompt_length=len(prompt),
                                     max_tokens=16, draft_mode="draft", cancel=cancel))
     assert proposed, "the tuner chose no draft round: nothing was checked"
     assert decoded.stop_reason == StopReason.CANCELLED

@@ -3,7 +3,7 @@ lets it in, so the engine must never let it propose an id the target lacks."""
 
 import pytest
 
-from completer.engine.generation import Engine, generate
+from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.speculative import Sampling
 from completer.models.backend import LlamaContext, LlamaModel
 from completer.models.gguf_file import MAX_VOCAB_SIZE_DIFFERENCE, check_same_vocabulary
@@ -16,7 +16,9 @@ HOLE = "import os\n\n\ndef data_path(name):\n    base = os.path.dirname(__file__
 def plain(target):
     """The prompt and the target's own greedy continuation of it."""
     prompt = target.tokenize(HOLE)
-    return prompt, generate(Engine(target, None, n_ctx=1024, calibrate_s=0), prompt, 24, mode="target").tokens
+    return prompt, generate(Engine(target, None, n_ctx=1024, calibrate_s=0), GenerationRequest(prompt=prompt,
+                                                                                               max_tokens=24,
+                                                                                               mode="target")).tokens
 
 
 @pytest.fixture(scope="module")
@@ -45,9 +47,11 @@ def test_the_padded_draft_is_admitted_and_prefers_its_padding(smol, target, plai
 def test_a_padded_draft_proposes_what_the_unpadded_one_does(target, draft, plain, padded, sampling):
     prompt, _ = plain
     unpadded = Engine(target, draft, n_ctx=1024, calibrate_s=0)
-    expected = generate(unpadded, prompt, 24, mode="draft", draft_length=4, sampling=sampling)
+    expected = generate(unpadded, GenerationRequest(prompt=prompt, max_tokens=24, mode="draft", draft_length=4,
+                                                    sampling=sampling))
     engine = Engine(target, padded, n_ctx=1024, calibrate_s=0)
-    got = generate(engine, prompt, 24, mode="draft", draft_length=4, sampling=sampling)
+    got = generate(engine, GenerationRequest(prompt=prompt, max_tokens=24, mode="draft", draft_length=4,
+                                             sampling=sampling))
     assert got.stats.drafted > 0 and engine.drafter is not None  # the draft served throughout
     assert max(got.tokens) < target.n_vocab
     # The padding rows are the only difference, so with them masked the drafts, and the

@@ -46,7 +46,7 @@ def decode(decoder: LocalDecoder, document: str, text: str, left: tuple[str, str
            edits: bool = False) -> None:
     decoder.enter(document, None, left, None, edits=edits)
     prompt = decoder.engine.model.tokenize(text)
-    decoder.decode(Decode(document=document, language="python", prompt=prompt, prompt_length=len(prompt),
+    decoder.decode_prompt(Decode(document=document, language="python", prompt=prompt, prompt_length=len(prompt),
                           max_tokens=12, draft_mode="auto"))
 
 

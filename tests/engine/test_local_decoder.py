@@ -22,7 +22,7 @@ from completer.editor.inline import fit_prompt
 from completer.editor.context import ChunkRing
 from completer.editor.forward_cache import ForwardCache, Shown
 from completer.editor.postprocess import CursorContext, postprocess
-from completer.engine.generation import PROMPT_PIECE, Engine, generate
+from completer.engine.generation import PROMPT_PIECE, Engine, GenerationRequest, generate
 from completer.engine.kv import KVSequence
 from completer.errors import PromptTooLong
 from completer.models.backend import LlamaContext, LlamaModel
@@ -68,7 +68,8 @@ def test_typing_at_the_cursor_evaluates_only_the_new_tokens(engine):
     costs = []
     for i in range(1, len(typed) + 1):
         costs.append(prepare(engine, text + typed[:i]))
-        generate(engine, engine.model.tokenize(path_header("a.py") + text + typed[:i]), 4, mode="auto")
+        generate(engine, GenerationRequest(prompt=engine.model.tokenize(path_header("a.py") + text + typed[:i]),
+                                           max_tokens=4, mode="auto"))
     # A typed character re-tokenizes at most the last word: a few tokens, never the file.
     assert max(costs) <= 4
     assert sum(costs) / len(typed) <= 3
@@ -86,8 +87,9 @@ def test_an_edit_above_the_cursor_truncates_at_the_edit_and_completes_as_fresh(e
     assert cost <= tail + 3  # from the edit on, not from the top
     assert cost < prompt_tokens / 2
     prompt = engine.model.tokenize(path_header("a.py") + edited)
-    cached = generate(engine, prompt, 16, mode="target").tokens
-    fresh = generate(Engine(*models, n_ctx=2048, calibrate_s=0), prompt, 16, mode="target").tokens
+    cached = generate(engine, GenerationRequest(prompt=prompt, max_tokens=16, mode="target")).tokens
+    fresh = generate(Engine(*models, n_ctx=2048, calibrate_s=0), GenerationRequest(prompt=prompt, max_tokens=16,
+                                                                                   mode="target")).tokens
     assert cached == fresh
 
 

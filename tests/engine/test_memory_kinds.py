@@ -307,7 +307,7 @@ def fim_keystroke_decoder(model: LlamaModel):
 
 
 def keystroke(decoder: LocalDecoder, prompt: list[int]) -> Decoded:
-    return decoder.decode(Decode(document="a.py", language="python", prompt=prompt, prompt_length=len(prompt),
+    return decoder.decode_prompt(Decode(document="a.py", language="python", prompt=prompt, prompt_length=len(prompt),
                                  max_tokens=8, draft_mode="draft"))
 
 
@@ -323,7 +323,7 @@ def test_a_keystroke_after_warming_a_document_goes_back_to_a_checkpoint_at_the_c
     def prompt_for() -> list[int]:
         decoder.enter("a.py", None, None, None)
         return prompt
-    assert decoder.warm("a.py", prompt_for) == len(prompt) - 1
+    assert decoder.warm_prompt("a.py", prompt_for) == len(prompt) - 1
     draft_evaluated = engine.drafter.sequence.evaluated
     typed = keystroke(decoder, fim(text[:600] + text[1100:1101]))
     assert typed.result.stats.rewound == 0, f"the target went back {typed.result.stats.rewound} tokens"

@@ -481,8 +481,8 @@ def test_an_excluded_secret_is_never_opened_nor_reaches_a_snippet(tmp_path):
     app = write(root / "app.py", padded("from secrets import leak\nfrom config.credentials import API_KEY\n\n"
                                         "def run():\n    return leak(API_KEY)\n"))
     index = DefinitionsIndex(Workspace([root]))
-    # The walker lists them (and reads their first 4 KB to tell text from binary: a
-    # request to let it skip excluded files is in /tmp/team/requests.md); the index must refuse them.
+    # The walker lists them (and reads their first 4 KB to tell text from binary; the
+    # walker's own exclude list is issue 56's next step); the index must refuse them.
     listed = workspace_files(index.workspace)
     assert set(secrets) <= set(listed)
     with OpenedFiles.recording() as opened:
