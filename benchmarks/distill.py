@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 
 from completer.bench.holes import LANGUAGES, pick_holes
-from completer.models.backend import LlamaModel
+from completer.models.llama import LlamaModel
 from completer.models.distill import build_corpus, corpus_files, held_out, llama_cpp_agreement
 from completer.models.distill_settings import DistillSettings
 from completer.models.paths import distilled_draft_path

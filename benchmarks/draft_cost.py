@@ -18,7 +18,7 @@ from pathlib import Path
 
 from completer.config import ModelOptions
 from completer.loading import load_pair
-from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.llama import LlamaContext, LlamaModel
 
 
 def median_ms(context: LlamaContext, prompt: list[int], width: int, trials: int) -> float:

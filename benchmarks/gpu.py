@@ -138,7 +138,7 @@ def install_cuda_build(wheel: Path | None, architectures: str) -> None:
 
 def measure(path: Path, on_gpu: bool) -> dict:
     from completer.engine.tuning import calibrate
-    from completer.models.backend import LlamaContext, LlamaModel
+    from completer.models.llama import LlamaContext, LlamaModel
 
     model = LlamaModel(path, "auto" if on_gpu else 0)
     context = LlamaContext(model, n_ctx=PROMPT_TOKENS + PLAIN_TOKENS + 64, n_batch=PROMPT_TOKENS)

@@ -32,7 +32,7 @@ from pathlib import Path
 from completer.config import CacheOptions
 from completer.engine.generation import ROLLBACK_TOKENS
 from completer.engine.kv import KVSequence
-from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.llama import LlamaContext, LlamaModel
 
 PATTERNS = ((4, 0), (4, 2), (8, 0), (8, 4), (16, 8))  # (drafted, accepted)
 

@@ -45,7 +45,7 @@ from completer.config import Config, config_from_dict
 from completer.decoders.clients import LlamaServerClient
 from completer.decoders.server import ServerDecoder
 from completer.editor.completer import Completer
-from completer.loading import completer_over, server_backend
+from completer.loading import completer_over, server_api
 from completer.lsp import protocol
 from completer.models.llama_build import BUILD_COMMAND, find
 from completer.models.presets import Preset
@@ -72,7 +72,7 @@ def completer_on(url: str, slot_choice: str) -> Completer:
     config, problems = config_from_dict({**OPTIONS, "models": {"decoder": "llama-server", "server_url": url,
                                                                 "server_slots": slot_choice}}, Config())
     assert not problems, problems
-    decoder = ServerDecoder(server_backend(config.models, {}))
+    decoder = ServerDecoder(server_api(config.models, {}))
     assert decoder.server_model() is not None, decoder.warning
     return completer_over(decoder, config)
 

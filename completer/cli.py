@@ -196,7 +196,7 @@ def models_pull(preset: str) -> None:
 
 def _describe_file(path: Path) -> list[tuple[str, str]]:
     """(field, value) rows about a GGUF file."""
-    from completer.models.backend import LlamaModel
+    from completer.models.llama import LlamaModel
     from completer.models.gguf_file import check_gguf
     from completer.models.pairing import suitability_notes
 
@@ -223,7 +223,7 @@ def _memory_rows(path: Path, memory: str) -> list[tuple[str, str]]:
     """The model's attention, how the engine cuts what it holds (a rejected draft, an
     edit), and what its KV cache takes at the default context."""
     from completer.engine.generation import ROLLBACK_TOKENS
-    from completer.models.backend import HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES
+    from completer.models.llama import HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES
     from completer.models.gguf_file import model_facts
 
     facts = model_facts(path)
@@ -232,7 +232,7 @@ def _memory_rows(path: Path, memory: str) -> list[tuple[str, str]]:
     cuts = "anywhere: attention cells are dropped from the cut on"
     if facts.sliding_window:
         # The engine's contexts keep a full-size cache on the window layers too (swa_full
-        # in models/backend.py): a cut anywhere stays exact, at that memory.
+        # in models/llama.py): a cut anywhere stays exact, at that memory.
         attention = (f"sliding window of {facts.sliding_window:,} tokens on some layers; their cache is kept "
                      "full-size, so a cut anywhere (a rejected draft, an edit) stays exact")
     rows = []
@@ -328,7 +328,7 @@ def distill(preset: str, target_path: Path | None, data_paths: tuple[Path, ...],
         raise click.ClickException("distillation needs torch: pip install torch==2.13.0 (the CPU wheel), "
                                    "or pip install 'completer[distill]'") from None
     from completer.bench.holes import LANGUAGES
-    from completer.models.backend import LlamaModel
+    from completer.models.llama import LlamaModel
     from completer.models.distill import (Distiller, LlamaCppTeacher, TorchTeacher, build_corpus, corpus_files,
                                           export_draft, llama_cpp_agreement, load_student, uses_bfloat16)
     from completer.models.paths import distilled_draft_path
@@ -434,7 +434,7 @@ def _build_rows() -> list[tuple[str, str]]:
 def _doctor_rows(rpc_servers: str) -> list[tuple[str, str]]:
     from completer.models.accelerator import BuildChoiceError
     from completer.models.accelerator import choose as choose_accelerator
-    from completer.models.backend import default_threads, system_info
+    from completer.models.llama import default_threads, system_info
     from completer.models.devices import add_rpc_servers, backends, devices
 
     build = system_info()
@@ -477,10 +477,10 @@ def _server_row(models: ModelOptions) -> tuple[str, str]:
     """The configured server: reachable, its model, slots, FIM family and the speculative
     settings it reports; or why it cannot be used."""
     from completer.errors import ServerError
-    from completer.loading import server_backend
+    from completer.loading import server_api
 
     try:
-        api = server_backend(models, os.environ)
+        api = server_api(models, os.environ)
         return f"server ({models.decoder})", f"{api.url}: {api.connect().summary()}"
     except ServerError as error:
         return f"server ({models.decoder})", f"cannot be used: {error}"
@@ -490,7 +490,7 @@ def _target_rows(models: ModelOptions) -> list[tuple[str, str]]:
     """The target the options name (with --target, that file; else the preset's, if in
     the cache: doctor downloads nothing): its file, attention and KV memory, and what
     it is good for as a completer."""
-    from completer.models.backend import LlamaModel
+    from completer.models.llama import LlamaModel
     from completer.models.pairing import suitability_notes
     from completer.models.resolve import resolve
 

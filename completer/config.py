@@ -112,12 +112,6 @@ class ModelOptions:
         machine=True
     )
 
-    @property
-    def backend(self) -> str:
-        """models.decoder under its old name, for lsp/server.py until it reads the new one
-        (the rename's last step deletes this)."""
-        return self.decoder
-
 
 @dataclass(frozen=True)
 class GenerationOptions:
@@ -295,12 +289,6 @@ class Config:
     cache: CacheOptions = field(default_factory=CacheOptions)
     lsp: LanguageServerOptions = field(default_factory=LanguageServerOptions)
     edits: NextEditOptions = field(default_factory=NextEditOptions)
-
-    @property
-    def server(self) -> LanguageServerOptions:
-        """The lsp group under its old name, for lsp/server.py until it reads the new one
-        (the rename's last step deletes this)."""
-        return self.lsp
 
 
 # Where decoding runs (models.decoder): the one list of their names. loading maps each to

@@ -8,9 +8,9 @@ answer (requests.Source), and the language server into its reply.
       PromptTooLong   not even the smallest prompt fits: no completion can be made
       Refused         the decoder refused this request alone; the next may pass
       Unavailable     the decoder cannot serve now (the message says why)
-        ServerError   a server failed, or cannot be used with these settings
-          ServerRefused   a server, up, refused this one request (its decoder
-                          raises it to the Completer as a Refused)
+        ServerError   a server failed, or cannot be used with these settings; one
+                      that refused a request alone says so (`request_fault`), and
+                      the server's decoder raises that to the Completer as a Refused
 
 Loading the models fails with models.errors.ModelError instead: that is the setup's
 fault, not a request's, and says what to run.
@@ -52,14 +52,11 @@ class Unavailable(RequestError):
 
 class ServerError(Unavailable):
     """A server could not be used for a request, or cannot be with these settings; the
-    message says why, once."""
+    message says why, once. `request_fault`: the server, up, refused this one request
+    (an HTTP 4xx), `context_exceeded` when it said the prompt and answer do not fit its
+    context. To the HTTP layer, a failed call like any other; the server's decoder raises
+    a request's fault to the Completer as a Refused, failing that request alone."""
 
-
-class ServerRefused(ServerError):
-    """A server, up, refused this one request; `context_exceeded` when it said the prompt
-    and answer do not fit its context. To the HTTP layer, a failed call like any other;
-    the server's decoder raises it to the Completer as a Refused, failing this request alone."""
-
-    def __init__(self, reason: str, context_exceeded: bool = False):
+    def __init__(self, reason: str, request_fault: bool = False, context_exceeded: bool = False):
         super().__init__(reason)
-        self.context_exceeded = context_exceeded
+        self.request_fault, self.context_exceeded = request_fault, context_exceeded

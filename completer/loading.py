@@ -25,12 +25,12 @@ from pathlib import Path
 
 from completer.config import DECODERS, LLAMA_SERVER, LOCAL, OPENAI, Config, ModelOptions, problems
 from completer.decoders.local import LocalDecoder
-from completer.decoders.server import Backend, LlamaServerBackend, OpenAIBackend, ServerDecoder
+from completer.decoders.server import ServerAPI, LlamaServerAPI, OpenAIAPI, ServerDecoder
 from completer.editor.completer import Completer
 from completer.engine.generation import Engine
 from completer.engine.tuning import CostModel
 from completer.errors import ServerError
-from completer.models.backend import ContextError, LlamaModel
+from completer.models.llama import ContextError, LlamaModel
 from completer.models.devices import Device, add_rpc_servers, offload_devices
 from completer.models.errors import ModelError
 from completer.models.gguf_file import GGUFHeader, check_gguf, check_same_vocabulary
@@ -42,7 +42,7 @@ from completer.workspace import Workspace
 
 # ModelError is what every loading failure raises, with what to run.
 __all__ = ["Loaded", "ModelError", "Pair", "engine_for", "hub_downloads", "load_completer", "load_distilled",
-           "load_engine", "load_pair", "needs_reload", "server_backend"]
+           "load_engine", "load_pair", "needs_reload", "server_api"]
 
 # (what is happening, percent done): $/progress in the server, nothing elsewhere.
 Report = Callable[[str, int], None]
@@ -213,7 +213,7 @@ def load_engine(config: Config, report: Report = _silent) -> tuple[Engine, Pair]
 
 def _load_server(config: Config, report: Report) -> tuple[ServerDecoder, None]:
     try:
-        api = server_backend(config.models, os.environ)
+        api = server_api(config.models, os.environ)
     except ServerError as error:
         raise ModelError(str(error)) from None
     report(f"connecting to {api.url}", 50)
@@ -223,11 +223,11 @@ def _load_server(config: Config, report: Report) -> tuple[ServerDecoder, None]:
 
 
 # The servers' APIs, by models.decoder.
-SERVER_APIS: dict[str, type[LlamaServerBackend] | type[OpenAIBackend]] = {
-    LLAMA_SERVER: LlamaServerBackend, OPENAI: OpenAIBackend}
+SERVER_APIS: dict[str, type[LlamaServerAPI] | type[OpenAIAPI]] = {
+    LLAMA_SERVER: LlamaServerAPI, OPENAI: OpenAIAPI}
 
 
-def server_backend(options: ModelOptions, environ: Mapping[str, str]) -> Backend:
+def server_api(options: ModelOptions, environ: Mapping[str, str]) -> ServerAPI:
     """The configured server's client; ServerError for settings that cannot work."""
     if options.decoder not in SERVER_APIS:
         raise ServerError(f"models.decoder {options.decoder} is not a server's: one of {', '.join(SERVER_APIS)}")

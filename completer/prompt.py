@@ -156,7 +156,7 @@ def render(template: FimTemplate | None, path: str, prefix: str, suffix: str = "
 
 
 class Vocabulary(Protocol):
-    """What prompts need of a model (models.backend.LlamaModel is one)."""
+    """What prompts need of a model (models.llama.LlamaModel is one)."""
 
     def tokenize(self, text: str, parse_special: bool = False) -> list[int]: ...
 

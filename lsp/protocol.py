@@ -64,7 +64,7 @@ COPILOT_OPTION_GROUPS = ("editorInfo", "editorPluginInfo", "nextEditSuggestions"
 STATS_KEYS = (
     "ready",  # models loaded and serving
     "error",  # why the models did not load, with what to run; "" when they did or are loading
-    "backend",  # models.backend: local, llama-server or openai
+    "decoder",  # models.decoder: local, llama-server or openai
     "target",  # model file names (a server's model for a server backend); "" until loaded
     "draft",
     "draft_failure",  # why the draft model was dropped mid-session (the target completes alone); "" if not

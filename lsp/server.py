@@ -276,7 +276,7 @@ class CompleterServer(LanguageServer):
         values = {
             "ready": self.completer is not None,
             "error": self.load_error or "",
-            "backend": self.config.models.backend,
+            "decoder": self.config.models.decoder,
             "target": self.model_names[0],
             "draft": self.model_names[1],
             "suggestions_shown": self.suggestions.shown,

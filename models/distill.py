@@ -30,7 +30,7 @@ import torch
 import torch.nn.functional as F
 from gguf import GGMLQuantizationType
 
-from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.llama import LlamaContext, LlamaModel
 from completer.models.derive import rewrite_gguf
 from completer.models.distill_settings import QUANTIZE_TYPES, DistillSettings
 from completer.models.errors import ModelError

@@ -457,7 +457,7 @@ def check_same_vocabulary(target: str | Path, draft: str | Path) -> None:
 
 # How llama.cpp finds a vocabulary's fill-in-the-middle tokens (src/llama-vocab.cpp,
 # llama_vocab::impl::load, as pinned): the id a metadata key gives (the newer key, or the
-# deprecated one after it), else a token spelled one of these ways. models/backend.py
+# deprecated one after it), else a token spelled one of these ways. models/llama.py
 # reads the ids llama.cpp found; model_facts finds them here without loading llama.cpp.
 FIM_PREFIX = (("tokenizer.ggml.fim_pre_token_id", "tokenizer.ggml.prefix_token_id"),
               ("<|fim_prefix|>", "<fim-prefix>", "<fim_prefix>", "<｜fim▁begin｜>", "<PRE>", "▁<PRE>",

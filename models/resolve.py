@@ -139,7 +139,7 @@ def fetch(source: ModelSource, target: Path | None = None, download: bool = True
             raise ModelError(f"{source.describe()} is not in the cache: run `completer models pull PRESET`.")
         return download_hub_file(source)
     if isinstance(source, PackagedFile):
-        from completer.models.backend import requantize  # loads llama.cpp: only when converting
+        from completer.models.llama import requantize  # loads llama.cpp: only when converting
 
         shipped = packaged_path(source)
         return write_atomically(

@@ -123,7 +123,7 @@ def write_model(path: str | Path, arch: str, size: str = "tiny", seed: int = 0, 
     file_type = (file_type or ("F32" if size == "tiny" else "F16")).upper()
     if file_type in ("F32", "F16"):
         return write_atomically(Path(path), lambda temporary: _write(temporary, arch, size, seed, file_type))
-    from completer.models.backend import requantize  # loads llama.cpp: only when asked to
+    from completer.models.llama import requantize  # loads llama.cpp: only when asked to
 
     def quantized(temporary: Path) -> None:
         # named as write_atomically's own temporary files, for its sweep of a killed writer's

@@ -5,7 +5,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.llama import LlamaContext, LlamaModel
 
 
 @dataclass(frozen=True)
@@ -22,8 +22,8 @@ def time_model(path: Path, n_gpu_layers: int | str = "auto", threads: int = 0,
     """Load `path`, evaluate a code prompt of `prompt_tokens`, then time `steps` single-token steps."""
     model = LlamaModel(path, n_gpu_layers)
     context = LlamaContext(model, n_ctx=prompt_tokens + steps + 8, n_threads=threads or None)
-    # Real code as the prompt: this project's own backend, repeated to length.
-    code = Path(__file__).with_name("backend.py").read_text()
+    # Real code as the prompt: this project's own llama.cpp bindings, repeated to length.
+    code = Path(__file__).with_name("llama.py").read_text()
     tokens = model.tokenize(code)
     tokens = (tokens * (prompt_tokens // len(tokens) + 1))[:prompt_tokens]
     started = time.perf_counter()

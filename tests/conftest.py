@@ -55,7 +55,7 @@ def target(smol):
     contexts and engines over it, and nothing changes a loaded model (LlamaModel's fields
     are read-only after loading; only close() and with_fewer_gpu_layers() free it, which
     no test calls on this one)."""
-    from completer.models.backend import LlamaModel
+    from completer.models.llama import LlamaModel
 
     return LlamaModel(smol.target, n_gpu_layers=0)
 
@@ -63,7 +63,7 @@ def target(smol):
 @pytest.fixture(scope="session")
 def draft(smol):
     """The smol draft on the CPU, loaded once per run and shared as `target` is."""
-    from completer.models.backend import LlamaModel
+    from completer.models.llama import LlamaModel
 
     return LlamaModel(smol.draft, n_gpu_layers=0)
 
@@ -80,7 +80,7 @@ def gemma(smol_cache) -> Path:
 @pytest.fixture(scope="session")
 def gemma_target(gemma):
     """Gemma on the CPU, loaded once per run and shared as `target` is."""
-    from completer.models.backend import LlamaModel
+    from completer.models.llama import LlamaModel
 
     return LlamaModel(gemma, n_gpu_layers=0)
 

@@ -10,7 +10,7 @@ newest-request-wins and prefetch tests; `decodes` records every prompt decoded, 
 import threading
 from collections import Counter
 
-from completer.decoders.protocol import DecodeCounts, Decoded, DecodeRequest, DecoderModel, ready
+from completer.decoders.decoder import DecodeCounts, Decoded, DecodeRequest, DecoderModel, ready
 from completer.errors import Cancelled
 from completer.prompt import Segment
 from completer.requests import StopReason

@@ -30,7 +30,7 @@ from completer.bench.server_run import BASELINE, SERVER, ServerBench, TeamServer
 from completer.config import Config, DraftingOptions, GenerationOptions, ModelOptions, NextEditOptions
 from completer.decoders.server import ServerDecoder
 from completer.errors import ServerError
-from completer.loading import completer_over, load_distilled, load_pair, server_backend
+from completer.loading import completer_over, load_distilled, load_pair, server_api
 from completer.models.llama_build import BUILD_COMMAND, find
 
 
@@ -172,7 +172,7 @@ def bench_server(terminal: Terminal, models: ModelOptions, baseline_url: str | N
                  temperature: float, report_path: Path) -> None:
     """`bench --decoder llama-server`: the holes on the server, and on the baseline server when given."""
     try:
-        decoder = ServerDecoder(server_backend(models, os.environ))
+        decoder = ServerDecoder(server_api(models, os.environ))
     except ServerError as error:  # no URL, a key's variable unset, a key to send unsafely
         raise BenchRefused(str(error)) from None
     model = decoder.server_model()

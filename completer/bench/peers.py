@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from completer.bench import LLAMA_SERVER_PEERS
-from completer.models.backend import LlamaModel
+from completer.models.llama import LlamaModel
 
 DRAFT = "{draft}"  # in a configuration's arguments: the draft model's path
 # Per mode, llama-server's arguments beyond the model, context and threads.
@@ -146,7 +146,7 @@ class LlamaServer(ServerPeer):
         # Flash attention as the bench's own contexts have it: off on the CPU (it rounds a
         # batch differently from one token at a time), on with GPU layers.
         # A sliding-window model's window layers keep the whole context, as ours do
-        # (backend.LlamaContext, swa_full). With window-sized ones llama-server keeps
+        # (llama.LlamaContext, swa_full). With window-sized ones llama-server keeps
         # checkpoints instead, and on a prompt of at most window + 1 tokens it went back
         # to the one 4 tokens before the primed prompt's end: the timed request evaluated
         # 6 tokens. (A model without a window: llama-server says so and ignores it.)

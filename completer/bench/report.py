@@ -19,7 +19,7 @@ from completer.models.resolve import ModelFiles
 
 
 def machine() -> dict:
-    from completer.models.backend import default_threads, gpu_offload_supported, system_info
+    from completer.models.llama import default_threads, gpu_offload_supported, system_info
 
     cpuinfo = Path("/proc/cpuinfo")
     names = [line.split(":", 1)[1].strip() for line in cpuinfo.read_text().splitlines()

@@ -37,7 +37,7 @@ from completer.engine.speculative import Sampling, first_parting, parting_gap
 from completer.engine.workspace_index import NO_MATCH, IndexStats, Match, saved_index_path
 from completer.errors import PositionError
 from completer.loading import Pair, completer_over, engine_for
-from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.llama import LlamaContext, LlamaModel
 from completer.requests import CompletionRequest, cursor_offset
 from completer.workspace import Workspace
 

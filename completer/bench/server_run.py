@@ -18,7 +18,7 @@ from completer.bench.holes import Hole
 from completer.bench.metrics import summarize_timed
 from completer.bench.peers import ServerPeer, Untimed
 from completer.bench.run import hidden_truth
-from completer.decoders.protocol import DecoderModel
+from completer.decoders.decoder import DecoderModel
 from completer.editor.completer import Completer
 from completer.editor.postprocess import CursorContext, postprocess
 

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 
 from completer.config import ModelOptions
 from completer.engine.speculative import Sampling
-from completer.errors import Cancelled, ServerError, ServerRefused
+from completer.errors import Cancelled, ServerError
 from completer.requests import CancelFlag, StopReason
 
 # A client's deadlines unless it is given others: the options' defaults, where their
@@ -205,7 +205,7 @@ class HttpClient:
         """The request sent and its response's headers read, within the request's deadline
         (total_timeout_s from now, connecting included). Cancelled when the flag was set
         (it is also looked at once connected: a connection attempt is bounded by
-        connect_timeout_s alone); ServerRefused or ServerError for a status other than 200."""
+        connect_timeout_s alone); ServerError for a status other than 200."""
         if cancel is not None and cancel.is_set():
             raise Cancelled
         deadline = time.monotonic() + self.total_timeout_s
@@ -253,7 +253,7 @@ class HttpClient:
         return ServerError(f"{what}: {reason}")
 
     def _json(self, method: str, path: str, body: dict | None = None, cancel: threading.Event | None = None):
-        """The JSON answer, at most MAX_BODY_BYTES of it; Cancelled, ServerRefused or ServerError."""
+        """The JSON answer, at most MAX_BODY_BYTES of it; Cancelled or ServerError."""
         exchange = self._open(method, path, body, cancel)
         try:
             data = exchange.response.read(MAX_BODY_BYTES + 1)
@@ -347,12 +347,12 @@ class HttpClient:
 
 
 def status_error(where: str, status: int, text: str) -> ServerError:
-    """The error of an answer with HTTP `status` (its body `text`): ServerRefused for one
-    request's fault, else ServerError."""
+    """The error of an answer with HTTP `status` (its body `text`), a request's fault or
+    the server's."""
     message = f"{where} answered HTTP {status}: {_error_text(text)}"
     if status not in REQUEST_FAULTS:
         return ServerError(message)
-    return ServerRefused(message, _says_context_exceeded(text))
+    return ServerError(message, request_fault=True, context_exceeded=_says_context_exceeded(text))
 
 
 def event_error(where: str, error) -> ServerError:
@@ -360,7 +360,8 @@ def event_error(where: str, error) -> ServerError:
     code = error.get("code") if isinstance(error, dict) else None
     text = json.dumps({"error": error})
     if isinstance(code, int) and code in REQUEST_FAULTS:
-        return ServerRefused(f"{where}: {_error_text(text)}", _says_context_exceeded(text))
+        return ServerError(f"{where}: {_error_text(text)}", request_fault=True,
+                           context_exceeded=_says_context_exceeded(text))
     return ServerError(f"{where}: {_error_text(text)}")
 
 

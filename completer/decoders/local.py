@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import replace
 
 from completer.config import Config
-from completer.decoders.protocol import (Decode, DecodeCounts, Decoded, DecodeRequest, DecoderModel, Prompt, ready,
+from completer.decoders.decoder import (Decode, DecodeCounts, Decoded, DecodeRequest, DecoderModel, Prompt, ready,
                                          with_length)
 from completer.engine.candidates import candidates
 from completer.engine.generation import PROMPT_PIECE, Engine, GenerationRequest, generate

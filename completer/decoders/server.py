@@ -27,10 +27,10 @@ from typing import Protocol
 
 from completer.config import Config, ModelOptions
 from completer.decoders.clients import LlamaServerClient, OpenAIClient, RemoteGeneration, ServerProps
-from completer.decoders.protocol import (Decode, DecodeCounts, Decoded, DecodeRequest, DecoderModel, Prompt, ready,
+from completer.decoders.decoder import (Decode, DecodeCounts, Decoded, DecodeRequest, DecoderModel, Prompt, ready,
                                          with_length)
 from completer.engine.speculative import Sampling
-from completer.errors import Cancelled, Refused, ServerError, ServerRefused, Unavailable
+from completer.errors import Cancelled, Refused, ServerError, Unavailable
 from completer.prompt import (TEMPLATES, FimTemplate, Segment, control_token, template_for, text_prompt,
                               tokenize_segments)
 from completer.requests import CancelFlag
@@ -67,7 +67,7 @@ class ServerModel:
         return f"model {self.name}, {slots}, FIM family {family}, speculative: {speculative}"
 
 
-class Backend(Protocol):
+class ServerAPI(Protocol):
     """A server, as ServerDecoder drives it. Every call raises ServerError with the
     reason when the server cannot be used."""
 
@@ -174,7 +174,7 @@ def refuse_a_server_parsing_text_as_control_tokens(url: str, vocabulary: ServerV
         return
 
 
-class LlamaServerBackend:
+class LlamaServerAPI:
     """llama-server's own API: prompts as token ids (so that a file's text can never
     become a control token), its slots, its timings and drafts."""
 
@@ -184,7 +184,7 @@ class LlamaServerBackend:
         self.bos: list[int] = []  # what the server's vocabulary starts a prompt with (connect)
 
     @classmethod
-    def from_options(cls, options: ModelOptions, api_key: str) -> "LlamaServerBackend":
+    def from_options(cls, options: ModelOptions, api_key: str) -> "LlamaServerAPI":
         client = LlamaServerClient(options.server_url, api_key, options.server_connect_timeout_s,
                                    options.server_timeout_s)
         return cls(client, options.prompt_family)
@@ -243,7 +243,7 @@ def served_context(entry: dict) -> int:
     return 0
 
 
-class OpenAIBackend:
+class OpenAIAPI:
     """An OpenAI-compatible /v1/completions: the prompt as text with the family's control
     tokens spelt out, which the server's tokenizer parses (every special token's spelling
     is taken out of a file's text first, so that it cannot inject one). Lengths are
@@ -256,7 +256,7 @@ class OpenAIBackend:
         self.model = ""
 
     @classmethod
-    def from_options(cls, options: ModelOptions, api_key: str) -> "OpenAIBackend":
+    def from_options(cls, options: ModelOptions, api_key: str) -> "OpenAIAPI":
         client = OpenAIClient(options.server_url, api_key, options.server_connect_timeout_s, options.server_timeout_s)
         return cls(client, options.prompt_family, options.context_tokens)
 
@@ -312,8 +312,8 @@ class ServerDecoder:
     slots; only a server that cannot be reached or fails (5xx, a broken stream, the
     deadline) is down (Unavailable), one refusing a request (4xx) fails it alone (Refused)."""
 
-    def __init__(self, backend: Backend):
-        self.backend = backend
+    def __init__(self, api: ServerAPI):
+        self.api = api
         self.connection = ServerConnection()
         self.slots = SlotMap(1)
         self.config = Config()
@@ -323,7 +323,7 @@ class ServerDecoder:
 
     @property
     def url(self) -> str:
-        return self.backend.url
+        return self.api.url
 
     @property
     def warning(self) -> str:
@@ -344,7 +344,7 @@ class ServerDecoder:
                 if not self.connection.due(time.monotonic()):
                     return self.connection.model
             try:
-                model = self.backend.connect()
+                model = self.api.connect()
             except ServerError as error:
                 self._failed(str(error))
                 return None
@@ -375,10 +375,10 @@ class ServerDecoder:
         """The server's failures as a Decoder's: a refusal for this request, or the server down."""
         try:
             yield
-        except ServerRefused as refused:
-            raise Refused(str(refused), refused.context_exceeded) from None
-        except ServerError as error:  # an Unavailable: the Completer answers that the server is down
-            self._failed(str(error))
+        except ServerError as error:
+            if error.request_fault:
+                raise Refused(str(error), error.context_exceeded) from None
+            self._failed(str(error))  # an Unavailable: the Completer answers that the server is down
             raise
 
     def configure(self, config: Config) -> None:
@@ -386,15 +386,15 @@ class ServerDecoder:
 
     def _encode(self, segments: list[Segment], cancel: CancelFlag | None) -> tuple[list[int] | str, int]:
         with self._faults():
-            return self.backend.encode(segments, cancel)
+            return self.api.encode(segments, cancel)
 
     def _count(self, text: str, cancel: CancelFlag | None) -> int:
         with self._faults():
-            return self.backend.count(text, cancel)
+            return self.api.count(text, cancel)
 
     def _text_of(self, prompt: list[int] | str) -> str:
         with self._faults():
-            return self.backend.text_of(prompt)
+            return self.api.text_of(prompt)
 
     def _prompt(self, request: DecodeRequest, room: int | None = None) -> Prompt:
         """The request's prompt made for the server's model, in at most `room` tokens (by
@@ -427,7 +427,7 @@ class ServerDecoder:
     def _generate(self, decode: Decode) -> Decoded:
         slot = self._slot(decode.document)
         with self._faults(), self._slot_lock(slot):
-            result = self.backend.generate(decode.prompt, slot, decode.max_tokens, decode.stop, decode.sampling,
+            result = self.api.generate(decode.prompt, slot, decode.max_tokens, decode.stop, decode.sampling,
                                            decode.time_budget_ms, decode.cancel, done=decode.done)
         return Decoded(result.text, result.stop_reason, server_counts(result, decode.prompt_length), result)
 
@@ -436,7 +436,7 @@ class ServerDecoder:
         prompt = self._prompt(request)
         slot = self._slot(request.document)
         with self._faults(), self._slot_lock(slot):
-            result = self.backend.generate(prompt.tokens, slot, 0, [], Sampling(), 0, CancelFlag())
+            result = self.api.generate(prompt.tokens, slot, 0, [], Sampling(), 0, CancelFlag())
         return int(result.timings.get("prompt_n", 0))
 
     def _slot(self, document: str) -> int:

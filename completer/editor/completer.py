@@ -10,7 +10,7 @@ machine's engine; ServerDecoder: a team server). The Completer is a facade over 
                   and a decoder's failures as answers (superseded, no room, server down)
     counters.py   the counters behind `completer/stats`
 
-Each request crosses to the decoder once (decoders/protocol.py: decode or warm); the
+Each request crosses to the decoder once (decoders/decoder.py: decode or warm); the
 decoder calls the request's prompt back under its turn, with its model's tokenizer.
 """
 
@@ -18,7 +18,7 @@ import threading
 from contextlib import AbstractContextManager
 
 from completer.config import Config
-from completer.decoders.protocol import Decoder, DecoderModel
+from completer.decoders.decoder import Decoder, DecoderModel
 from completer.editor.context import ChunkRing
 from completer.editor.counters import Counters
 from completer.editor.documents import EDIT, INLINE, WARM, Documents, stopped_by_close

@@ -3,7 +3,7 @@
 import threading
 from dataclasses import dataclass, field, fields
 
-from completer.decoders.protocol import DecodeCounts
+from completer.decoders.decoder import DecodeCounts
 from completer.requests import CompleterStats
 
 

@@ -4,7 +4,7 @@ context; the region written again (the decoder copy-drafts from it), and the ans
 the edits between the two."""
 
 from completer.config import Config
-from completer.decoders.protocol import DecodeRequest, DecoderModel, Prompt
+from completer.decoders.decoder import DecodeRequest, DecoderModel, Prompt
 from completer.editor.next_edit import (FORMATS, EditFitting, edits_between, engine_stops, fit_edit_prompt, recent,
                                         rewrite_end, suggested_rewrite)
 from completer.editor.serving import NoRoom, Serving, no_edit

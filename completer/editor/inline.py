@@ -14,7 +14,7 @@ from collections.abc import Callable
 from typing import TypeVar
 
 from completer.config import PromptOptions
-from completer.decoders.protocol import Decoded, DecodeRequest, DecoderModel, Prompt
+from completer.decoders.decoder import Decoded, DecodeRequest, DecoderModel, Prompt
 from completer.editor.context import ChunkRing
 from completer.editor.documents import EDIT, INLINE, Document, stopped_by_close
 from completer.editor.forward_cache import Shown, distinct

@@ -5,7 +5,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from completer.decoders.protocol import DecodeCounts
+from completer.decoders.decoder import DecodeCounts
 from completer.editor.forward_cache import ForwardCache
 from completer.requests import CancelFlag, Completion, CompletionRequest
 

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import TypeVar
 
 from completer.config import Config
-from completer.decoders.protocol import Decoder, DecoderModel
+from completer.decoders.decoder import Decoder, DecoderModel
 from completer.editor.context import ChunkRing
 from completer.editor.counters import Counters
 from completer.editor.documents import Document, Documents

@@ -20,7 +20,7 @@ from completer.engine.speculative import (Branch, Sampling, TreeVerdict, accept_
 from completer.engine.tuning import (MAX_DRAFT, Candidate, Continuation, CostModel, Plan, Trial, Tuner, calibrate,
                                      match_bucket, widest_taken_back)
 from completer.engine.workspace_index import NO_MATCH, WorkspaceIndex
-from completer.models.backend import CUT_ANYWHERE, LlamaContext, LlamaModel
+from completer.models.llama import CUT_ANYWHERE, LlamaContext, LlamaModel
 from completer.requests import StopReason
 
 log = logging.getLogger(__name__)

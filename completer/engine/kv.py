@@ -7,7 +7,7 @@ import weakref
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
-from completer.models.backend import Checkpoint, LlamaContext, LlamaModel
+from completer.models.llama import Checkpoint, LlamaContext, LlamaModel
 
 log = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from completer.config import Config, GenerationOptions, ModelOptions
 from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.tuning import CostModel
 from completer.loading import Pair
-from completer.models.backend import default_threads
+from completer.models.llama import default_threads
 from conftest import REPO, run_completer
 
 # A thread count llama.cpp would not take without being told: it takes every core otherwise.

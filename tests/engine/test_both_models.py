@@ -16,7 +16,7 @@ from completer.editor.completer import Completer
 from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.healing import TokenPrefixes, heal
 from completer.engine.speculative import parting_gap
-from completer.models.backend import LlamaContext
+from completer.models.llama import LlamaContext
 from completer.requests import CompletionRequest
 
 pytestmark = pytest.mark.slow  # minutes of real model passes: the full suite's, not the fast tier's
@@ -86,7 +86,7 @@ def test_batched_speculation_parts_from_plain_decoding_only_within_the_models_ow
 def test_an_edit_anywhere_even_older_than_the_window_gives_a_fresh_evaluations_answer(model):
     """Gemma attends over a window of 512 tokens on most layers: the edit here is over a
     thousand tokens behind the cache's end, so a window-sized cache would have lost the
-    cells the cut keeps (models/backend.py keeps them: swa_full)."""
+    cells the cut keeps (models/llama.py keeps them: swa_full)."""
     tokens = model.tokenize(TEXTWRAP[:9000])
     edit_at = 40
     assert len(tokens) - edit_at > 1000

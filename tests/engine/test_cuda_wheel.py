@@ -62,7 +62,7 @@ def test_no_toolkit_around_nvcc_is_a_clear_error(tmp_path):
 PROBE = """
 import json, sys
 import llama_cpp
-from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.llama import LlamaContext, LlamaModel
 from completer.models.devices import backends, devices
 model = LlamaModel(sys.argv[1])  # auto: every layer where llama.cpp has a device
 context = LlamaContext(model, n_ctx=512)

@@ -22,7 +22,7 @@ from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.speculative import NEAR_TIE_LOGITS, parting_gap
 from completer.engine.tuning import calibrate
 from completer.loading import load_pair
-from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.llama import LlamaContext, LlamaModel
 from completer.models.devices import RpcServerError, add_rpc_servers, backends, devices, greet_rpc_server, is_loopback
 from conftest import REPO, run_completer
 

@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 
 from completer.decoders.local import LocalDecoder
-from completer.decoders.protocol import Decode
+from completer.decoders.decoder import Decode
 from completer.engine.drafts import CATCH_UP_PIECE, ModelDrafter
 from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.kv import KVSequence
 from completer.engine.speculative import Sampling
 from completer.engine.tuning import CostModel
-from completer.models.backend import LlamaContext
+from completer.models.llama import LlamaContext
 from completer.requests import CancelFlag, StopReason
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])

@@ -5,7 +5,7 @@ import pytest
 
 from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.speculative import Sampling
-from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.llama import LlamaContext, LlamaModel
 from completer.models.gguf_file import MAX_VOCAB_SIZE_DIFFERENCE, check_same_vocabulary
 from padded_draft import padded_draft
 

@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from completer.decoders.local import LocalDecoder
-from completer.decoders.protocol import Decode
+from completer.decoders.decoder import Decode
 from completer.engine.generation import Engine
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])

@@ -25,7 +25,7 @@ from completer.editor.postprocess import CursorContext, postprocess
 from completer.engine.generation import PROMPT_PIECE, Engine, GenerationRequest, generate
 from completer.engine.kv import KVSequence
 from completer.errors import PromptTooLong
-from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.llama import LlamaContext, LlamaModel
 from completer.prompt import TEMPLATES, Segment, path_header, render
 from completer.requests import CompletionRequest, Source, cursor_offset
 from completer.workspace import Workspace
@@ -94,7 +94,7 @@ def test_an_edit_above_the_cursor_truncates_at_the_edit_and_completes_as_fresh(e
 
 
 # A token's logits do not depend on how its context was split into batches (flash
-# attention off, see test_backend.py); a KV cache that lost its content moves them by
+# attention off, see test_llama.py); a KV cache that lost its content moves them by
 # far more than 1.0.
 LOGITS_TOLERANCE = 1e-3
 

@@ -17,13 +17,13 @@ import pytest
 from completer.bench.run import target_copy, with_every_nth_changed
 from completer.config import CacheOptions, Config
 from completer.decoders.local import LocalDecoder
-from completer.decoders.protocol import Decode, Decoded
+from completer.decoders.decoder import Decode, Decoded
 from completer.engine.drafts import ModelDrafter
 from completer.engine.generation import MAX_TREE_BRANCHES, PROMPT_PIECE, Engine, GenerationRequest, generate
 from completer.engine.kv import CHECKPOINT_SPACING, KVSequence, evaluate_in_pieces
 from completer.engine.speculative import Sampling
 from completer.engine.tuning import CostModel
-from completer.models.backend import (HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES, SLIDING_WINDOW, LlamaContext,
+from completer.models.llama import (HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES, SLIDING_WINDOW, LlamaContext,
                                      LlamaModel)
 from completer.models.synthetic import write_model
 from conftest import run_completer

@@ -12,8 +12,8 @@ from gguf import GGUFValueType
 
 from completer import loading
 from completer.config import ModelOptions
-from completer.models import backend, resolve
-from completer.models.backend import LlamaModel, ran_out_of_memory
+from completer.models import llama, resolve
+from completer.models.llama import LlamaModel, ran_out_of_memory
 from completer.models.derive import derive_draft, rewrite_gguf
 from completer.models.errors import ModelError
 from completer.models.gguf_file import check_gguf, check_same_vocabulary, read_gguf
@@ -28,7 +28,7 @@ def test_loading_a_pair_reads_each_files_header_once(smol, smol_cache, monkeypat
     take that one, not a second read of the file."""
     monkeypatch.setenv("COMPLETER_CACHE_DIR", str(smol_cache))
     read = []
-    for module in (resolve, loading, backend):
+    for module in (resolve, loading, llama):
         def counted(path, real=module.check_gguf):
             read.append(path.name)
             return real(path)

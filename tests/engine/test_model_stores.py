@@ -23,7 +23,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from completer.loading import check_fits_memory
-from completer.models.backend import LlamaModel
+from completer.models.llama import LlamaModel
 from completer.models.derive import rewrite_gguf
 from completer.models.errors import ModelError
 from completer.models.gguf_file import FIM_PREFIX, Field, GGUFContents, fim_token_id, kv_bytes_per_token, model_facts

@@ -2,7 +2,7 @@
 
 import pytest
 
-from completer.models.backend import LlamaModel
+from completer.models.llama import LlamaModel
 from completer.prompt import (
     TEMPLATES,
     ContextFile,

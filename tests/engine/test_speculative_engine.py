@@ -17,7 +17,7 @@ from completer.engine.kv import KVSequence
 from completer.engine.speculative import NEAR_TIE_LOGITS, Sampling, parting_gap, probabilities
 from completer.engine.tuning import CostModel
 from completer.engine.workspace_index import TokenTable, WorkspaceIndex
-from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.llama import LlamaContext, LlamaModel
 
 pytestmark = pytest.mark.slow  # minutes of real model passes: the full suite's, not the fast tier's
 

@@ -6,7 +6,7 @@ the prompt: what the engine's tests on these families build on."""
 import llama_cpp
 import pytest
 
-from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.llama import LlamaContext, LlamaModel
 from completer.models.synthetic import ARCHS, SHAPES, write_model
 
 # llama.cpp's own classification: what the engine will branch on

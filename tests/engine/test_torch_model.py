@@ -12,7 +12,7 @@ import torch
 from gguf import GGUFWriter
 
 import completer.models.derive
-from completer.models.backend import LlamaContext, LlamaModel, requantize
+from completer.models.llama import LlamaContext, LlamaModel, requantize
 from completer.models.errors import ModelError
 from completer.models.gguf_file import read_gguf
 from completer.models.torch_model import Transformer, load_transformer

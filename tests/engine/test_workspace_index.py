@@ -24,7 +24,7 @@ from completer.config import DraftingOptions
 from completer.engine.drafts import NgramDrafter
 from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.workspace_index import NO_MATCH, TokenTable, WorkspaceIndex, saved_index_path, workspace_files
-from completer.models.backend import LlamaModel
+from completer.models.llama import LlamaModel
 from completer.models.sources import listed_files
 from completer.workspace import Workspace
 from lsp_session import start, stats, wait_ready

@@ -1,5 +1,5 @@
 """Settings a workspace can write never choose where code and keys go: the real
-`completer serve --stdio`, driven by pytest-lsp, is sent a team server's URL, backend,
+`completer serve --stdio`, driven by pytest-lsp, is sent a team server's URL, decoder,
 API key variable and RPC server over LSP (initializationOptions and
 workspace/didChangeConfiguration carry what a checked-in .vscode/settings.json or a
 Neovim project-local config says). It refuses each with a warning naming it, completes
@@ -31,7 +31,7 @@ KEY = "not-for-elsewhere"
 
 def elsewhere(listener: Listener) -> dict:
     """What a hostile workspace's settings say: decode on, and send the key to, its host."""
-    return {"backend": "llama-server", "server_url": listener.url, "api_key_env": KEY_VARIABLE,
+    return {"decoder": "llama-server", "server_url": listener.url, "api_key_env": KEY_VARIABLE,
             "rpc_servers": listener.address}
 
 
@@ -51,8 +51,8 @@ async def test_machine_level_options_over_lsp_are_refused_and_nothing_reaches_th
     with Listener() as listener:
         client = await start(smol_cache, {"models": {"preset": "smol", **elsewhere(listener)}})
         ready = await wait_ready(client)
-        assert ready["backend"] == "local" and ready["target"]
-        assert refusals(client) == {"models.backend", "models.server_url", "models.api_key_env",
+        assert ready["decoder"] == "local" and ready["target"]
+        assert refusals(client) == {"models.decoder", "models.server_url", "models.api_key_env",
                                     "models.rpc_servers"}
         warning = next(m.message for m in client.messages if "models.server_url" in m.message)
         assert "--server-url" in warning  # where to set it instead
@@ -62,16 +62,16 @@ async def test_machine_level_options_over_lsp_are_refused_and_nothing_reaches_th
         # The same through a settings change, as VS Code sends one: refused again, no reload.
         client.messages.clear()
         client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
-            {protocol.SETTINGS_SECTION: {"models": {**elsewhere(listener), "backend": "openai"},
+            {protocol.SETTINGS_SECTION: {"models": {**elsewhere(listener), "decoder": "openai"},
                                          "generation": {"max_tokens": 8}}}))
         for _ in range(50):
             if refusals(client):
                 break
             await asyncio.sleep(0.1)
-        assert refusals(client) == {"models.backend", "models.server_url", "models.api_key_env",
+        assert refusals(client) == {"models.decoder", "models.server_url", "models.api_key_env",
                                     "models.rpc_servers"}
         current = await stats(client)
-        assert current["ready"] and current["backend"] == "local"
+        assert current["ready"] and current["decoder"] == "local"
         assert (await inline(client, URI, 5, 4)).items[0].insert_text.strip()
         await client.shutdown_session()
         assert listener.accepted == 0, listener.received
@@ -81,15 +81,15 @@ async def test_the_same_options_as_the_servers_own_flags_are_used(smol_cache):
     """What the user set on the command line (VS Code's user settings become these flags):
     the server connects to that host at load, with the key from that variable."""
     with Listener() as listener:
-        flags = ("--backend", "llama-server", "--server-url", listener.url, "--api-key-env", KEY_VARIABLE)
+        flags = ("--decoder", "llama-server", "--server-url", listener.url, "--api-key-env", KEY_VARIABLE)
         # The editor sending those values back as settings (an extension that sends every setting) is no refusal.
-        client = await start(smol_cache, {"models": {"backend": "llama-server", "server_url": listener.url}},
+        client = await start(smol_cache, {"models": {"decoder": "llama-server", "server_url": listener.url}},
                              flags=flags)
         deadline = time.monotonic() + 30
         while not listener.received and time.monotonic() < deadline:
             await asyncio.sleep(0.1)
         assert listener.received and f"Authorization: Bearer {KEY}".encode() in listener.received[0]
-        assert (await stats(client))["backend"] == "llama-server"
+        assert (await stats(client))["decoder"] == "llama-server"
         assert refusals(client) == set()
         await client.shutdown_session()
 

@@ -13,7 +13,7 @@ import pytest
 from completer.config import Config, GenerationOptions, NextEditOptions, PromptOptions
 from completer.decoders.clients import LlamaServerClient
 from completer.decoders.local import LocalDecoder
-from completer.decoders.server import LlamaServerBackend, ServerDecoder
+from completer.decoders.server import LlamaServerAPI, ServerDecoder
 from completer.editor.completer import Completer
 from completer.editor.documents import EDIT, INLINE
 from completer.editor.next_edit import apply_edits, editable_region
@@ -52,7 +52,7 @@ def new_completer(request, target):
 
         def make(config: Config, workspace: Workspace | None = None) -> Completer:
             client = LlamaServerClient(url, total_timeout_s=SERVER_TIMEOUT_S)
-            return Completer(ServerDecoder(LlamaServerBackend(client)), config, workspace)
+            return Completer(ServerDecoder(LlamaServerAPI(client)), config, workspace)
     return make
 
 

@@ -25,8 +25,8 @@ from pytest_lsp import LanguageClient
 
 from completer.decoders.clients import (MAX_BODY_BYTES, MAX_LINE_BYTES, CancelFlag, LlamaServerClient, OpenAIClient,
                                         RemoteGeneration)
-from completer.decoders.server import LlamaServerBackend
-from completer.errors import Cancelled, ServerError, ServerRefused
+from completer.decoders.server import LlamaServerAPI
+from completer.errors import Cancelled, ServerError
 from completer.requests import StopReason
 from llama_server_process import LlamaServer
 from lsp_session import inline, open_document, start, stats, wait_ready
@@ -308,21 +308,21 @@ def test_an_endless_stream_of_lines_that_are_no_events_is_cut_at_its_bytes():
 def test_a_refused_request_is_the_requests_fault_and_a_failing_server_is_down(proxy, upstream):
     client = LlamaServerClient(proxy.url)
     proxy.mode = "400"
-    with pytest.raises(ServerRefused, match="answered HTTP 400: the proxy answers 400") as refused:
+    with pytest.raises(ServerError, match="answered HTTP 400: the proxy answers 400") as refused:
         client.complete([1, 2, 3], 4)
-    assert not refused.value.context_exceeded
+    assert refused.value.request_fault and not refused.value.context_exceeded
     proxy.mode = "500"
     with pytest.raises(ServerError, match="answered HTTP 500") as failed:
         client.complete([1, 2, 3], 4)
-    assert not isinstance(failed.value, ServerRefused)
+    assert not failed.value.request_fault
     real = LlamaServerClient(upstream.url)  # llama-server's own refusal of a prompt past its context
-    with pytest.raises(ServerRefused, match="exceeds the available context size") as exceeded:
+    with pytest.raises(ServerError, match="exceeds the available context size") as exceeded:
         real.complete([1] * (real.props().context_tokens + 10), 4)
-    assert exceeded.value.context_exceeded
+    assert exceeded.value.request_fault and exceeded.value.context_exceeded
 
 
 def test_a_server_that_parses_control_text_in_tokenize_is_refused_naming_its_build(proxy):
-    backend = LlamaServerBackend(LlamaServerClient(proxy.url))
+    backend = LlamaServerAPI(LlamaServerClient(proxy.url))
     assert backend.connect().name  # passing parse_special on: accepted
     proxy.mode = "parse-special"
     build = LlamaServerClient(proxy.url).props().build

@@ -70,7 +70,7 @@ async def test_the_server_completes_as_the_local_engine_and_typing_reuses_its_pr
             last = slots(server)[0]
             assert last["n_prompt_tokens_processed"] <= 3 < last["n_prompt_tokens"], last  # only the end
             current = await stats(client)
-            assert current["backend"] == "llama-server" and current["target"] == smol.target.name
+            assert current["decoder"] == "llama-server" and current["target"] == smol.target.name
             assert current["requests"] == 2 and current["cache_hit_rate"] > 0.4 and not current["server_error"]
         await client.shutdown_session()
     assert answers["llama-server"] == answers["local"] and answers["local"].strip()
@@ -172,7 +172,7 @@ async def test_the_openai_backend_completes_as_llama_servers_own_api_and_cancels
     assert await older is None
     assert await newer is not None
     current = await stats(client)
-    assert current["backend"] == "openai" and current["superseded"] == 1
+    assert current["decoder"] == "openai" and current["superseded"] == 1
     assert server.log.read_text().count("cancel task") > cancels
     await client.shutdown_session()
 

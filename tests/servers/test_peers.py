@@ -19,7 +19,7 @@ from completer.bench.run import Bench, Settings
 from completer.config import Config, GenerationOptions
 from completer.loading import Pair
 from completer.models import llama_build
-from completer.models.backend import LlamaContext, LlamaModel
+from completer.models.llama import LlamaContext, LlamaModel
 from completer.models.llama_build import PROGRAMS, SERVER_ENV, LlamaBuildError, find
 from conftest import REPO, run_completer
 

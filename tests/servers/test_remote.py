@@ -17,12 +17,12 @@ import pytest
 from completer.config import Config, GenerationOptions, ModelOptions, PromptOptions
 from completer.decoders.clients import (SAMPLERS, CancelFlag, LlamaServerClient, OpenAIClient, completion_body,
                                         sends_key_safely)
-from completer.decoders.server import LlamaServerBackend, OpenAIBackend, ServerDecoder, SlotMap
+from completer.decoders.server import LlamaServerAPI, OpenAIAPI, ServerDecoder, SlotMap
 from completer.editor.completer import Completer
 from completer.engine.speculative import Sampling, probabilities
 from completer.errors import ServerError
-from completer.loading import server_backend
-from completer.models.backend import LlamaContext, LlamaModel
+from completer.loading import server_api
+from completer.models.llama import LlamaContext, LlamaModel
 from completer.requests import CompletionRequest, Source
 from completer.workspace import Workspace
 from conftest import run_completer
@@ -84,18 +84,18 @@ def test_a_prompt_family_the_servers_model_lacks_is_one_clear_error(server, smol
     client, _ = server
     with pytest.raises(ServerError, match=f"models.prompt_family is qwen2.5-coder, but the server's model "
                                           f"{smol.target.name} has no FIM tokens"):
-        LlamaServerBackend(client, "qwen2.5-coder").connect()
-    assert LlamaServerBackend(client, "auto").connect().template is None  # smol has none: a prefix-only prompt
+        LlamaServerAPI(client, "qwen2.5-coder").connect()
+    assert LlamaServerAPI(client, "auto").connect().template is None  # smol has none: a prefix-only prompt
 
 
 def test_the_key_comes_from_the_named_variable_and_only_goes_where_it_is_safe():
     options = ModelOptions(decoder="llama-server", server_url="http://127.0.0.1:8012", api_key_env="TEAM_KEY")
     with pytest.raises(ServerError, match="TEAM_KEY, which is not set"):
-        server_backend(options, {})
-    assert server_backend(options, {"TEAM_KEY": "s3cret"}).client.api_key == "s3cret"
+        server_api(options, {})
+    assert server_api(options, {"TEAM_KEY": "s3cret"}).client.api_key == "s3cret"
     with pytest.raises(ServerError, match="only over https or to this machine"):
-        server_backend(replace(options, server_url="http://10.0.0.5:8012"), {"TEAM_KEY": "s3cret"})
-    assert server_backend(replace(options, server_url="https://gpu-box:8012"), {"TEAM_KEY": "s3cret"}).client.api_key
+        server_api(replace(options, server_url="http://10.0.0.5:8012"), {"TEAM_KEY": "s3cret"})
+    assert server_api(replace(options, server_url="https://gpu-box:8012"), {"TEAM_KEY": "s3cret"}).client.api_key
 
 
 def test_a_greedy_completion_streams_the_targets_own_tokens(server, smol):
@@ -253,7 +253,7 @@ def test_a_prompt_the_server_finds_too_long_is_sent_again_shorter_and_the_server
     (HTTP 400, exceed_context_size_error): the request is made once more, half as long."""
     client, _ = server
     config = Config(generation=GenerationOptions(max_tokens=8, time_budget_ms=0))
-    completer = Completer(ServerDecoder(OpenAIBackend(OpenAIClient(client.url))), config)
+    completer = Completer(ServerDecoder(OpenAIAPI(OpenAIClient(client.url))), config)
     text = "# " + "数据处理与分析" * 400 + "\n\n\ndef mean(values):\n    return "
     model = completer.decoder.connect()
     assert model.context_tokens == 2048  # llama-server's context per slot, from /v1/models
@@ -267,7 +267,7 @@ def test_the_ring_of_context_chunks_loses_nothing_to_requests_on_several_threads
     """Requests for several documents run at once on worker threads, each adding the
     chunk of the document left to the ring and selecting from it."""
     config = Config(prompt=PromptOptions(chunks=1000))
-    completer = Completer(ServerDecoder(OpenAIBackend(OpenAIClient("http://127.0.0.1:1"))), config, Workspace([tmp_path]))
+    completer = Completer(ServerDecoder(OpenAIAPI(OpenAIClient("http://127.0.0.1:1"))), config, Workspace([tmp_path]))
 
     def requests(thread: int) -> None:
         for index in range(40):
@@ -294,12 +294,12 @@ def test_a_prompt_starts_with_bos_where_the_servers_vocabulary_asks(llama_server
     from completer.prompt import Segment
 
     text = "def area(width, height):\n    return"
-    smol_backend = LlamaServerBackend(server[0])
+    smol_backend = LlamaServerAPI(server[0])
     smol_backend.connect()
     assert smol_backend.bos == [] and smol_backend.encode([Segment(text)])[0] == server[0].tokenize(text, False)
     process = LlamaServer(llama_server, gemma, tmp_path / "server.log", slots=1).start()
     try:
-        backend = LlamaServerBackend(LlamaServerClient(process.url))
+        backend = LlamaServerAPI(LlamaServerClient(process.url))
         backend.connect()
         tokens, length = backend.encode([Segment(text)])
         local = LlamaModel(gemma, 0, vocab_only=True)

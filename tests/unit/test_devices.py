@@ -6,7 +6,7 @@ import threading
 
 import pytest
 
-from completer.models.backend import resolve_gpu_layers
+from completer.models.llama import resolve_gpu_layers
 from completer.models.devices import (RpcServerError, add_rpc_servers, devices, greet_rpc_server, is_loopback,
                                       offload_devices, parse_rpc_servers)
 

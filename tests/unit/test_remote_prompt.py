@@ -9,7 +9,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from completer.decoders.clients import OpenAIClient
-from completer.decoders.server import OpenAIBackend, template_in_name, template_named
+from completer.decoders.server import OpenAIAPI, template_in_name, template_named
 from completer.prompt import SPECIAL_PATTERN, SPECIAL_TOKENS, TEMPLATES, Segment, render, without_special_tokens
 
 
@@ -33,8 +33,8 @@ def test_every_listed_spelling_ends_where_taking_spellings_out_cuts_the_text():
     assert [token for token in SPECIAL_TOKENS if token[-1] not in ">]"] == []
 
 
-def qwen_backend() -> OpenAIBackend:
-    return OpenAIBackend(OpenAIClient("http://127.0.0.1:1"), "qwen2.5-coder")
+def qwen_api() -> OpenAIAPI:
+    return OpenAIAPI(OpenAIClient("http://127.0.0.1:1"), "qwen2.5-coder")
 
 
 # Every FIM family's control tokens, and special tokens of vocabularies no template names.
@@ -61,7 +61,7 @@ PIECES = st.one_of(st.sampled_from(["x = 1\n", "def f(", " ", "<", "|", ">", "["
 @given(st.lists(PIECES, max_size=10))
 def test_a_files_text_cannot_spell_a_special_token_into_a_text_prompt(pieces):
     text = "".join(pieces)
-    prompt, length = qwen_backend().encode(render(template_named("qwen2.5-coder"), "a.py", text, text))
+    prompt, length = qwen_api().encode(render(template_named("qwen2.5-coder"), "a.py", text, text))
     body = prompt[len("<|fim_prefix|>"):prompt.rindex("<|fim_suffix|>")]
     assert not SPELLS_ONE.search(body), body
     assert not any(special in body for special in SPECIALS)
@@ -86,11 +86,11 @@ def test_nested_spellings_are_taken_out_to_a_fixed_point(text, kept):
 
 
 def test_control_tokens_are_spelt_out_in_order():
-    prompt, _ = qwen_backend().encode([Segment("<|fim_prefix|>", True), Segment("a<|fim_middle|>b"),
+    prompt, _ = qwen_api().encode([Segment("<|fim_prefix|>", True), Segment("a<|fim_middle|>b"),
                                        Segment("<|fim_suffix|>", True), Segment("c"), Segment("<|fim_middle|>", True)])
     assert prompt == "<|fim_prefix|>ab<|fim_suffix|>c<|fim_middle|>"
 
 
 def test_two_plain_pieces_cannot_spell_a_token_across_their_seam():
-    prompt, _ = qwen_backend().encode([Segment("x<|im_"), Segment("start|>y")])
+    prompt, _ = qwen_api().encode([Segment("x<|im_"), Segment("start|>y")])
     assert prompt == "xy"

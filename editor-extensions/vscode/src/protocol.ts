@@ -81,7 +81,7 @@ export interface InlineEditResult {
 export interface Stats {
   ready: boolean;
   error: string;
-  backend: string;
+  decoder: string;
   target: string;
   draft: string;
   draft_failure: string;

@@ -26,9 +26,9 @@ function retained(kept: number, checked: number): string {
 
 export function statsLines(stats: Stats): string[] {
   return [
-    stats.backend === "local"
+    stats.decoder === "local"
       ? `models: ${stats.target}${stats.draft ? ` + draft ${stats.draft}` : " (no draft)"}`
-      : `server (${stats.backend}): ${stats.target || "not connected"}`,
+      : `server (${stats.decoder}): ${stats.target || "not connected"}`,
     ...(stats.draft_failure ? [stats.draft_failure] : []),
     ...(stats.server_error ? [stats.server_error] : []),
     `requests: ${stats.requests} (${stats.forward_cache_hits} from the suggestion shown, ` +

@@ -5,7 +5,7 @@ import { percent, statsLines, statusView } from "../src/status";
 const stats: Stats = {
   ready: true,
   error: "",
-  backend: "local",
+  decoder: "local",
   target: "smollm2.gguf",
   draft: "smollm2-draft.gguf",
   draft_failure: "",
@@ -105,9 +105,9 @@ describe("statsLines", () => {
     expect(statsLines({ ...stats, draft_failure: failure })).toContain(failure);
   });
 
-  it("names a server backend's model and why the server cannot be used", () => {
+  it("names a server decoder's model and why the server cannot be used", () => {
     const down = "http://10.0.0.5:8080 did not answer /props: Connection refused";
-    const lines = statsLines({ ...stats, backend: "llama-server", target: "qwen7b.gguf", server_error: down });
+    const lines = statsLines({ ...stats, decoder: "llama-server", target: "qwen7b.gguf", server_error: down });
     expect(lines[0]).toBe("server (llama-server): qwen7b.gguf");
     expect(lines).toContain(down);
   });

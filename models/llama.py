@@ -1,4 +1,4 @@
-"""The llama.cpp backend, on llama-cpp-python's low-level ctypes API.
+"""The llama.cpp bindings: models and contexts on llama-cpp-python's low-level ctypes API.
 
 Two small objects: `LlamaModel` (weights and vocabulary, loaded once) and
 `LlamaContext` (a KV cache for one sequence of text, made from a model, with room

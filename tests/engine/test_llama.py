@@ -6,7 +6,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from completer.engine.speculative import NEAR_TIE_LOGITS
-from completer.models.backend import LlamaContext, fewer_gpu_layers
+from completer.models.llama import LlamaContext, fewer_gpu_layers
 
 # How far a kept branch's logits may lie from a fresh evaluation's: measured up to 0.55
 # on an AVX-512 CPU and 1.11 on an AVX2 one (the same rows), where a cache holding a stale
