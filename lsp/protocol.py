@@ -65,14 +65,14 @@ STATS_KEYS = (
     "ready",  # models loaded and serving
     "error",  # why the models did not load, with what to run; "" when they did or are loading
     "decoder",  # models.decoder: local, llama-server or openai
-    "target",  # model file names (a server's model for a server backend); "" until loaded
+    "target",  # model file names (a server's model for a server decoder); "" until loaded
     "draft",
     "draft_failure",  # why the draft model was dropped mid-session (the target completes alone); "" if not
-    "server_error",  # why the server backend cannot be used now (it is tried again); "" while it answers
+    "server_error",  # why the server decoder cannot be used now (it is tried again); "" while it answers
     "requests",  # completion requests answered
     "forward_cache_hits",  # of those, answered from the completion shown, with no model call
     "superseded",  # of those, cancelled by a newer request or $/cancelRequest
-    # For a server backend, these three are from the server's own timings.
+    # For a server decoder, these three are from the server's own timings.
     "cache_hit_rate",  # prompt tokens found in the KV caches / prompt tokens
     "draft_acceptance_rate",  # drafted tokens the target accepted / drafted tokens
     "tokens_per_second",  # generated tokens / time in generation, prompt evaluation included

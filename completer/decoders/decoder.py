@@ -4,7 +4,7 @@ with the decoder's own vocabulary, and hears of the documents' lifecycle.
     Completer (editor/): documents, what a prompt holds (the text around the cursor,
                          other files' chunks, the recent edits, the format),
                          post-processing, newest-request-wins, statistics; the same for
-                         every backend
+                         every decoder
       -> Decoder.decode(DecodeRequest) -> Decoded: under the decoder's turn the
                          request's prompt is made for the decoder's model (DecoderModel:
                          its template, context and tokenizer), tried once more at half
