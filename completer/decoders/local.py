@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from completer.config import Config
 from completer.decoders.decoder import (Decode, DecodeCounts, Decoded, DecodeRequest, DecoderModel, Prompt, ready,
-                                         with_length)
+                                        with_length)
 from completer.engine.candidates import candidates
 from completer.engine.generation import PROMPT_PIECE, Engine, GenerationRequest, generate
 from completer.engine.healing import TokenPrefixes, heal

@@ -28,7 +28,7 @@ from typing import Protocol
 from completer.config import Config, ModelOptions
 from completer.decoders.clients import LlamaServerClient, OpenAIClient, RemoteGeneration, ServerProps
 from completer.decoders.decoder import (Decode, DecodeCounts, Decoded, DecodeRequest, DecoderModel, Prompt, ready,
-                                         with_length)
+                                        with_length)
 from completer.engine.speculative import Sampling
 from completer.errors import Cancelled, Refused, ServerError, Unavailable
 from completer.prompt import (TEMPLATES, FimTemplate, Segment, control_token, template_for, text_prompt,
@@ -428,7 +428,7 @@ class ServerDecoder:
         slot = self._slot(decode.document)
         with self._faults(), self._slot_lock(slot):
             result = self.api.generate(decode.prompt, slot, decode.max_tokens, decode.stop, decode.sampling,
-                                           decode.time_budget_ms, decode.cancel, done=decode.done)
+                                       decode.time_budget_ms, decode.cancel, done=decode.done)
         return Decoded(result.text, result.stop_reason, server_counts(result, decode.prompt_length), result)
 
     def warm(self, request: DecodeRequest) -> int:

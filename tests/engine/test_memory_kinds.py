@@ -24,7 +24,7 @@ from completer.engine.kv import CHECKPOINT_SPACING, KVSequence, evaluate_in_piec
 from completer.engine.speculative import Sampling
 from completer.engine.tuning import CostModel
 from completer.models.llama import (HYBRID, RECURRENT, ROLLBACK_ARCHITECTURES, SLIDING_WINDOW, LlamaContext,
-                                     LlamaModel)
+                                    LlamaModel)
 from completer.models.synthetic import write_model
 from conftest import run_completer
 
