@@ -11,13 +11,17 @@ that reads the rule files runs nothing. The rules read are git's per-repository 
 every .gitignore on the way down (each relative to its own folder, a deeper one
 winning) and .git/info/exclude; folders git does not descend into are not walked, and
 symlinks are never followed.
+
+A file whose path matches an exclusion pattern (`is_excluded`: the user's context.exclude,
+keys and credentials by default) is left out before anything of it is read.
 """
 
+import fnmatch
 import os
 import re
-from collections.abc import Collection
+from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 
 from pathspec import GitIgnoreSpec
 
@@ -125,6 +129,21 @@ def listed_files(root: Path, most: int | None = None) -> list[Path]:
     return sorted(found[:most])
 
 
+def is_excluded(path: str, patterns: Iterable[str]) -> bool:
+    """Whether a path (relative to its workspace folder) matches a pattern, ignoring case:
+    a pattern with a "/" against the whole path, any other against each of its parts, so
+    that a folder that matches (`secrets.d/`, `.env/`) excludes what it holds."""
+    posix = PurePosixPath(str(path).replace("\\", "/").lower())
+    for pattern in patterns:
+        pattern = pattern.lower()
+        if "/" in pattern:
+            if posix.match(pattern.strip("/")):
+                return True
+        elif any(fnmatch.fnmatchcase(part, pattern) for part in posix.parts):
+            return True
+    return False
+
+
 def is_generated_or_binary(head: bytes) -> bool:
     if b"\0" in head:
         return True
@@ -146,12 +165,15 @@ def is_source(path: Path) -> bool:
         return False
 
 
-def source_files(root: Path, languages: Collection[str], most: int | None = None) -> dict[str, list[Path]]:
+def source_files(root: Path, languages: Collection[str], most: int | None = None,
+                 exclude: Iterable[str] = ()) -> dict[str, list[Path]]:
     """Source files under root worth completing in, by language (extension), for the
-    extensions in `languages`; of the first `most` files listed."""
+    extensions in `languages`; of the first `most` files listed. A file matching an
+    `exclude` pattern (relative to root) is never opened."""
+    patterns = tuple(exclude)
     by_language: dict[str, list[Path]] = {}
     for path in listed_files(root, most):
         language = path.suffix.lstrip(".").lower()
-        if language in languages and is_source(path):
+        if language in languages and not is_excluded(path.relative_to(root).as_posix(), patterns) and is_source(path):
             by_language.setdefault(language, []).append(path)
     return by_language

@@ -259,8 +259,10 @@ class LocalDecoder:
         saved = saved_index_path(self.engine.model.path, workspace.roots)
         self.stop_indexing()
         cancel = self._index_cancel = threading.Event()
+        exclude = self.config.context.exclude_patterns  # never opened, let alone tokenized
         thread = threading.Thread(target=self.index.build, args=(workspace, self.engine.model.tokenize),
-                                  kwargs={"cancel": cancel, "saved": saved}, name="completer-index", daemon=True)
+                                  kwargs={"cancel": cancel, "saved": saved, "exclude": exclude},
+                                  name="completer-index", daemon=True)
         thread.start()
         return thread
 

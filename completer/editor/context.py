@@ -7,15 +7,18 @@ dropped, so that flipping between two places does not fill the ring with copies.
 prompt takes the newest chunks that fit a token budget, in ring order (oldest first),
 so that a new chunk changes only the end of the context block.
 
-Only documents whose path lies inside a workspace folder become chunks: a file opened
-from elsewhere (a system header, another project's secrets) never reaches a prompt.
-No file is read from disk: chunks come from what the editor sent.
+Only documents whose path lies inside a workspace folder, and matches no context.exclude
+pattern, become chunks: a file opened from elsewhere (a system header, another project's
+secrets) or an open .env file never reaches a prompt. No file is read from disk: chunks
+come from what the editor sent.
 """
 
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from completer.config import DEFAULT_EXCLUDE
+from completer.models.sources import is_excluded
 from completer.prompt import ContextFile, editor_lines
 from completer.workspace import Workspace
 
@@ -53,25 +56,28 @@ class ChunkRing:
     once would lose one's chunk, and a select would read a list being cut)."""
 
     def __init__(self, workspace: Workspace, count_tokens: Callable[[str], int] = len, capacity: int = 16,
-                 chunk_lines: int = 64):
+                 chunk_lines: int = 64, exclude: tuple[str, ...] = DEFAULT_EXCLUDE):
         self.workspace = workspace
         self.count_tokens = count_tokens
         self.capacity = capacity
         self.chunk_lines = chunk_lines
+        self.exclude = exclude  # patterns of paths never taken (context.exclude)
         self.chunks: list[Chunk] = []  # oldest first
         self._lock = threading.Lock()
 
-    def resize(self, capacity: int, chunk_lines: int) -> None:
+    def resize(self, capacity: int, chunk_lines: int, exclude: tuple[str, ...] = DEFAULT_EXCLUDE) -> None:
+        """New options; chunks of paths `exclude` now names go."""
         with self._lock:
-            self.capacity, self.chunk_lines = capacity, chunk_lines
+            self.capacity, self.chunk_lines, self.exclude = capacity, chunk_lines, exclude
+            self.chunks = [chunk for chunk in self.chunks if not is_excluded(chunk.path, exclude)]
             del self.chunks[: max(0, len(self.chunks) - self.capacity)]
 
     def add(self, path: str, text: str, cursor: int, count_tokens: Callable[[str], int] | None = None) -> bool:
         """Take a chunk of `path`'s `text` around the cursor's line; False when the path is
-        outside the workspace or the chunk holds too little code to help. Its tokens are
-        counted with `count_tokens` (a server's /tokenize under the request's cancel flag),
-        by default the ring's own, outside the lock."""
-        if not self.workspace.contains(path):
+        outside the workspace or excluded, or the chunk holds too little code to help. Its
+        tokens are counted with `count_tokens` (a server's /tokenize under the request's
+        cancel flag), by default the ring's own, outside the lock."""
+        if not self.workspace.contains(path) or is_excluded(self.workspace.relative(path), self.exclude):
             return False
         chunk_text = chunk_around(text, cursor, self.chunk_lines)
         if sum(1 for line_text in chunk_text.splitlines() if line_text.strip()) < 3:

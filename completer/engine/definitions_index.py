@@ -9,9 +9,9 @@ the prompt to show the ones a completion calls (completer.editor.definitions_con
     lookup(name)        the definitions of that name, outside a given file
 
 Privacy: a file is read only inside a workspace folder (symlinks and ".." resolved), and
-never when its path matches an exclusion pattern (`is_excluded`, DEFAULT_EXCLUDE: keys,
-certificates, .env files, credentials): the check comes before the file is opened, and the
-editor's copy of such a file is not outlined either.
+never when its path matches an exclusion pattern (`is_excluded`: context.exclude, by default
+DEFAULT_EXCLUDE: keys, certificates, .env files, credentials): the check comes before the
+file is opened, and the editor's copy of such a file is not outlined either.
 
 Memory: each definition is counted as its strings' characters and DEFINITION_BYTES more (a
 measured upper figure for the object, its strings' headers and its slot in the name table);
@@ -23,24 +23,18 @@ one lock guards the tables. A file the editor has sent is not read again from di
 build still running: the editor's text is newer.
 """
 
-import fnmatch
 import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, replace
-from pathlib import Path, PurePosixPath
+from pathlib import Path
 
+from completer.config import DEFAULT_EXCLUDE
 from completer.engine.definitions import Definition, Import, Outline, extract
 from completer.engine.workspace_index import workspace_files
-from completer.models.sources import MAX_BYTES
+from completer.models.sources import MAX_BYTES, is_excluded
 from completer.workspace import Workspace
 
-# Files never read, matched against each part of a path relative to its workspace folder
-# (a pattern with a "/" against the whole of it), ignoring case: secrets' usual names.
-DEFAULT_EXCLUDE = (
-    ".env*", "*.env", "*.pem", "*.key", "id_*", "secrets.*", "credentials*", ".git-credentials", "*.p12", "*.pfx",
-    "*.jks", "*.keystore", ".netrc", ".npmrc", ".pypirc",
-)
 # The bound on the index's memory. Counted: a generated 5,000-file workspace (70,000 short
 # definitions) 43 MB; the Python standard library (1,556 files, 69,508 definitions) 52 MB.
 DEFAULT_MOST_BYTES = 64 * 2**20
@@ -49,20 +43,6 @@ DEFAULT_MOST_BYTES = 64 * 2**20
 # 5,000-file workspace (tests/unit/test_definitions.py): 557 bytes a definition in all, of
 # which 206 characters, so 351 besides; rounded up.
 DEFINITION_BYTES = 400
-
-
-def is_excluded(path: str, patterns: Iterable[str] = DEFAULT_EXCLUDE) -> bool:
-    """Whether a path (relative to its workspace folder) matches a pattern: a folder that
-    matches (`secrets.d/`, `.env/`) excludes what it holds."""
-    posix = PurePosixPath(str(path).replace("\\", "/").lower())
-    for pattern in patterns:
-        pattern = pattern.lower()
-        if "/" in pattern:
-            if posix.match(pattern.strip("/")):
-                return True
-        elif any(fnmatch.fnmatchcase(part, pattern) for part in posix.parts):
-            return True
-    return False
 
 
 @dataclass(frozen=True)
@@ -114,7 +94,7 @@ class DefinitionsIndex:
         """Outline the files (the workspace index's, when None given): a blocking call, for
         a worker thread. Stops at its next file when `cancelled()`."""
         start = time.perf_counter()
-        for path in workspace_files(self.workspace) if files is None else files:
+        for path in workspace_files(self.workspace, exclude=self.exclude) if files is None else files:
             if cancelled():
                 break
             key = str(Path(path).resolve())

@@ -5,8 +5,9 @@ the same idioms), so the text after a cursor has often been written elsewhere.
     build (a background thread, at start-up)
         files    = the workspace folders' source files (those .gitignore does not exclude,
                    read without running git, less dependency and build folders and
-                   generated, binary, tiny and huge files; never through a symlink, never
-                   outside a folder; the first MOST_FILES listed), most recently modified
+                   generated, binary, tiny and huge files and those context.exclude names,
+                   which are never opened; never through a symlink, never outside a
+                   folder; the first MOST_FILES listed), most recently modified
                    first, until the token budget (drafting.index_mb less the saved files'
                    share, SAVED_FILES_SHARE) is spent
         tokens   = all of them, one array, a separator between files
@@ -42,14 +43,14 @@ import os
 import threading
 import time
 import zipfile
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 import numpy as np
 
-from completer.config import DraftingOptions
+from completer.config import DEFAULT_EXCLUDE, DraftingOptions
 from completer.models.atomic import write_atomically
 from completer.models.paths import cache_dir
 from completer.models.sources import source_files
@@ -232,13 +233,14 @@ class TokenTable:
         return proposed, forks
 
 
-def workspace_files(workspace: Workspace, most: int = MOST_FILES) -> list[Path]:
+def workspace_files(workspace: Workspace, most: int = MOST_FILES,
+                    exclude: Iterable[str] = DEFAULT_EXCLUDE) -> list[Path]:
     """The workspace folders' source files (of the first `most` listed in each), inside
     them once symlinks and ".." are resolved, most recently modified first; a file gone
-    since it was listed is left out."""
-    languages = set(LINE_COMMENT)
+    since it was listed is left out, and one matching an `exclude` pattern is never opened."""
+    languages, patterns = set(LINE_COMMENT), tuple(exclude)
     found = {path.resolve() for root in workspace.roots
-             for paths in source_files(root, languages, most).values() for path in paths}
+             for paths in source_files(root, languages, most, patterns).values() for path in paths}
     modified = {}
     for path in found:
         try:
@@ -383,26 +385,27 @@ class WorkspaceIndex:
         self.stats = IndexStats()
         self._lock = threading.Lock()  # hidden, and swapping the table in
 
-    def build(self, workspace: Workspace, tokenize: Callable[[str], list[int]],
-              cancel: threading.Event | None = None, saved: Path | None = None) -> IndexStats:
+    def build(self, workspace: Workspace, tokenize: Callable[[str], list[int]], cancel: threading.Event | None = None,
+              saved: Path | None = None, exclude: Iterable[str] = DEFAULT_EXCLUDE) -> IndexStats:
         """Index the workspace's files within drafting.index_mb, less SAVED_FILES_SHARE;
         `cancel` stops it at the next file (the table stays as it was). `saved`: a file
         holding the tokens of an earlier build (the same tokenizer's): files unchanged
         since (size and modification time) are not tokenized again, and the build is
-        written back there. Waits for any other build to end first. A build that fails is
-        logged and changes nothing."""
+        written back there. A file matching an `exclude` pattern (context.exclude) is never
+        read. Waits for any other build to end first. A build that fails is logged and
+        changes nothing."""
         cancel = cancel or threading.Event()
         with ONE_BUILD:
             if cancel.is_set():
                 return self.stats
             try:
-                return self._build(workspace, tokenize, cancel, saved)
+                return self._build(workspace, tokenize, cancel, saved, tuple(exclude))
             except Exception:  # in a thread nobody joins: said here, or never
                 log.exception("the workspace index was not built; drafting from open documents only")
                 return self.stats
 
     def _build(self, workspace: Workspace, tokenize: Callable[[str], list[int]], cancel: threading.Event,
-               saved: Path | None) -> IndexStats:
+               saved: Path | None, exclude: tuple[str, ...]) -> IndexStats:
         started = time.perf_counter()
         table_bytes = self.options.index_mb * (1 - SAVED_FILES_SHARE) * 2**20
         budget = int(table_bytes / BYTES_PER_TOKEN)  # tokens
@@ -411,7 +414,7 @@ class WorkspaceIndex:
         files: list[tuple[str, np.ndarray]] = []
         stamps: list[tuple[int, int]] = []
         used = 0
-        for path in workspace_files(workspace):
+        for path in workspace_files(workspace, exclude=exclude):
             if cancel.is_set():
                 return self.stats
             read = _tokens_of(path, earlier, tokenize)

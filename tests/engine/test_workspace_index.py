@@ -20,7 +20,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lsprotocol import types
 
-from completer.config import DraftingOptions
+from completer.config import DEFAULT_EXCLUDE, Config, ContextOptions, DraftingOptions
+from completer.decoders.local import LocalDecoder
 from completer.engine.drafts import NgramDrafter
 from completer.engine.generation import Engine, GenerationRequest, generate
 from completer.engine.workspace_index import NO_MATCH, TokenTable, WorkspaceIndex, saved_index_path, workspace_files
@@ -114,6 +115,25 @@ def test_the_index_reads_the_workspace_files_only(tmp_path):
     os.symlink(outside, root / "linked_dir")
     files = workspace_files(Workspace([root]))
     assert files == [(root / "pkg" / "code.py").resolve()]
+
+
+def test_a_secret_in_an_excluded_file_never_reaches_the_index_s_tokens(target, tmp_path):
+    """The decoder's index of a workspace holding secrets under their usual names and one
+    under a name of the user's own pattern, tokenized by the real model: none of them is
+    in the table (the decoder passes context.exclude to the walker, which never opens
+    them), while the ordinary file is."""
+    secret = "SECRET_MARKER_7f3a9c"
+    root = tmp_path / "repo"
+    for name in ("secrets.py", ".env.py", ".env/settings.py", "config/credentials.py", "private_notes.py"):
+        write(root / name, CODE.replace("offset", secret))
+    write(root / "app.py", CODE)
+    decoder = LocalDecoder(Engine(target, None, n_ctx=512, calibrate_s=0))
+    decoder.configure(Config(context=ContextOptions(exclude=",".join((*DEFAULT_EXCLUDE, "private_*")))))
+    decoder.index_workspace(Workspace([root])).join()
+    table = decoder.index.table
+    assert [os.path.basename(path) for path in table.paths] == ["app.py"]
+    text = target.detokenize([int(token) for token in table.tokens if 0 <= token < target.n_vocab])
+    assert "function_39" in text and secret not in text
 
 
 def test_the_budget_keeps_the_most_recently_modified_files(tmp_path):

@@ -8,13 +8,14 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from completer.config import (DECODERS, EDIT_FORMATS, FIM_FAMILIES, MIN_PROMPT_TOKENS, RANGES, RENAMED, SERVER_DECODERS,
-                              Config, GenerationOptions, PromptOptions, config_from_dict, machine_options, problems,
-                              settings_schema)
+from completer.config import (DECODERS, DEFAULT_EXCLUDE, EDIT_FORMATS, FIM_FAMILIES, MIN_PROMPT_TOKENS, RANGES,
+                              RENAMED, SERVER_DECODERS, Config, ContextOptions, GenerationOptions, PromptOptions,
+                              config_from_dict, machine_options, problems, settings_schema)
 from completer.decoders.clients import LlamaServerClient
 from completer.editor.next_edit import FORMATS
 from completer.engine.generation import MAX_TREE_BRANCHES
 from completer.loading import SERVER_APIS, load_completer, needs_reload
+from completer.lsp.server import without_machine_options
 from completer.models.errors import ModelError
 from completer.prompt import TEMPLATES
 from conftest import run_completer
@@ -301,11 +302,27 @@ def test_a_config_made_from_flags_that_cannot_work_is_a_load_error_before_anythi
 
 def test_the_options_that_choose_a_host_a_secret_or_a_file_are_machine_level_each_with_a_flag():
     assert set(machine_options()) == {"models.decoder", "models.server_url", "models.api_key_env",
-                                      "models.rpc_servers", "models.target", "models.draft"}
+                                      "models.rpc_servers", "models.target", "models.draft", "context.exclude"}
     schema = settings_schema()
     assert {key for key, item in schema.items() if item.get("scope") == "machine"} == {
         "models.decoder", "models.serverUrl", "models.apiKeyEnv", "models.rpcServers", "models.target", "models.draft",
+        "context.exclude",
         "models.backend"}  # models.decoder's old name: a workspace may not choose it under that name either
+
+
+def test_a_workspace_s_settings_cannot_narrow_the_files_never_read():
+    """A checked-in .vscode/settings.json (or initializationOptions) that empties
+    context.exclude, or swaps it for a pattern that matches nothing: refused, the flag's
+    list (by default DEFAULT_EXCLUDE) kept; the group's other options are taken."""
+    for hostile in ("", "nothing-matches-this", ",".join(DEFAULT_EXCLUDE[1:])):
+        data, refused = without_machine_options({"context": {"exclude": hostile, "definitions_tokens": 0}}, Config())
+        assert refused == ["context.exclude"]
+        config, messages = config_from_dict(data, Config())
+        assert messages == [] and config.context.definitions_tokens == 0
+        assert config.context.exclude_patterns == DEFAULT_EXCLUDE
+    flags = Config(context=ContextOptions(exclude="*.secret"))  # the user's own, from `serve --exclude`
+    assert without_machine_options({"context": {"exclude": ""}}, flags)[1] == ["context.exclude"]
+    assert without_machine_options({"context": {"exclude": "*.secret"}}, flags)[1] == []  # sent back unchanged
 
 
 def test_the_server_takes_every_machine_level_option_as_a_flag():

@@ -3,6 +3,7 @@
 from hypothesis import given
 from hypothesis import strategies as st
 
+from completer.config import Config, ContextOptions
 from completer.editor.context import ChunkRing, chunk_around, similarity
 from completer.workspace import Workspace
 
@@ -37,6 +38,28 @@ def test_a_near_copy_replaces_its_twin_and_the_oldest_goes_first(tmp_path):
     chunks.add(str(tmp_path / "c.py"), code("c"), 0)
     assert [c.path for c in chunks.chunks] == ["b.py", "c.py"]
     assert not chunks.add(str(tmp_path / "blank.py"), "\n\n\nx = 1\n", 0)  # too little code to help
+
+
+def test_an_open_excluded_file_never_becomes_a_chunk(tmp_path):
+    """An open .env or secrets file is in the workspace and full of code-like lines: the
+    default patterns keep it out of the ring all the same, and so do the user's own."""
+    chunks = ring(tmp_path)
+    for name in (".env", ".env.local", "secrets.py", "config/credentials.py", "certs/server.pem", "secrets.d/db.py"):
+        assert not chunks.add(str(tmp_path / name), code("token"), 0), name
+    assert chunks.add(str(tmp_path / "app.py"), code("app"), 0)
+    assert [c.path for c in chunks.chunks] == ["app.py"]
+    own = ring(tmp_path, exclude=Config(context=ContextOptions(exclude="internal/*")).context.exclude_patterns)
+    assert not own.add(str(tmp_path / "internal" / "keys.py"), code("key"), 0)
+    assert own.add(str(tmp_path / "secrets.py"), code("app"), 0)  # the user's list replaces the default
+
+
+def test_chunks_of_a_file_the_new_patterns_exclude_go_at_once(tmp_path):
+    chunks = ring(tmp_path, exclude=())
+    chunks.add(str(tmp_path / "a.py"), code("a"), 0)
+    chunks.add(str(tmp_path / "private" / "b.py"), code("b"), 0)
+    chunks.resize(16, 64, ("private",))
+    assert [c.path for c in chunks.chunks] == ["a.py"]
+    assert not chunks.add(str(tmp_path / "private" / "b.py"), code("b"), 0)
 
 
 def test_selection_takes_the_newest_that_fit_the_budget_oldest_first(tmp_path):

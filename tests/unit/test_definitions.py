@@ -21,14 +21,10 @@ from completer.editor.definitions_context import (
     wanted_names,
 )
 from completer.engine.definitions import EMPTY, GRAMMARS, Import, extract, identifiers
-from completer.engine.definitions_index import (
-    DEFAULT_EXCLUDE,
-    DefinitionsIndex,
-    is_excluded,
-    outline_size,
-    without_texts,
-)
+from completer.config import DEFAULT_EXCLUDE, ContextOptions
+from completer.engine.definitions_index import DefinitionsIndex, outline_size, without_texts
 from completer.engine.workspace_index import workspace_files
+from completer.models.sources import is_excluded
 from completer.workspace import Workspace
 
 SAMPLES = {
@@ -481,12 +477,13 @@ def test_an_excluded_secret_is_never_opened_nor_reaches_a_snippet(tmp_path):
     app = write(root / "app.py", padded("from secrets import leak\nfrom config.credentials import API_KEY\n\n"
                                         "def run():\n    return leak(API_KEY)\n"))
     index = DefinitionsIndex(Workspace([root]))
-    # The walker lists them (and reads their first 4 KB to tell text from binary; the
-    # walker's own exclude list is issue 56's next step); the index must refuse them.
-    listed = workspace_files(index.workspace)
-    assert set(secrets) <= set(listed)
+    assert set(secrets) <= set(workspace_files(index.workspace, exclude=()))  # the walker would list them
+    # The walker leaves them out before reading their first 4 KB (to tell text from
+    # binary), and the index refuses them when given them all the same.
     with OpenedFiles.recording() as opened:
-        index.build(listed)
+        assert set(secrets) & set(workspace_files(index.workspace, exclude=index.exclude)) == set()
+        index.build()
+        index.build(secrets)
     assert {str(path) for path in secrets} & set(opened) == set()
     assert str(app) in opened
     assert not index.update(secrets[0], secrets[0].read_text())  # the editor's copy is refused too
@@ -495,6 +492,20 @@ def test_an_excluded_secret_is_never_opened_nor_reaches_a_snippet(tmp_path):
     everything = [index.lookup(name) for name in ("leak", "API_KEY", "KEY", "run")]
     assert SECRET not in repr(everything) + repr(snippets)
     assert [d.name for found in everything for d in found] == ["run"]
+
+
+def test_the_walker_never_opens_a_file_the_users_patterns_exclude(tmp_path):
+    """context.exclude, relative to each workspace folder: a folder's pattern and a name's."""
+    root = tmp_path / "ws"
+    private = [write(root / "deploy" / "prod" / "settings.py", padded("PASSWORD = 1\n")),
+               write(root / "src" / "internal_keys.py", padded("KEY = 1\n"))]
+    app = write(root / "src" / "app.py", padded("def run():\n    pass\n"))
+    patterns = ContextOptions(exclude="deploy/prod/*, internal_*").exclude_patterns
+    assert patterns == ("deploy/prod/*", "internal_*")
+    with OpenedFiles.recording() as opened:
+        assert workspace_files(Workspace([root]), exclude=patterns) == [app]
+        assert DefinitionsIndex(Workspace([root]), exclude=patterns).build().files == 1
+    assert {str(path) for path in private} & set(opened) == set()
 
 
 def test_files_outside_the_workspace_are_refused(tmp_path):
