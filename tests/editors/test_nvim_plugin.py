@@ -383,7 +383,7 @@ def test_the_doc_checks_can_fail():
 
 def machine_table(text: str) -> dict[str, str]:
     """The option -> flag table of `:help completer-machine` (and of init.lua's MACHINE_OPTIONS)."""
-    return dict(re.findall(r'^\s+\[?"?(models\.\w+)"?\]?\s+=?\s*"?(--[\w-]+)"?,?$', text, re.MULTILINE))
+    return dict(re.findall(r'^\s+\[?"?([a-z]+\.\w+)"?\]?\s+=?\s*"?(--[\w-]+)"?,?$', text, re.MULTILINE))
 
 
 def test_the_machine_level_options_of_the_help_and_the_plugin_are_the_servers():
@@ -408,7 +408,8 @@ def test_setup_leaves_machine_level_init_options_out_and_says_where_they_go(tmp_
     name (server.prefetch) goes as it is, for the server to read as its new name."""
     answer = run_nvim("plugin_machine.lua", tmp_path, tmp_path / "cache", timeout_s=60, lua=True)
     # client: what the plugin says of itself (it applies every edit of a next edit's answer).
-    assert answer["init_options"] == {"models": {"preset": "smol"}, "generation": {"max_tokens": 8},
+    assert answer["init_options"] == {"models": {"preset": "smol"}, "context": {"definitions_tokens": 0},
+                                      "generation": {"max_tokens": 8},
                                       "server": {"prefetch": False}, "client": {"several_edits": True}}
     assert answer["cmd"] == ["true"]
     [warning] = answer["notifications"]

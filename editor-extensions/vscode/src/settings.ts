@@ -3,16 +3,16 @@
 
 // Groups of the server's option tree (completer/config.py). Settings under
 // `completer.<group>.<optionName>` are sent as `<group>.<option_name>`.
-export const SERVER_GROUPS = ["models", "generation", "prompt", "drafting", "cache", "lsp", "edits"] as const;
+export const SERVER_GROUPS = ["models", "generation", "prompt", "context", "drafting", "cache", "lsp", "edits"] as const;
 
 export type ServerOptions = Record<string, Record<string, unknown>>;
 
 // The server's machine-level options (completer/config.py: where code and keys go, which
-// model files load) as settings, each with the server's flag for it. A workspace must not
-// choose them: they are `"scope": "machine"` in package.json, read from the user's own
-// settings only, and reach the server only as these flags, never in initializationOptions
-// or didChangeConfiguration (where the server refuses them). tests/editors/test_vscode.py keeps
-// this table equal to the server's.
+// model files load, which files are never read) as settings, each with the server's flag
+// for it. A workspace must not choose them: they are `"scope": "machine"` in package.json,
+// read from the user's own settings only, and reach the server only as these flags, never
+// in initializationOptions or didChangeConfiguration (where the server refuses them).
+// tests/editors/test_vscode.py keeps this table equal to the server's.
 export const MACHINE_FLAGS: Readonly<Record<string, string>> = {
   "models.target": "--target",
   "models.draft": "--draft",
@@ -20,6 +20,7 @@ export const MACHINE_FLAGS: Readonly<Record<string, string>> = {
   "models.serverUrl": "--server-url",
   "models.apiKeyEnv": "--api-key-env",
   "models.rpcServers": "--rpc",
+  "context.exclude": "--exclude",
 };
 
 // The extension's own settings that choose the program launched: machine scope too.

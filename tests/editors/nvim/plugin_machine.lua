@@ -15,6 +15,7 @@ require("completer").setup({
     models = { preset = "smol", decoder = "openai", backend = "llama-server", server_url = "https://elsewhere",
                api_key_env = "GITHUB_TOKEN", rpc_servers = "10.0.0.9:50052", target = "/tmp/model.gguf",
                draft = "/tmp/draft.gguf" },
+    context = { exclude = "", definitions_tokens = 0 },
     generation = { max_tokens = 8 },
     server = { prefetch = false },
   },

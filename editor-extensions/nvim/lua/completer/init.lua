@@ -29,8 +29,9 @@
 --                              other open files under that root.
 --   init_options:              The server's options, as nested tables, passed as they
 --                              are in the `initializationOptions` of `initialize`. The
---                              groups are models, generation, prompt, drafting, cache,
---                              lsp and edits; completer's docs/options.md lists every option.
+--                              groups are models, generation, prompt, context, drafting,
+--                              cache, lsp and edits; completer's docs/options.md lists
+--                              every option.
 --                              The machine-level ones are left out, with a warning (see
 --                              completer-machine): they go in cmd, as the server's
 --                              flags.
@@ -89,7 +90,7 @@ local STATS = "completer/stats"
 local WARM = "completer/warm"
 
 -- The server's machine-level options (completer/config.py) and its flag for each: where
--- code and keys go, which model files load. A project's files must not choose them, so
+-- code and keys go, which model files load, which files are never read. A project's files must not choose them, so
 -- the server refuses them over LSP; setup() leaves them out of init_options and says to
 -- put the flag in cmd. tests/editors/test_nvim_plugin.py keeps this table equal to the server's.
 local MACHINE_OPTIONS = {
@@ -99,6 +100,7 @@ local MACHINE_OPTIONS = {
   ["models.server_url"] = "--server-url",
   ["models.api_key_env"] = "--api-key-env",
   ["models.rpc_servers"] = "--rpc",
+  ["context.exclude"] = "--exclude",
 }
 
 -- The old names of machine-level options (completer/config.py's RENAMED), old -> new: left
