@@ -151,13 +151,13 @@ def is_generated_or_binary(head: bytes) -> bool:
     return any(mark in first_lines for mark in GENERATED_MARKS)
 
 
-def is_source(path: Path) -> bool:
-    """Neither minified, generated, binary, tiny nor huge; False for a file gone or
-    unreadable since it was listed."""
+def is_source(path: Path, min_bytes: int = MIN_BYTES) -> bool:
+    """Neither minified, generated, binary, tiny (under `min_bytes`) nor huge; False for a
+    file gone or unreadable since it was listed."""
     if path.name.endswith((".min.js", "_pb2.py")):
         return False
     try:
-        if not MIN_BYTES <= path.stat().st_size <= MAX_BYTES:
+        if not min_bytes <= path.stat().st_size <= MAX_BYTES:
             return False
         with path.open("rb") as handle:
             return not is_generated_or_binary(handle.read(4096))
@@ -165,15 +165,16 @@ def is_source(path: Path) -> bool:
         return False
 
 
-def source_files(root: Path, languages: Collection[str], most: int | None = None,
-                 exclude: Iterable[str] = ()) -> dict[str, list[Path]]:
+def source_files(root: Path, languages: Collection[str], most: int | None = None, exclude: Iterable[str] = (),
+                 min_bytes: int = MIN_BYTES) -> dict[str, list[Path]]:
     """Source files under root worth completing in, by language (extension), for the
-    extensions in `languages`; of the first `most` files listed. A file matching an
-    `exclude` pattern (relative to root) is never opened."""
+    extensions in `languages`; of the first `most` files listed, of `min_bytes` or more.
+    A file matching an `exclude` pattern (relative to root) is never opened."""
     patterns = tuple(exclude)
     by_language: dict[str, list[Path]] = {}
     for path in listed_files(root, most):
         language = path.suffix.lstrip(".").lower()
-        if language in languages and not is_excluded(path.relative_to(root).as_posix(), patterns) and is_source(path):
+        wanted = language in languages and not is_excluded(path.relative_to(root).as_posix(), patterns)
+        if wanted and is_source(path, min_bytes):  # excluded: never opened
             by_language.setdefault(language, []).append(path)
     return by_language

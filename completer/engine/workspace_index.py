@@ -5,7 +5,7 @@ the same idioms), so the text after a cursor has often been written elsewhere.
     build (a background thread, at start-up)
         files    = the workspace folders' source files (those .gitignore does not exclude,
                    read without running git, less dependency and build folders and
-                   generated, binary, tiny and huge files and those context.exclude names,
+                   generated, binary, empty and huge files and those context.exclude names,
                    which are never opened; never through a symlink, never outside a
                    folder; the first MOST_FILES listed), most recently modified
                    first, until the token budget (drafting.index_mb less the saved files'
@@ -76,6 +76,10 @@ BYTES_PER_TOKEN = 8  # int32 token + int32 place in the sorted order
 # a home directory or a monorepo would take minutes of it before the first token (the
 # standard library has 1,556 source files, Linux's kernel about 60,000 .c and .h).
 MOST_FILES = 100_000
+# The smallest file the indexes read: any but an empty one. A 300-byte constants.py or a
+# small dataclass holds the definitions a prompt needs (sources.MIN_BYTES is for the bench's
+# holes, which want a file with some code to cut).
+INDEXED_MIN_BYTES = 1
 # Bytes of source read per build at most, per byte of drafting.index_mb: code takes 3-4
 # bytes a token and a token 8 bytes of index, so ordinary code spends the token budget
 # first; this bounds text that makes few tokens of many bytes (long runs of one character).
@@ -240,7 +244,7 @@ def workspace_files(workspace: Workspace, most: int = MOST_FILES,
     since it was listed is left out, and one matching an `exclude` pattern is never opened."""
     languages, patterns = set(LINE_COMMENT), tuple(exclude)
     found = {path.resolve() for root in workspace.roots
-             for paths in source_files(root, languages, most, patterns).values() for path in paths}
+             for paths in source_files(root, languages, most, patterns, INDEXED_MIN_BYTES).values() for path in paths}
     modified = {}
     for path in found:
         try:

@@ -24,7 +24,7 @@ from completer.engine.definitions import EMPTY, GRAMMARS, Import, extract, ident
 from completer.config import DEFAULT_EXCLUDE, ContextOptions
 from completer.engine.definitions_index import DefinitionsIndex, outline_size, without_texts
 from completer.engine.workspace_index import workspace_files
-from completer.models.sources import is_excluded
+from completer.models.sources import MIN_BYTES, is_excluded, source_files
 from completer.workspace import Workspace
 
 SAMPLES = {
@@ -464,18 +464,13 @@ def write(path: Path, text: str) -> Path:
     return path
 
 
-def padded(text: str) -> str:
-    """Long enough for the workspace walker (it skips files under 500 bytes)."""
-    return text + "\n" + "# padding\n" * 60
-
-
 def test_an_excluded_secret_is_never_opened_nor_reaches_a_snippet(tmp_path):
     root = tmp_path / "ws"
-    secrets = [write(root / "secrets.py", padded(f"def leak(token='{SECRET}'):\n    return '{SECRET}'\n")),
-               write(root / "config" / "credentials.py", padded(f"API_KEY = '{SECRET}'\n")),
-               write(root / "deploy" / "id_rsa.py", padded(f"KEY = '{SECRET}'\n"))]
-    app = write(root / "app.py", padded("from secrets import leak\nfrom config.credentials import API_KEY\n\n"
-                                        "def run():\n    return leak(API_KEY)\n"))
+    secrets = [write(root / "secrets.py", f"def leak(token='{SECRET}'):\n    return '{SECRET}'\n"),
+               write(root / "config" / "credentials.py", f"API_KEY = '{SECRET}'\n"),
+               write(root / "deploy" / "id_rsa.py", f"KEY = '{SECRET}'\n")]
+    app = write(root / "app.py", "from secrets import leak\nfrom config.credentials import API_KEY\n\n"
+                                 "def run():\n    return leak(API_KEY)\n")
     index = DefinitionsIndex(Workspace([root]))
     assert set(secrets) <= set(workspace_files(index.workspace, exclude=()))  # the walker would list them
     # The walker leaves them out before reading their first 4 KB (to tell text from
@@ -497,15 +492,30 @@ def test_an_excluded_secret_is_never_opened_nor_reaches_a_snippet(tmp_path):
 def test_the_walker_never_opens_a_file_the_users_patterns_exclude(tmp_path):
     """context.exclude, relative to each workspace folder: a folder's pattern and a name's."""
     root = tmp_path / "ws"
-    private = [write(root / "deploy" / "prod" / "settings.py", padded("PASSWORD = 1\n")),
-               write(root / "src" / "internal_keys.py", padded("KEY = 1\n"))]
-    app = write(root / "src" / "app.py", padded("def run():\n    pass\n"))
+    private = [write(root / "deploy" / "prod" / "settings.py", "PASSWORD = 1\n"),
+               write(root / "src" / "internal_keys.py", "KEY = 1\n")]
+    app = write(root / "src" / "app.py", "def run():\n    pass\n")
     patterns = ContextOptions(exclude="deploy/prod/*, internal_*").exclude_patterns
     assert patterns == ("deploy/prod/*", "internal_*")
     with OpenedFiles.recording() as opened:
         assert workspace_files(Workspace([root]), exclude=patterns) == [app]
         assert DefinitionsIndex(Workspace([root]), exclude=patterns).build().files == 1
     assert {str(path) for path in private} & set(opened) == set()
+
+
+def test_a_small_file_is_indexed_and_an_empty_one_is_not(tmp_path):
+    """A small module (constants, a helper or two) holds the definitions a prompt needs:
+    the indexes' walker takes any file but an empty one. The bench's holes still want
+    MIN_BYTES (source_files' default)."""
+    root = tmp_path / "ws"
+    helpers = write(root / "helpers.py", "RETRIES = 3\n\n\ndef retry_delay(attempt):\n    return 2 ** attempt\n")
+    write(root / "empty.py", "")
+    assert helpers.stat().st_size < MIN_BYTES
+    assert workspace_files(Workspace([root])) == [helpers]
+    index = DefinitionsIndex(Workspace([root]))
+    assert index.build().files == 1
+    assert [d.name for d in index.lookup("retry_delay")] == ["retry_delay"]
+    assert source_files(root, {"py"}) == {}
 
 
 def test_files_outside_the_workspace_are_refused(tmp_path):
@@ -519,8 +529,8 @@ def test_files_outside_the_workspace_are_refused(tmp_path):
 
 def test_the_index_follows_a_rename_saved_in_another_file(tmp_path):
     root = tmp_path / "ws"
-    library = write(root / "lib" / "shapes.py", padded("def area(width, height):\n    return width * height\n"))
-    app = write(root / "app.py", padded("from lib.shapes import area\n"))
+    library = write(root / "lib" / "shapes.py", "def area(width, height):\n    return width * height\n")
+    app = write(root / "app.py", "from lib.shapes import area\n")
     index = DefinitionsIndex(Workspace([root]))
     assert index.build().files == 2
     assert [d.name for d in index.lookup("area", app)] == ["area"]
@@ -555,14 +565,14 @@ def test_memory_is_bounded_texts_dropped_first_then_files(tmp_path):
 def project(tmp_path) -> tuple[DefinitionsIndex, Path]:
     """A client module, another defining a same-named `send`, and an app importing the client."""
     root = tmp_path / "ws"
-    write(root / "net" / "client.py", padded(
-        'class Client:\n    """Talks to the server."""\n\n'
-        "    def send(self, request, *, timeout: float = 5.0, retries: int = 2):\n"
-        '        """Send a request."""\n        return request\n\n\n'
-        "def connect(url):\n    return Client()\n"))
-    write(root / "mail" / "smtp.py", padded("def send(message, to):\n    return to\n"))
-    write(root / "net" / "retry.py", padded("def backoff(attempt):\n    return 2 ** attempt\n"))
-    app = write(root / "net" / "app.py", padded("from .client import Client, connect\nimport net.retry\n"))
+    write(root / "net" / "client.py",
+          'class Client:\n    """Talks to the server."""\n\n'
+          "    def send(self, request, *, timeout: float = 5.0, retries: int = 2):\n"
+          '        """Send a request."""\n        return request\n\n\n'
+          "def connect(url):\n    return Client()\n")
+    write(root / "mail" / "smtp.py", "def send(message, to):\n    return to\n")
+    write(root / "net" / "retry.py", "def backoff(attempt):\n    return 2 ** attempt\n")
+    app = write(root / "net" / "app.py", "from .client import Client, connect\nimport net.retry\n")
     index = DefinitionsIndex(Workspace([root]))
     index.build()
     return index, app
@@ -583,11 +593,11 @@ def test_imported_definitions_rank_before_merely_same_named_ones(tmp_path):
 
 def test_a_method_of_a_type_named_at_the_cursor_ranks_before_other_same_named_ones(tmp_path):
     root = tmp_path / "ws"
-    write(root / "post" / "courier.py", padded("class Courier:\n    url = 'https://post'\n\n"
-                                              "    def send(self, parcel):\n        return parcel\n"))
-    write(root / "post" / "box.py", padded("class Mailbox:\n    def send(self, letter, *, urgent=False):\n"
-                                          "        return letter\n"))
-    script = write(root / "post" / "script.py", padded("import sys\n"))
+    write(root / "post" / "courier.py", "class Courier:\n    url = 'https://post'\n\n"
+                                        "    def send(self, parcel):\n        return parcel\n")
+    write(root / "post" / "box.py", "class Mailbox:\n    def send(self, letter, *, urgent=False):\n"
+                                    "        return letter\n")
+    script = write(root / "post" / "script.py", "import sys\n")
     index = DefinitionsIndex(Workspace([root]))
     index.build()
     before = "box = Mailbox(url)\nbox.send("  # `url`, not after a ".", is not Courier.url
@@ -601,8 +611,8 @@ def test_a_method_of_a_type_named_at_the_cursor_ranks_before_other_same_named_on
 def test_a_name_defined_in_many_files_and_not_imported_is_not_guessed(tmp_path):
     root = tmp_path / "ws"
     for i in range(4):
-        write(root / f"tool{i}.py", padded(f"def run(job):\n    return {i}\n"))
-    script = write(root / "script.py", padded("import sys\n"))
+        write(root / f"tool{i}.py", f"def run(job):\n    return {i}\n")
+    script = write(root / "script.py", "import sys\n")
     index = DefinitionsIndex(Workspace([root]))
     index.build()
 
