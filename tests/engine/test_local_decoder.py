@@ -486,12 +486,18 @@ def two_thousand_lines() -> str:
     return "\n".join(lines[:2000])
 
 
-@pytest.mark.slow  # seconds of real model passes
-def test_warming_evaluates_the_prompt_ahead_so_the_first_completion_evaluates_one_token(engine):
+def big_document(engine: Engine) -> tuple[Completer, CompletionRequest, list[int]]:
+    """The warming tests' case: a completer over `engine`, a request at line 1,500 of
+    two_thousand_lines(), and its prompt's tokens."""
     completer = Completer(LocalDecoder(engine), completer_config(max_tokens=8))
     text = two_thousand_lines()
     request = CompletionRequest("big", "big.py", text, cursor_offset(text, 1500, 0), "python")
-    prompt = completer.prompt(request, completer.decoder.model)[0]
+    return completer, request, completer.prompt(request, completer.decoder.model)[0]
+
+
+@pytest.mark.slow  # seconds of real model passes
+def test_warming_evaluates_the_prompt_ahead_so_the_first_completion_evaluates_one_token(engine):
+    completer, request, prompt = big_document(engine)
     assert completer.warm(request) == len(prompt) - 1  # all but the last token
     completion = completer.complete(request)
     assert completion.prompt == prompt and completion.evaluated_tokens == 1
@@ -502,10 +508,7 @@ def test_warming_evaluates_the_prompt_ahead_so_the_first_completion_evaluates_on
 
 @pytest.mark.slow  # seconds of real model passes
 def test_a_request_during_warming_goes_first_and_one_for_another_document_ends_it(engine):
-    completer = Completer(LocalDecoder(engine), completer_config(max_tokens=8))
-    text = two_thousand_lines()
-    big = CompletionRequest("big", "big.py", text, cursor_offset(text, 1500, 0), "python")
-    prompt = completer.prompt(big, completer.decoder.model)[0]
+    completer, big, prompt = big_document(engine)
     warmed = {}
     warming = threading.Thread(target=lambda: warmed.setdefault("tokens", completer.warm(big)))
     warming.start()
