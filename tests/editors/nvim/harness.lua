@@ -120,6 +120,34 @@ function H.client()
   return vim.lsp.get_clients({ name = "completer" })[1]
 end
 
+--- Wrap `client.request` so that the server's answers reach the test before the plugin's
+--- handler gets them, for the Python side to compute what the plugin should have done from
+--- what the server sent, not from what the plugin drew: each inlineCompletion answer's items
+--- go to `on_items(items, asked)` (`asked`: { buf, position, line = the text of the line
+--- asked at, when it was asked }), and each copilotInlineEdit answer's edits are appended to
+--- `edits` (vim.NIL for an answer without them).
+function H.capture(client, on_items, edits)
+  local request = client.request
+  client.request = function(self, method, params, handler, bufnr)
+    local plugin_handler = handler
+    if method == "textDocument/inlineCompletion" then
+      local position = params.position
+      local asked = { buf = bufnr, position = position,
+                      line = vim.api.nvim_buf_get_lines(bufnr, position.line, position.line + 1, false)[1] }
+      handler = function(err, result, ...)
+        on_items(type(result) == "table" and (result.items or result) or {}, asked)
+        return plugin_handler(err, result, ...)
+      end
+    elseif method == "textDocument/copilotInlineEdit" then
+      handler = function(err, result, ...)
+        edits[#edits + 1] = type(result) == "table" and result.edits or vim.NIL
+        return plugin_handler(err, result, ...)
+      end
+    end
+    return request(self, method, params, handler, bufnr)
+  end
+end
+
 --- Wait until the server's models are loaded; returns the client.
 function H.wait_ready()
   local client = H.wait(H.client, 30000, "the completer client")

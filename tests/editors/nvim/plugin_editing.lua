@@ -32,31 +32,13 @@ local client
 local answers = {} -- each inlineCompletion answer: { buf, position, asked_line, items = { { text, range } } }
 local edits = {} -- each copilotInlineEdit answer's edits, as the server sent them
 
---- Capture each inlineCompletion and copilotInlineEdit answer before the plugin's
---- handler gets it, with where it was asked.
-local function capture(lsp_client)
-  local request = lsp_client.request
-  lsp_client.request = function(self, method, params, handler, bufnr)
-    local plugin_handler = handler
-    if method == INLINE_COMPLETION then
-      local position = params.position
-      local asked_line = vim.api.nvim_buf_get_lines(bufnr, position.line, position.line + 1, false)[1]
-      handler = function(err, result, ...)
-        local items = {}
-        for _, item in ipairs(type(result) == "table" and (result.items or result) or {}) do
-          items[#items + 1] = { text = item.insertText, range = item.range or vim.NIL }
-        end
-        answers[#answers + 1] = { buf = bufnr, position = position, asked_line = asked_line, items = items }
-        return plugin_handler(err, result, ...)
-      end
-    elseif method == INLINE_EDIT then
-      handler = function(err, result, ...)
-        edits[#edits + 1] = type(result) == "table" and result.edits or vim.NIL
-        return plugin_handler(err, result, ...)
-      end
-    end
-    return request(self, method, params, handler, bufnr)
+--- Each inlineCompletion answer's items, with where it was asked (H.capture's `on_items`).
+local function record_items(items, asked)
+  local captured = {}
+  for _, item in ipairs(items) do
+    captured[#captured + 1] = { text = item.insertText, range = item.range or vim.NIL }
   end
+  answers[#answers + 1] = { buf = asked.buf, position = asked.position, asked_line = asked.line, items = captured }
 end
 
 local function attached(buf)
@@ -207,7 +189,7 @@ H.run(function()
   if shapes then
     scenario.wait_warmed(H, client)
   end
-  capture(client)
+  H.capture(client, record_items, edits)
   local next_edit = require("completer.next_edit")
 
   section("next_edit_switch", function()

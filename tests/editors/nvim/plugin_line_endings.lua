@@ -9,36 +9,17 @@ local here = vim.fs.dirname(debug.getinfo(1, "S").source:sub(2))
 local H = dofile(vim.fs.joinpath(here, "harness.lua"))
 local scenario = dofile(vim.fs.joinpath(here, "next_edit_scenario.lua"))
 
-local INLINE_COMPLETION = "textDocument/inlineCompletion"
-local INLINE_EDIT = "textDocument/copilotInlineEdit"
-
 local client
 local answers = {} -- each inlineCompletion answer's insertTexts, as the server sent them
 local edits = {} -- each copilotInlineEdit answer's edits, as the server sent them
 
---- Capture each inlineCompletion and copilotInlineEdit answer before the plugin's
---- handler gets it.
-local function capture(lsp_client)
-  local request = lsp_client.request
-  lsp_client.request = function(self, method, params, handler, bufnr)
-    local plugin_handler = handler
-    if method == INLINE_COMPLETION then
-      handler = function(err, result, ...)
-        local texts = {}
-        for _, item in ipairs(type(result) == "table" and (result.items or result) or {}) do
-          texts[#texts + 1] = item.insertText
-        end
-        answers[#answers + 1] = texts
-        return plugin_handler(err, result, ...)
-      end
-    elseif method == INLINE_EDIT then
-      handler = function(err, result, ...)
-        edits[#edits + 1] = type(result) == "table" and result.edits or vim.NIL
-        return plugin_handler(err, result, ...)
-      end
-    end
-    return request(self, method, params, handler, bufnr)
+--- Each inlineCompletion answer's insertTexts (H.capture's `on_items`).
+local function record_texts(items)
+  local texts = {}
+  for _, item in ipairs(items) do
+    texts[#texts + 1] = item.insertText
   end
+  answers[#answers + 1] = texts
 end
 
 --- `bytes` written to `name` and opened (again, from disk), the cursor at the end of the
@@ -107,7 +88,7 @@ H.run(function()
   })
   client = H.wait_ready()
   scenario.wait_warmed(H, client)
-  capture(client)
+  H.capture(client, record_texts, edits)
 
   H.section("dos_next_edit", function()
     -- The next-edit scenario's rename in a CRLF file (Neovim opened it with 'fileformat'
