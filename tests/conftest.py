@@ -96,6 +96,28 @@ def llama_server() -> Path:
     return Path(folder) / "llama-server"
 
 
+@pytest.fixture(scope="module")
+def smol_llama_server(llama_server, smol, tmp_path_factory):
+    """llama-server on 127.0.0.1 with the smol target and two slots of 2048 tokens each,
+    for one test module (llama_server_process.py)."""
+    from llama_server_process import LlamaServer
+
+    server = LlamaServer(llama_server, smol.target, tmp_path_factory.mktemp("llama-server") / "server.log").start()
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def drafting_llama_server(llama_server, smol, tmp_path_factory):
+    """smol_llama_server with the smol draft speculating in it."""
+    from llama_server_process import LlamaServer
+
+    server = LlamaServer(llama_server, smol.target, tmp_path_factory.mktemp("llama-server") / "server.log",
+                         "-md", str(smol.draft), "--spec-type", "draft-simple").start()
+    yield server
+    server.stop()
+
+
 def run_completer(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run the installed `completer` command, as a user would."""
     completer = Path(sys.executable).with_name("completer")

@@ -28,7 +28,6 @@ from completer.decoders.clients import (MAX_BODY_BYTES, MAX_LINE_BYTES, CancelFl
 from completer.decoders.server import LlamaServerAPI
 from completer.errors import Cancelled, ServerError
 from completer.requests import StopReason
-from llama_server_process import LlamaServer
 from lsp_session import inline, open_document, start, stats, wait_ready
 
 HUGE_BYTES = 100 << 20  # the body and the line a hostile server sends
@@ -155,16 +154,9 @@ class MisbehavingProxy:
             upstream.close()
 
 
-@pytest.fixture(scope="module")
-def upstream(llama_server, smol, tmp_path_factory):
-    process = LlamaServer(llama_server, smol.target, tmp_path_factory.mktemp("llama-server") / "server.log").start()
-    yield process
-    process.stop()
-
-
 @pytest.fixture
-def proxy(upstream):
-    proxy = MisbehavingProxy(upstream.url).start()
+def proxy(smol_llama_server):
+    proxy = MisbehavingProxy(smol_llama_server.url).start()
     yield proxy
     proxy.stop()
 
@@ -305,7 +297,7 @@ def test_an_endless_stream_of_lines_that_are_no_events_is_cut_at_its_bytes():
         error
 
 
-def test_a_refused_request_is_the_requests_fault_and_a_failing_server_is_down(proxy, upstream):
+def test_a_refused_request_is_the_requests_fault_and_a_failing_server_is_down(proxy, smol_llama_server):
     client = LlamaServerClient(proxy.url)
     proxy.mode = "400"
     with pytest.raises(ServerError, match="answered HTTP 400: the proxy answers 400") as refused:
@@ -315,7 +307,7 @@ def test_a_refused_request_is_the_requests_fault_and_a_failing_server_is_down(pr
     with pytest.raises(ServerError, match="answered HTTP 500") as failed:
         client.complete([1, 2, 3], 4)
     assert not failed.value.request_fault
-    real = LlamaServerClient(upstream.url)  # llama-server's own refusal of a prompt past its context
+    real = LlamaServerClient(smol_llama_server.url)  # llama-server's own refusal of a prompt past its context
     with pytest.raises(ServerError, match="exceeds the available context size") as exceeded:
         real.complete([1] * (real.props().context_tokens + 10), 4)
     assert exceeded.value.request_fault and exceeded.value.context_exceeded

@@ -32,22 +32,17 @@ PROMPT = "def fibonacci(n):\n"
 
 
 @pytest.fixture(scope="module")
-def server(llama_server, smol, tmp_path_factory):
-    """llama-server with two slots of 2048 tokens each; its log, and a client."""
-    process = LlamaServer(llama_server, smol.target, tmp_path_factory.mktemp("llama-server") / "server.log").start()
-    yield LlamaServerClient(process.url), process.log
-    process.stop()
+def client(smol_llama_server) -> LlamaServerClient:
+    return LlamaServerClient(smol_llama_server.url)
 
 
-def test_the_server_says_its_model_slots_and_context(server, smol):
-    client, _ = server
+def test_the_server_says_its_model_slots_and_context(client, smol):
     props = client.props()
     assert props.model == str(smol.target) and props.slots == 2 and props.context_tokens == 2048
     assert props.speculative == {"speculative.types": "none"}
 
 
-def test_doctor_checks_the_configured_server(server, smol):
-    client, _ = server
+def test_doctor_checks_the_configured_server(client, smol):
     row = run_completer("doctor", "--decoder", "llama-server", "--server-url", client.url).stdout.splitlines()[0]
     assert row.startswith("server (llama-server)") and smol.target.name in row
     assert "2 slots of 2048 tokens" in row and "drafting no" in row
@@ -55,8 +50,7 @@ def test_doctor_checks_the_configured_server(server, smol):
     assert "cannot be used" in down.stdout and "refused" in down.stdout.lower()
 
 
-def test_bench_measures_the_server_with_the_same_holes_and_table(server, tmp_path):
-    client, _ = server
+def test_bench_measures_the_server_with_the_same_holes_and_table(client, tmp_path):
     repository = tmp_path / "repo"
     repository.mkdir()
     (repository / "stack.py").write_text("class Stack:\n    def __init__(self):\n        self.items = []\n\n"
@@ -80,8 +74,7 @@ def test_bench_measures_the_server_with_the_same_holes_and_table(server, tmp_pat
     assert nowhere.returncode == 2 and "needs models.server_url" in nowhere.stderr
 
 
-def test_a_prompt_family_the_servers_model_lacks_is_one_clear_error(server, smol):
-    client, _ = server
+def test_a_prompt_family_the_servers_model_lacks_is_one_clear_error(client, smol):
     with pytest.raises(ServerError, match=f"models.prompt_family is qwen2.5-coder, but the server's model "
                                           f"{smol.target.name} has no FIM tokens"):
         LlamaServerAPI(client, "qwen2.5-coder").connect()
@@ -98,9 +91,8 @@ def test_the_key_comes_from_the_named_variable_and_only_goes_where_it_is_safe():
     assert server_api(replace(options, server_url="https://gpu-box:8012"), {"TEAM_KEY": "s3cret"}).client.api_key
 
 
-def test_a_greedy_completion_streams_the_targets_own_tokens(server, smol):
+def test_a_greedy_completion_streams_the_targets_own_tokens(client, smol):
     """The server decodes what this machine's llama.cpp decodes: plain greedy steps."""
-    client, _ = server
     prompt = client.tokenize(PROMPT)
     target = LlamaModel(smol.target, 0)
     assert prompt == target.tokenize(PROMPT)
@@ -113,8 +105,7 @@ def test_a_greedy_completion_streams_the_targets_own_tokens(server, smol):
     assert remote.stop_reason == "max_tokens" and remote.slot == 0
 
 
-def test_each_slot_keeps_its_documents_prompt_cache(server):
-    client, _ = server
+def test_each_slot_keeps_its_documents_prompt_cache(client):
     a = client.tokenize("import os\n\n\ndef walk(top):\n    for root, dirs, files in os.walk(top):\n")
     b = client.tokenize("class Stack:\n    def __init__(self):\n        self.items = []\n\n    def push(self, x):\n")
     client.complete(a, 4, slot=0)
@@ -124,8 +115,7 @@ def test_each_slot_keeps_its_documents_prompt_cache(server):
     assert again.timings["prompt_n"] <= 3  # only what was typed was evaluated
 
 
-def test_a_cancelled_stream_stops_the_servers_generation(server):
-    client, log = server
+def test_a_cancelled_stream_stops_the_servers_generation(client, smol_llama_server):
     prompt = client.tokenize(PROMPT)
     cancel = threading.Event()
     threading.Timer(0.5, cancel.set).start()
@@ -139,13 +129,12 @@ def test_a_cancelled_stream_stops_the_servers_generation(server):
     assert held < len(prompt) + 200  # 1500 were asked for
     # The server may write its log line after the slot is free (a clean-clone run read the
     # log ending mid-line): wait for it.
-    while "cancel task" not in log.read_text():
+    while "cancel task" not in smol_llama_server.log.read_text():
         assert time.monotonic() < deadline, "the server logged no cancelled task"
         time.sleep(0.1)
 
 
-def test_a_cancel_flag_closes_the_stream_at_once_even_while_the_server_evaluates_the_prompt(server):
-    client, log = server
+def test_a_cancel_flag_closes_the_stream_at_once_even_while_the_server_evaluates_the_prompt(client):
     prompt = client.tokenize("".join(f"value_{i} = compute({i}, {i * 7})\n" for i in range(110)), False)
     cancel = CancelFlag()
     threading.Timer(0.3, cancel.set).start()  # evaluating ~1,700 tokens takes seconds here
@@ -155,8 +144,7 @@ def test_a_cancel_flag_closes_the_stream_at_once_even_while_the_server_evaluates
     assert time.monotonic() - started < 1.5
 
 
-def test_a_stream_ends_when_the_text_is_done_or_the_time_budget_is_spent(server):
-    client, _ = server
+def test_a_stream_ends_when_the_text_is_done_or_the_time_budget_is_spent(client):
     prompt = client.tokenize(PROMPT)
     done = client.complete(prompt, 300, slot=0, done=lambda text: text.count("\n") >= 2)
     assert done.stop_reason == "done" and done.text.count("\n") == 2
@@ -164,8 +152,7 @@ def test_a_stream_ends_when_the_text_is_done_or_the_time_budget_is_spent(server)
     assert timed.stop_reason == "time" and len(timed.tokens) < 300 and "\n" in timed.text
 
 
-def test_no_tokens_asked_evaluates_the_prompt_into_the_slot(server):
-    client, _ = server
+def test_no_tokens_asked_evaluates_the_prompt_into_the_slot(client):
     prompt = client.tokenize("import json\n\n\ndef load(path):\n    with open(path) as f:\n")
     warmed = client.complete(prompt, 0, slot=0)
     assert warmed.timings["prompt_n"] >= len(prompt) - 1
@@ -173,8 +160,7 @@ def test_no_tokens_asked_evaluates_the_prompt_into_the_slot(server):
     assert after.timings["prompt_n"] <= 1  # it was all there
 
 
-def test_a_server_that_is_down_or_answers_an_error_is_one_clear_error(server):
-    client, _ = server
+def test_a_server_that_is_down_or_answers_an_error_is_one_clear_error(client):
     down = LlamaServerClient(f"http://127.0.0.1:{free_port()}")
     with pytest.raises(ServerError, match=r"did not answer /props: .*(refused|Connection)"):
         down.props()
@@ -221,11 +207,10 @@ def test_documents_keep_their_slot_and_a_new_one_takes_the_least_recently_used()
     assert slots.slot_for("c") == 1
 
 
-def test_the_server_samples_from_the_distribution_the_local_engine_samples_from(server, smol):
+def test_the_server_samples_from_the_distribution_the_local_engine_samples_from(client, smol):
     """One temperature and top-p, one distribution: llama-server runs the local engine's
     samplers in its order (top-p over the tempered distribution), and its own post-sampling
     probabilities of the first token equal speculative.probabilities' of the same logits."""
-    client, _ = server
     prompt = client.tokenize(PROMPT)
     sampling = Sampling(temperature=1.5, top_k=0, top_p=0.5)
     body = {**completion_body(prompt, 1, 0, None, sampling.temperature, sampling.top_k, sampling.top_p),
@@ -247,11 +232,10 @@ def test_the_server_samples_from_the_distribution_the_local_engine_samples_from(
     assert body["samplers"] == SAMPLERS == ["temperature", "top_k", "top_p"]  # the order the request names
 
 
-def test_a_prompt_the_server_finds_too_long_is_sent_again_shorter_and_the_server_stays_up(server):
+def test_a_prompt_the_server_finds_too_long_is_sent_again_shorter_and_the_server_stays_up(client):
     """The openai backend estimates a prompt's length at 3 characters a token; Chinese text
     takes more tokens than that, and the server refuses the prompt as past its context
     (HTTP 400, exceed_context_size_error): the request is made once more, half as long."""
-    client, _ = server
     config = Config(generation=GenerationOptions(max_tokens=8, time_budget_ms=0))
     completer = Completer(ServerDecoder(OpenAIAPI(OpenAIClient(client.url))), config)
     text = "# " + "数据处理与分析" * 400 + "\n\n\ndef mean(values):\n    return "
@@ -288,15 +272,15 @@ def test_the_ring_of_context_chunks_loses_nothing_to_requests_on_several_threads
     assert len(completer.ring.chunks) == 8 * 40
 
 
-def test_a_prompt_starts_with_bos_where_the_servers_vocabulary_asks(llama_server, server, gemma, tmp_path):
+def test_a_prompt_starts_with_bos_where_the_servers_vocabulary_asks(llama_server, client, gemma, tmp_path):
     """llama-server adds BOS to a text prompt only, and ours go as token ids: Gemma's
     vocabulary asks for BOS (without it Gemma 3 270M wrote quotes), smol's does not."""
     from completer.prompt import Segment
 
     text = "def area(width, height):\n    return"
-    smol_backend = LlamaServerAPI(server[0])
+    smol_backend = LlamaServerAPI(client)
     smol_backend.connect()
-    assert smol_backend.bos == [] and smol_backend.encode([Segment(text)])[0] == server[0].tokenize(text, False)
+    assert smol_backend.bos == [] and smol_backend.encode([Segment(text)])[0] == client.tokenize(text, False)
     process = LlamaServer(llama_server, gemma, tmp_path / "server.log", slots=1).start()
     try:
         backend = LlamaServerAPI(LlamaServerClient(process.url))

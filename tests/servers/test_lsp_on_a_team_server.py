@@ -8,7 +8,7 @@ import pytest
 
 from completer.decoders.clients import LlamaServerClient
 from llama_server_process import LlamaServer, free_port
-from lsp_session import inline, insert, open_document, start, stats, wait_ready
+from lsp_session import inline, insert, open_document, ready, stats
 
 pytestmark = pytest.mark.slow  # llama-server
 
@@ -28,15 +28,6 @@ SAME_AS_LOCAL = {"prompt": {"heal": False}, "generation": {"max_tokens": 16, "ti
                  "lsp": {"prefetch": False}}
 
 
-@pytest.fixture(scope="module")
-def server(llama_server, smol, tmp_path_factory):
-    """llama-server with the smol pair (its draft speculating) and two slots."""
-    process = LlamaServer(llama_server, smol.target, tmp_path_factory.mktemp("llama-server") / "server.log",
-                          "-md", str(smol.draft), "--spec-type", "draft-simple").start()
-    yield process
-    process.stop()
-
-
 def remote(**options) -> dict:
     return {**SAME_AS_LOCAL, **options}
 
@@ -46,28 +37,23 @@ def served_by(url: str, backend: str = "llama-server") -> tuple[str, ...]:
     return ("--decoder", backend, "--server-url", url)
 
 
-async def started(cache, options, flags: tuple[str, ...] = ()):
-    client = await start(cache, options, flags=flags)
-    await wait_ready(client)
-    return client
-
-
 def slots(server: LlamaServer) -> list[dict]:
     """The server's own account of its slots, the one that served last first."""
     return sorted(LlamaServerClient(server.url).slots(), key=lambda slot: -slot.get("id_task", -1))
 
 
-async def test_the_server_completes_as_the_local_engine_and_typing_reuses_its_prompt_cache(server, smol, smol_cache):
+async def test_the_server_completes_as_the_local_engine_and_typing_reuses_its_prompt_cache(drafting_llama_server, smol,
+                                                                                            smol_cache):
     uri = "file:///project/stats.py"
     answers = {}
-    for backend, flags in [("local", ()), ("llama-server", served_by(server.url))]:
-        client = await started(smol_cache, SAME_AS_LOCAL, flags)
+    for backend, flags in [("local", ()), ("llama-server", served_by(drafting_llama_server.url))]:
+        client = await ready(smol_cache, SAME_AS_LOCAL, flags=flags)
         open_document(client, uri, STATS_PY)
         answers[backend] = (await inline(client, uri, 5, 4)).items[0].insert_text
         if backend == "llama-server":
             insert(client, uri, 2, 5, 4, "#")  # not what was shown: a new prompt, one token longer
             assert (await inline(client, uri, 5, 5)) is not None
-            last = slots(server)[0]
+            last = slots(drafting_llama_server)[0]
             assert last["n_prompt_tokens_processed"] <= 3 < last["n_prompt_tokens"], last  # only the end
             current = await stats(client)
             assert current["decoder"] == "llama-server" and current["target"] == smol.target.name
@@ -77,8 +63,9 @@ async def test_the_server_completes_as_the_local_engine_and_typing_reuses_its_pr
 
 
 @pytest.mark.parametrize("choice", ["server", "pin"])
-async def test_each_document_keeps_its_slot_so_a_switch_back_evaluates_nothing_again(server, smol_cache, choice):
-    client = await started(smol_cache, remote(models={"server_slots": choice}), served_by(server.url))
+async def test_each_document_keeps_its_slot_so_a_switch_back_evaluates_nothing_again(drafting_llama_server, smol_cache,
+                                                                                      choice):
+    client = await ready(smol_cache, remote(models={"server_slots": choice}), flags=served_by(drafting_llama_server.url))
     first, second = "file:///project/first.py", "file:///project/second.py"
     open_document(client, first, STATS_PY)
     open_document(client, second, "class Stack:\n    def __init__(self):\n        self.items = []\n\n    def ")
@@ -86,7 +73,7 @@ async def test_each_document_keeps_its_slot_so_a_switch_back_evaluates_nothing_a
     assert await inline(client, second, 4, 8) is not None
     insert(client, first, 2, 5, 4, "#")
     assert await inline(client, first, 5, 5) is not None  # back in the first document
-    back, other = slots(server)
+    back, other = slots(drafting_llama_server)
     # Its prompt was still in its slot (or llama-server's RAM prompt cache put it back).
     assert back["n_prompt_tokens_processed"] <= 3 < back["n_prompt_tokens"], back
     if choice == "pin":
@@ -94,11 +81,11 @@ async def test_each_document_keeps_its_slot_so_a_switch_back_evaluates_nothing_a
     await client.shutdown_session()
 
 
-async def test_a_superseded_request_stops_the_servers_generation(server, smol_cache):
-    client = await started(smol_cache, remote(generation=LONG_RUN), served_by(server.url))
+async def test_a_superseded_request_stops_the_servers_generation(drafting_llama_server, smol_cache):
+    client = await ready(smol_cache, remote(generation=LONG_RUN), flags=served_by(drafting_llama_server.url))
     uri = "file:///project/long.py"
     open_document(client, uri, LONG)
-    cancels = server.log.read_text().count("cancel task")
+    cancels = drafting_llama_server.log.read_text().count("cancel task")
     older = asyncio.create_task(inline(client, uri, 5, 8))
     await asyncio.sleep(1.5)  # the older request is generating on the server
     insert(client, uri, 2, 5, 8, "4")
@@ -106,14 +93,14 @@ async def test_a_superseded_request_stops_the_servers_generation(server, smol_ca
     assert await older is None
     assert (await newer) is not None, (await stats(client), client.messages)
     assert (await stats(client))["superseded"] == 1
-    assert server.log.read_text().count("cancel task") > cancels  # the server dropped the older task
+    assert drafting_llama_server.log.read_text().count("cancel task") > cancels  # the server dropped the older task
     await client.shutdown_session()
 
 
 async def test_a_server_killed_mid_request_is_one_message_then_completions_come_again(llama_server, smol,
                                                                                      smol_cache, tmp_path):
     server = LlamaServer(llama_server, smol.target, tmp_path / "server.log").start()
-    client = await started(smol_cache, remote(generation=LONG_RUN), served_by(server.url))
+    client = await ready(smol_cache, remote(generation=LONG_RUN), flags=served_by(server.url))
     uri = "file:///project/long.py"
     open_document(client, uri, LONG)
     request = asyncio.create_task(inline(client, uri, 5, 8))
@@ -142,7 +129,7 @@ async def test_a_server_killed_mid_request_is_one_message_then_completions_come_
 
 async def test_a_server_down_at_startup_is_ready_serving_nothing_with_one_message(smol_cache):
     url = f"http://127.0.0.1:{free_port()}"
-    client = await started(smol_cache, remote(), served_by(url))
+    client = await ready(smol_cache, remote(), flags=served_by(url))
     open_document(client, "file:///project/a.py", STATS_PY)
     for _ in range(3):
         assert await inline(client, "file:///project/a.py", 5, 4) is None
@@ -151,20 +138,20 @@ async def test_a_server_down_at_startup_is_ready_serving_nothing_with_one_messag
     await client.shutdown_session()
 
 
-async def test_the_openai_backend_completes_as_llama_servers_own_api_and_cancels_too(server, smol_cache):
+async def test_the_openai_backend_completes_as_llama_servers_own_api_and_cancels_too(drafting_llama_server, smol_cache):
     uri = "file:///project/stats.py"
     answers = {}
     for backend in ("llama-server", "openai"):
-        client = await started(smol_cache, remote(), served_by(server.url, backend))
+        client = await ready(smol_cache, remote(), flags=served_by(drafting_llama_server.url, backend))
         open_document(client, uri, STATS_PY)
         answers[backend] = (await inline(client, uri, 5, 4)).items[0].insert_text
         await client.shutdown_session()
     assert answers["openai"] == answers["llama-server"] and answers["openai"].strip()
 
-    client = await started(smol_cache, remote(generation=LONG_RUN), served_by(server.url, "openai"))
+    client = await ready(smol_cache, remote(generation=LONG_RUN), flags=served_by(drafting_llama_server.url, "openai"))
     uri = "file:///project/long.py"
     open_document(client, uri, LONG)
-    cancels = server.log.read_text().count("cancel task")
+    cancels = drafting_llama_server.log.read_text().count("cancel task")
     older = asyncio.create_task(inline(client, uri, 5, 8))
     await asyncio.sleep(1.5)
     insert(client, uri, 2, 5, 8, "4")
@@ -173,7 +160,7 @@ async def test_the_openai_backend_completes_as_llama_servers_own_api_and_cancels
     assert await newer is not None
     current = await stats(client)
     assert current["decoder"] == "openai" and current["superseded"] == 1
-    assert server.log.read_text().count("cancel task") > cancels
+    assert drafting_llama_server.log.read_text().count("cancel task") > cancels
     await client.shutdown_session()
 
 
@@ -190,7 +177,7 @@ def client_document(word: str) -> str:
 async def typing_client(url: str, cache, word: str, requests: int) -> list[str | None]:
     """One editor typing into its own document: a request after each keystroke, and every
     fifth keystroke a second one at once (the first is then superseded)."""
-    client = await started(cache, remote(), served_by(url))
+    client = await ready(cache, remote(), flags=served_by(url))
     uri = f"file:///project/{word}.py"
     text = client_document(word)
     open_document(client, uri, text)
