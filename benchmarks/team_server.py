@@ -88,7 +88,7 @@ def switching(completer: Completer, rounds: int) -> dict:
             text, cursor = texts[name], cursors[name]
             texts[name] = text[:cursor] + "#" + text[cursor:]  # one keystroke: not what was shown
             cursors[name] += 1
-            completer.forget_shown(name)  # every request goes to the server, none to the forward cache
+            completer.documents.forget_shown(name)  # every request goes to the server, none to the forward cache
             started = time.perf_counter()
             completion = completer.complete(CompletionRequest(name, name, texts[name], cursors[name], "py"))
             elapsed = (time.perf_counter() - started) * 1000

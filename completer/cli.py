@@ -17,7 +17,8 @@ from completer import tables
 from completer.bench import LLAMA_SERVER_PEERS
 from completer.bench import MODES as BENCH_MODES
 from completer.config import (CHOICES, LLAMA_SERVER, RENAMED_FLAGS, SERVER_DECODERS, CacheOptions, Config,
-                              DraftingOptions, GenerationOptions, ModelOptions, NextEditOptions, machine_options)
+                              ContextOptions, DraftingOptions, GenerationOptions, ModelOptions, NextEditOptions,
+                              machine_options)
 from completer.models.distill_settings import INITS, LOSSES, PRECISIONS, QUANTIZE_TYPES, TEACHERS, DistillSettings
 from completer.models.errors import ModelError
 from completer.models.llama_build import BUILD_COMMAND
@@ -530,16 +531,20 @@ def doctor(as_json: bool, models: ModelOptions) -> None:
 @click.option("--col", type=click.IntRange(min=1), required=True, help="Cursor column, 1-based, in characters.")
 @_config_flags("generation", only=("max_tokens", "draft_mode", "temperature", "time_budget_ms"))
 @click.option("--stats", is_flag=True, help="Also print token counts, timings and acceptance to stderr.")
-@click.option("--show-prompt", is_flag=True, help="Also print the prompt the model saw, control tokens included, "
-              "to stderr.")
+@click.option("--show-prompt", is_flag=True, help="Also print to stderr the prompt the model saw, control tokens "
+              "included, after its sections: each other file it shows and why (a definition the code at the cursor "
+              "calls, and how it was found).")
 @_config_flags("models")
 @_reports_model_errors
 def complete(file: Path, line: int, col: int, generation: GenerationOptions, stats: bool, show_prompt: bool,
              models: ModelOptions) -> None:
-    """Print a completion of FILE at the cursor, decoded speculatively."""
+    """Print a completion of FILE at the cursor, decoded speculatively. FILE's git work tree
+    (else its folder) is the workspace: the prompt shows the definitions the code at the
+    cursor calls from its other files."""
     from completer.bench.report import model_files
     from completer.errors import PositionError
     from completer.loading import load_completer
+    from completer.models.sources import work_tree_top
     from completer.requests import CompletionRequest, Source, cursor_offset
 
     config = replace(Config(), models=models, generation=generation)
@@ -549,16 +554,21 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
     except PositionError:
         raise click.BadParameter(f"{file} has no line {line} column {col} (it has {len(text.splitlines())} "
                                  "lines, counted from 1)", param_hint="--line/--col") from None
-    loaded = load_completer(config)
+    loaded = load_completer(config, [work_tree_top(file) or file.resolve().parent])
     for warning in loaded.warnings:
         errors.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
+    loaded.completer.repository.build()
     request = CompletionRequest(str(file), str(file), text, cursor, file.suffix.lstrip("."))
     completion = loaded.completer.complete(request)
     if completion.source == Source.SERVER_DOWN:
         raise click.ClickException(completion.warning)
     click.echo(completion.text)
     if show_prompt:
-        errors.print(loaded.completer.prompt_text(completion.prompt), markup=False, highlight=False, soft_wrap=True)
+        sections = [f"  {section.path}: {section.why}" for section in completion.context]
+        errors.print("\n".join(["prompt sections (other files, as the prompt shows them):", *sections,
+                                f"  {file}: the file being completed", "prompt:",
+                                loaded.completer.prompt_text(completion.prompt)]),
+                     markup=False, highlight=False, soft_wrap=True)
     for note in loaded.notes:
         errors.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
     if not stats:
@@ -593,8 +603,10 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
 @click.option("--stdio", "transport", flag_value="stdio", default=True, help="Speak LSP on stdin/stdout (default).")
 @click.option("--tcp", "transport", flag_value="tcp", help="Listen on 127.0.0.1 instead (one client).")
 @click.option("--port", default=2087, show_default=True, type=click.IntRange(1, 65535), help="Port for --tcp.")
-@_config_flags("models", only=tuple(name.removeprefix("models.") for name in machine_options()))
-def serve(transport: str, port: int, models: ModelOptions) -> None:
+@_config_flags("models", only=tuple(name.removeprefix("models.") for name in machine_options()
+                                   if name.startswith("models.")))
+@_config_flags("context", only=("exclude",))
+def serve(transport: str, port: int, models: ModelOptions, context: ContextOptions) -> None:
     """Run the language server; editors start it as `completer serve --stdio`.
 
     Options come from the client's initializationOptions and didChangeConfiguration
@@ -605,7 +617,7 @@ def serve(transport: str, port: int, models: ModelOptions) -> None:
     logging.getLogger("completer").setLevel(logging.INFO)
     from completer.lsp.server import ResyncingInput, keep_large_buffers_off_the_heap, server
 
-    server.config = Config(models=models)
+    server.config = Config(models=models, context=context)
     keep_large_buffers_off_the_heap()
     if transport == "tcp":
         server.start_tcp("127.0.0.1", port)  # loopback only: nothing leaves the machine

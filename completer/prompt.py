@@ -123,6 +123,7 @@ class ContextFile:
 
     path: str
     text: str
+    why: str = ""  # why the prompt holds it, for a user reading the prompt (not rendered)
 
 
 def path_header(path: str) -> str:

@@ -9,6 +9,7 @@ from enum import StrEnum
 from typing import Any
 
 from completer.errors import PositionError
+from completer.prompt import ContextFile
 
 
 @dataclass(frozen=True)
@@ -32,6 +33,7 @@ class Source(StrEnum):
     NO_ROOM = "no room"
     REFUSED = "refused"  # the server refused this request alone (it is up): the log says why
     SERVER_DOWN = "server down"  # the server cannot be used now: `warning` says why
+    EXCLUDED = "excluded"  # the document matches context.exclude: no prompt is made of it
 
 
 class StopReason(StrEnum):
@@ -118,6 +120,9 @@ class Completion:
     # The other candidates (generation.candidates), distinct and none empty; the editor
     # cycles through them after `text`.
     alternatives: list[str] = field(default_factory=list)
+    # The other files the prompt showed (prompt.ContextFile: the definitions it likely
+    # calls, the open files' chunks), each saying why: what `--show-prompt` lists.
+    context: tuple[ContextFile, ...] = ()
 
     @property
     def prompt_tokens(self) -> int:
@@ -158,6 +163,10 @@ class CompleterStats:
     index_files: int = 0
     index_tokens: int = 0
     index_mb: float = 0.0
+    definitions_files: int = 0
+    definitions: int = 0
+    definitions_mb: float = 0.0
+    definitions_build_ms: int = 0
     edit_requests: int = 0  # next-edit requests answered
     edits_suggested: int = 0  # of those, answers with at least one edit
     prefetches: int = 0

@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from lsprotocol import types
 
 from completer.errors import PositionError  # the one error for a cursor outside a document
+from completer.prompt import ContextFile
 from completer.requests import CancelFlag
 
 LINE_END = re.compile(r"\r\n|\r|\n")
@@ -70,6 +71,10 @@ class Document:
     # Set by didClose: every request made in this opening of the document carries it
     # (CompletionRequest.closed), and the work for them stops, however late it starts.
     closed: CancelFlag = field(default_factory=CancelFlag, repr=False, compare=False)
+    # The prompt of the last completion decoded for it and the other files it showed
+    # (Completion.prompt, Completion.context): what protocol.PROMPT answers.
+    last_prompt: tuple[list[int] | str, tuple[ContextFile, ...]] | None = field(default=None, repr=False,
+                                                                               compare=False)
     _text: str | None = field(default=None, repr=False)  # computed when first needed, as the line starts
     _line_starts: list[int] | None = field(default=None, repr=False)
     _editor_line_starts: list[int] | None = field(default=None, repr=False)

@@ -10,6 +10,13 @@ STATS = "completer/stats"
 # or null when it is not open. For checking document sync from a client (or a test).
 DOCUMENT = "completer/document"
 
+# Request, params {"uri": ...}: why the document's last decoded completion came, for an
+# editor's "why this suggestion" view: {"prompt": the prompt as the model saw it, control
+# tokens spelt out, "sections": [{"path", "why"}, ...] the other files it showed, in its
+# order (the definitions the code at the cursor calls, then open files' chunks)}; null when
+# the document is not open or had no completion decoded yet.
+PROMPT = "completer/prompt"
+
 # Notification, params {"textDocument": {"uri": ...}, "position": {"line", "character"}}:
 # the user is at this position of an open document (it was opened or became active) and
 # may ask soon; the server evaluates that request's prompt ahead of it, giving way to any
@@ -96,6 +103,12 @@ STATS_KEYS = (
     "index_files",  # workspace files n-gram lookup drafts from; 0 until the index is built
     "index_tokens",
     "index_mb",  # the index's memory (drafting.index_mb bounds it)
+    # The definitions index (what prompts show of other files' definitions): files and
+    # definitions in it, its memory (context.definitions_mb bounds it) and its last build's time.
+    "definitions_files",
+    "definitions",
+    "definitions_mb",
+    "definitions_build_ms",
     "edit_requests",  # next-edit requests answered
     "edits_suggested",  # of those, answers with at least one edit
     "edits_shown",  # next edits the client said it showed (DID_SHOW_INLINE_EDIT)

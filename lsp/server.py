@@ -63,6 +63,7 @@ from completer.lsp.completing import (Answer, after_acceptance, answer_for, comp
 from completer.lsp.documents import Document, as_lf, characters
 from completer.lsp.loading import DOWNLOAD, Downloads, LoadProgress, download_question, load_models
 from completer.models.presets import HubFile, Preset
+from completer.errors import Unavailable
 from completer.requests import CompleterStats
 
 log = logging.getLogger("completer.lsp")
@@ -558,6 +559,8 @@ async def answer_at(ls: CompleterServer, uri: str, position: types.Position) -> 
         del ls.completing[answering]
     if completion is None:
         return None
+    if completion.prompt:  # decoded, not the rest of the one shown
+        document.last_prompt = (completion.prompt, completion.context)
     if completion.warning != ls.warning_shown:  # once each: the stats keep saying it
         if completion.warning:
             ls.tell(types.MessageType.Warning, completion.warning, show=True)
@@ -722,6 +725,22 @@ def item_id(params: Any) -> int | None:
 @server.feature(protocol.STATS)
 def stats(ls: CompleterServer, params: Any) -> dict[str, Any]:
     return ls.stats()
+
+
+@server.feature(protocol.PROMPT)
+async def prompt(ls: CompleterServer, params: Any) -> dict[str, Any] | None:
+    uri = getattr(params, "uri", None)
+    if not isinstance(uri, str):
+        raise JsonRpcInvalidParams(f"{protocol.PROMPT} takes {{\"uri\": string}}")
+    found = ls.documents.get(uri)
+    if found is None or found.last_prompt is None or ls.completer is None:
+        return None
+    tokens, context = found.last_prompt
+    try:
+        text = await ls.in_worker(ls.completer.prompt_text, tokens)
+    except Unavailable:  # a server decoder's server is down: its tokens cannot be spelt out now
+        return None
+    return {"prompt": text, "sections": [{"path": file.path, "why": file.why} for file in context]}
 
 
 @server.feature(protocol.DOCUMENT)

@@ -18,6 +18,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from completer.editor.postprocess import indentation
+from completer.config import DEFAULT_EXCLUDE
 from completer.models.sources import source_files
 from completer.prompt import LINE_COMMENT
 
@@ -92,7 +93,7 @@ def pick_holes(roots: list[Path], count: int, seed: int,
     the same seed and files."""
     rng = random.Random(seed)
     files = [(root.resolve(), language, path) for root in roots
-             for language, paths in sorted(source_files(root.resolve(), LANGUAGES).items())
+             for language, paths in sorted(source_files(root.resolve(), LANGUAGES, exclude=DEFAULT_EXCLUDE).items())
              for path in paths if keep(path)]
     languages = sorted({language for _, language, _ in files})
     if not languages:

@@ -176,8 +176,8 @@ class Bench:
     def prompt(self, hole: Hole) -> tuple[list[int], CursorContext]:
         """The prompt for the file with the hole's truth taken out, and the cursor's context."""
         request, line_before = hidden_truth(hole)
-        tokens, _, suffix = self.completer.prompt(request, self.prompt_model)
-        return tokens, CursorContext(line_before, suffix)
+        fitted = self.completer.inline.prompt(request, self.prompt_model)
+        return fitted.prompt, CursorContext(line_before, fitted.suffix)
 
     def run_hole(self, index: int, hole: Hole) -> list[dict]:
         """Every mode on one hole: one record per mode."""

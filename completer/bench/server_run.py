@@ -43,8 +43,8 @@ class ServerBench:
 
     def prompt(self, hole: Hole) -> tuple[list[int], CursorContext]:
         request, line_before = hidden_truth(hole)
-        tokens, _, suffix = self.completer.prompt(request, self.model)
-        return tokens, CursorContext(line_before, suffix)
+        fitted = self.completer.inline.prompt(request, self.model)
+        return fitted.prompt, CursorContext(line_before, fitted.suffix)
 
     def run_hole(self, index: int, hole: Hole) -> list[dict]:
         prompt, cursor = self.prompt(hole)

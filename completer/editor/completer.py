@@ -8,6 +8,7 @@ machine's engine; ServerDecoder: a team server). The Completer is a facade over 
     editing.py    next edits: the region around the cursor written again, as edits
     serving.py    what the parts share: entering a document under the decoder's turn,
                   and a decoder's failures as answers (superseded, no room, server down)
+    repository_context.py  the definitions index: other files' definitions in prompts
     counters.py   the counters behind `completer/stats`
 
 Each request crosses to the decoder once (decoders/decoder.py: decode or warm); the
@@ -18,16 +19,18 @@ import threading
 from contextlib import AbstractContextManager
 
 from completer.config import Config
-from completer.decoders.decoder import Decoder, DecoderModel
+from completer.decoders.decoder import Decoder
 from completer.editor.context import ChunkRing
 from completer.editor.counters import Counters
 from completer.editor.documents import EDIT, INLINE, WARM, Documents, stopped_by_close
 from completer.editor.editing import NextEdits
 from completer.editor.inline import InlineCompletions
+from completer.editor.repository_context import RepositoryContext
 from completer.editor.serving import Serving
 from completer.errors import Unavailable
 from completer.requests import CancelFlag, CompleterStats, Completion, CompletionRequest, NextEdit, Source
 from completer.workspace import Workspace
+
 
 class Completer:
     """Completions for every document, from one decoder; the newest request of a kind for
@@ -39,7 +42,9 @@ class Completer:
         self.documents = Documents()
         self.counters = Counters()
         self.ring = ChunkRing(workspace)  # chunks measured in the model's tokens as a request adds them
-        self.serving = Serving(decoder, workspace, Config(), self.documents, self.counters, self.ring)
+        self.repository = RepositoryContext(workspace)  # the definitions index
+        self.serving = Serving(decoder, workspace, Config(), self.documents, self.counters, self.ring,
+                               self.repository)
         self.inline = InlineCompletions(self.serving)
         self.edits = NextEdits(self.serving)
         self.configure(config or Config())
@@ -53,27 +58,23 @@ class Completer:
         models stay); a new index size applies from the next index_workspace()."""
         self.serving.config = config
         self.inline.prefetches.drop(lambda ahead: True)  # computed under the old options
-        self.ring.resize(config.prompt.chunks, config.prompt.chunk_lines)
+        self.ring.resize(config.prompt.chunks, config.prompt.chunk_lines, config.context.exclude_patterns)
+        self.repository.configure(config.context)
         self.decoder.configure(config)
 
     def request(self, document: str, kind: str = INLINE) -> AbstractContextManager[CancelFlag]:
-        """A request of `kind` (INLINE, EDIT, WARM) for the document for the block's length,
-        cancelling the older one of its kind; its flag, given to complete(), next_edit() or
-        warm(), is its caller's (the language server starts it before the debounce)."""
+        """A request of `kind` (INLINE, EDIT, WARM) for the document for the block's length, cancelling
+        the older one of its kind; its flag goes to complete(), next_edit() or warm() (the language
+        server starts it before the debounce)."""
         return self.documents.running(document, kind)
 
     def close(self, document: str) -> None:
         """The editor closed the document: its requests stop, its state goes (one removal),
-        with a prefetch for it and the decoder's caches of it. Never waits: the server runs
-        it on its event loop, in the order of the editor's messages. Work that starts later
-        for a request made before stops by the request's flag (CompletionRequest.closed)."""
+        with a prefetch for it and the decoder's caches of it. Never waits (the server's event
+        loop runs it); later work for an earlier request stops by CompletionRequest.closed."""
         closed = self.documents.close(document)
         self.inline.prefetches.drop(lambda ahead: ahead.request.document == document)
         self.decoder.close(document, closed.path if closed is not None else None)
-
-    def forget_shown(self, document: str) -> None:
-        """Forget the completion last shown in the document: the next request decodes."""
-        self.documents.forget_shown(document)
 
     def document_changed(self, document: str, text: str) -> None:
         """The editor changed a document: a prefetch for it that the change does not lead to
@@ -81,16 +82,20 @@ class Completer:
         self.inline.prefetches.drop(lambda ahead: ahead.request.document == document and not ahead.on_the_way(text))
 
     def file_saved(self, path: str, text: str) -> None:
-        """The editor saved a file: inside the workspace, the decoder drafts from this text of it."""
-        if self.serving.workspace.contains(path):
+        """The editor saved a file: inside the workspace (and not excluded), the decoder
+        drafts from this text of it and the definitions index reads it again."""
+        if self.serving.workspace.contains(path) and not self.repository.excluded(path):
             self.decoder.file_saved(path, text)
+            self.repository.file_changed(path, text)
 
-    def index_workspace(self) -> threading.Thread | None:
-        """Start the decoder's index of the workspace (drafting from its files), if it keeps one."""
-        return self.decoder.index_workspace(self.serving.workspace)
+    def index_workspace(self) -> list[threading.Thread]:
+        """Start the decoder's index of the workspace (drafting), if it keeps one, and the definitions index."""
+        return [thread for thread in (self.decoder.index_workspace(self.serving.workspace), self.repository.start())
+                if thread is not None]
 
     def stop_indexing(self) -> None:
         self.decoder.stop_indexing()
+        self.repository.stop()
 
     def reset(self) -> None:
         """Forget every document's session, forward cache and the decoder's caches, as if just loaded."""
@@ -99,18 +104,14 @@ class Completer:
         self.decoder.reset()
 
     def stats(self) -> CompleterStats:
-        return self.counters.stats(sessions=self.documents.sessions(), **self.decoder.statistics())
+        return self.counters.stats(sessions=self.documents.sessions(), **self.repository.statistics(),
+                                   **self.decoder.statistics())
 
     def prompt_text(self, prompt: list[int] | str) -> str:
         """A completion's prompt as the model saw it, control tokens spelt out."""
-        model = self.decoder.connect()
-        if model is None:
+        if (model := self.decoder.connect()) is None:
             raise Unavailable(self.decoder.warning)
         return model.text_of(prompt)
-
-    def prompt(self, request: CompletionRequest, model: DecoderModel) -> tuple[list[int] | str, int, str]:
-        """The request's inline prompt, its length and the suffix the cursor sees (the bench's)."""
-        return self.inline.prompt(request, model)
 
     def complete(self, request: CompletionRequest, cancel: CancelFlag | None = None) -> Completion:
         """The completion at the request's cursor. `cancel`: request()'s (else the request runs
@@ -133,17 +134,15 @@ class Completer:
         return edit
 
     def warm(self, request: CompletionRequest, cancel: CancelFlag | None = None) -> int:
-        """Evaluate ahead the prompt a request at this cursor would have (a document opened
-        or made active), as llama.vim sends its prompt with n_predict 0; the tokens
-        evaluated. `cancel`: request(document, WARM)'s, taken in the editor's message order."""
+        """Evaluate ahead the prompt a request at this cursor would have (a document opened or made
+        active; llama.vim's n_predict 0); the tokens evaluated. `cancel`: request(document, WARM)'s."""
         request.check_cursor()
         with self.documents.owned(request.document, WARM, cancel) as cancel, stopped_by_close(request, cancel):
             return self.inline.warm(request, cancel)
 
     def prefetch(self, request: CompletionRequest, start: int) -> Completion | None:
-        """Compute now the completion complete() will answer `request` with: the document as
-        accepting a shown completion (request.text[start : request.cursor]) leaves it. Only
-        while no request runs (any that comes stops it); the same one kept, another
-        replaced. What it computed; None when it did not start."""
+        """Compute now complete()'s answer to `request`, the document as accepting a shown completion
+        (request.text[start : request.cursor]) leaves it; only while no request runs (any that comes
+        stops it). What it computed; None when it did not start."""
         request.check_cursor()
         return self.inline.prefetch(request, start)

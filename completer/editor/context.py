@@ -24,6 +24,7 @@ from completer.workspace import Workspace
 
 # Lines shared (of the larger chunk) above which two chunks count as the same place.
 SIMILAR = 0.9
+CHUNK_WHY = "an open file: the lines around where its cursor last was"  # ContextFile.why
 
 
 @dataclass(frozen=True)
@@ -101,4 +102,4 @@ class ChunkRing:
                 continue
             chosen.append(chunk)
             used += chunk.tokens
-        return tuple(ContextFile(c.path, c.text) for c in reversed(chosen))
+        return tuple(ContextFile(c.path, c.text, CHUNK_WHY) for c in reversed(chosen))

@@ -222,7 +222,7 @@ def fit(snippets: list[Snippet], count_tokens: Callable[[str], int], budget: int
     spent = 0
     for snippet in snippets:
         path = snippet.definition.path
-        if any(other.definition.path == path and snippet.text in other.text for other in taken):
+        if any(other.definition.path == path and shows(other.text, snippet.text) for other in taken):
             continue  # a method shown whole in its class's snippet
         cost = count_tokens(snippet.text + "\n\n") + (0 if path in files else count_tokens(show_path(path) + "\n"))
         if spent + cost <= budget:
@@ -232,9 +232,25 @@ def fit(snippets: list[Snippet], count_tokens: Callable[[str], int], budget: int
     return sorted(taken, key=lambda snippet: place_of(snippet.definition))
 
 
+def shows(text: str, part: str) -> bool:
+    """Whether `text` holds `part`, whatever their indentation: a method's snippet is
+    dedented, its class's is not."""
+    return " ".join(part.split()) in " ".join(text.split())
+
+
 def context_files(snippets: list[Snippet], show_path: Callable[[str], str] = str) -> tuple[ContextFile, ...]:
-    """One context file per file, its snippets in line order (as `fit` sorts them)."""
-    by_path: dict[str, list[str]] = {}
+    """One context file per file, its snippets in line order (as `fit` sorts them), saying
+    of each what it defines, where, and why it was taken."""
+    by_path: dict[str, list[Snippet]] = {}
     for snippet in snippets:
-        by_path.setdefault(snippet.definition.path, []).append(snippet.text)
-    return tuple(ContextFile(show_path(path), "\n\n".join(texts)) for path, texts in by_path.items())
+        by_path.setdefault(snippet.definition.path, []).append(snippet)
+    return tuple(ContextFile(show_path(path), "\n\n".join(snippet.text for snippet in taken),
+                             "; ".join(reason_of(snippet) for snippet in taken))
+                 for path, taken in by_path.items())
+
+
+def reason_of(snippet: Snippet) -> str:
+    """`Client.send` line 12: imported."""
+    definition = snippet.definition
+    name = f"{definition.container}.{definition.name}" if definition.container else definition.name
+    return f"{name} line {definition.start_line}: {snippet.reason}"

@@ -61,8 +61,10 @@ class NextEdits:
         self.serving = serving
 
     def next_edit(self, request: CompletionRequest, cancel: CancelFlag) -> NextEdit:
-        """Completer.next_edit, under the request's flag."""
+        """Completer.next_edit, under the request's flag; none in a document context.exclude names."""
         serving = self.serving
+        if serving.repository.excluded(request.path):
+            return no_edit(Source.EXCLUDED, StopReason.NONE)
         edit = serving.answer(lambda: self._decoded(request, cancel), no_edit)
         serving.counters.count(edit_requests=1, edits_suggested=bool(edit.edits),
                                superseded=edit.source == Source.SUPERSEDED)

@@ -11,11 +11,10 @@ evaluates the same prompt ahead of a request.
 import dataclasses
 import logging
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Generic, NamedTuple, TypeVar
 
 from completer.config import PromptOptions
 from completer.decoders.decoder import Decoded, DecodeRequest, DecoderModel, Prompt
-from completer.editor.context import ChunkRing
 from completer.editor.documents import EDIT, INLINE, Document, stopped_by_close
 from completer.editor.forward_cache import Shown, distinct
 from completer.editor.postprocess import CursorContext, cut_to_scope, postprocess, stops_for
@@ -23,7 +22,8 @@ from completer.editor.prefetch import Prefetch, PrefetchSlot
 from completer.editor.serving import NoRoom, Serving, empty_completion, no_room_warning, superseded
 from completer.engine.speculative import Sampling
 from completer.errors import Cancelled, PromptTooLong, Refused, Unavailable
-from completer.prompt import FimTemplate, Segment, cursor_sections, render
+from completer.editor.definitions_context import context_files
+from completer.prompt import ContextFile, FimTemplate, Segment, cursor_sections, render
 from completer.requests import CancelFlag, Completion, CompletionRequest, Source, StopReason
 from completer.workspace import Workspace
 
@@ -35,16 +35,44 @@ P = TypeVar("P")  # a prompt as a decoder takes it
 PREFETCH_POLL_S = 0.005
 
 
+class PromptContext(NamedTuple):
+    """The other files an inline prompt shows: the definitions the cursor likely calls
+    (stablest: they change only when the set of definitions does), then the open files'
+    chunks, oldest first."""
+
+    definitions: tuple[ContextFile, ...] = ()
+    chunks: tuple[ContextFile, ...] = ()
+
+    def files(self) -> tuple[ContextFile, ...]:
+        return self.definitions + self.chunks
+
+    def smaller(self) -> "PromptContext | None":
+        """One file less, the oldest chunk first, then the last definitions' file; None
+        when there is none."""
+        if self.chunks:
+            return self._replace(chunks=self.chunks[1:])
+        if self.definitions:
+            return self._replace(definitions=self.definitions[:-1])
+        return None
+
+
+class Fitted(NamedTuple, Generic[P]):
+    """A prompt fitted to its room, as `encode` made it."""
+
+    prompt: P
+    length: int  # in tokens
+    suffix: str  # the text after the cursor it shows
+    context: PromptContext  # the other files it shows
+
+
 def fit_prompt(request: CompletionRequest, options: PromptOptions, template: FimTemplate | None, room: int,
-               workspace: Workspace, ring: ChunkRing, encode: Callable[[list[Segment]], tuple[P, int]]
-               ) -> tuple[P, int, str]:
+               workspace: Workspace, context: PromptContext, encode: Callable[[list[Segment]], tuple[P, int]]
+               ) -> Fitted[P]:
     """The prompt as `encode` makes it of the rendered segments (token ids, or the text a
-    server tokenizes), its length in tokens, and the suffix the cursor sees. Context
-    chunks, then prefix lines, then the characters around the cursor give way until it
-    fits in `room` tokens; PromptTooLong when nothing is left to give. At most
-    chunks + log2(lines) + log2(characters) + 3 encodings, whatever `room` is."""
+    server tokenizes). The context's files, then prefix lines, then the characters around
+    the cursor give way until it fits in `room` tokens; PromptTooLong when nothing is left
+    to give. At most files + log2(lines) + log2(characters) + 3 encodings, whatever `room` is."""
     path = workspace.relative(request.path) if workspace.contains(request.path) else request.path
-    context = ring.select(options.cross_file_tokens, exclude=path)
     repo = workspace.roots[0].name if workspace.roots else ""
     # Halving from more lines than there are would only encode the same prompt again.
     prefix_lines = min(options.prefix_lines, request.text.count("\n", 0, request.cursor))
@@ -53,11 +81,11 @@ def fit_prompt(request: CompletionRequest, options: PromptOptions, template: Fim
         prefix, suffix = cursor_sections(request.text, request.cursor, prefix_lines, options.suffix_lines)
         if keep_chars is not None:  # one huge line (minified code): keep what is nearest the cursor
             prefix, suffix = prefix[max(0, len(prefix) - keep_chars):], suffix[:keep_chars]
-        prompt, length = encode(render(template, path, prefix, suffix if template else "", context, repo))
+        prompt, length = encode(render(template, path, prefix, suffix if template else "", context.files(), repo))
         if length <= room:
-            return prompt, length, suffix
-        if context:
-            context = context[1:]  # the oldest chunk first
+            return Fitted(prompt, length, suffix, context)
+        if (smaller := context.smaller()) is not None:
+            context = smaller
         elif prefix_lines:
             prefix_lines //= 2
         elif prefix or suffix:
@@ -83,13 +111,13 @@ class InlinePrompt:
         document, in_workspace, left = self.entered
         max_tokens = serving.config.generation.max_tokens
         try:
-            tokens, length, suffix = self.inline.prompt(self.request, model, room)
+            fitted = self.inline.prompt(self.request, model, room)
         except PromptTooLong as error:
             raise NoRoom(no_room_warning(error, model.context_name, max_tokens)) from None
-        cursor = self.inline.cursor_context(self.request, suffix)
-        return Prompt(tokens=tokens, length=length, max_tokens=max_tokens, stop=tuple(stops_for(cursor)),
-                      done=lambda text: cut_to_scope(text, cursor) != text, in_workspace=in_workspace, left=left,
-                      made=(document, cursor))
+        cursor = self.inline.cursor_context(self.request, fitted.suffix)
+        return Prompt(tokens=fitted.prompt, length=fitted.length, max_tokens=max_tokens,
+                      stop=tuple(stops_for(cursor)), done=lambda text: cut_to_scope(text, cursor) != text,
+                      in_workspace=in_workspace, left=left, made=(document, cursor, fitted.context))
 
 
 class InlineCompletions:
@@ -106,15 +134,22 @@ class InlineCompletions:
         return CursorContext(line_before, around if suffix is None else suffix)
 
     def prompt(self, request: CompletionRequest, model: DecoderModel, room: int | None = None
-               ) -> tuple[list[int] | str, int, str]:
+               ) -> Fitted[list[int] | str]:
         """The request's prompt made with `model` in at most `room` tokens (by default the
-        model's context less the answer's), its length and the suffix the cursor sees;
-        PromptTooLong when none fits."""
+        model's context less the answer's); PromptTooLong when none fits."""
         serving = self.serving
         if room is None:
             room = model.context_tokens - serving.config.generation.max_tokens - 1
-        return fit_prompt(request, serving.config.prompt, model.template, room, serving.workspace, serving.ring,
-                          model.encode)
+        return fit_prompt(request, serving.config.prompt, model.template, room, serving.workspace,
+                          self.context(request, model), model.encode)
+
+    def context(self, request: CompletionRequest, model: DecoderModel) -> PromptContext:
+        """The other files the request's prompt may show, their tokens counted by `model`."""
+        serving = self.serving
+        snippets = serving.repository.select(request, model.count)
+        chunks = serving.ring.select(serving.config.prompt.cross_file_tokens,
+                                     exclude=serving.workspace_path(request.path))
+        return PromptContext(context_files(snippets, serving.workspace.relative), chunks)
 
     def decode_request(self, request: CompletionRequest, prompt: InlinePrompt) -> DecodeRequest:
         """What the decoder is asked for the request, its prompt made by `prompt`."""
@@ -127,9 +162,12 @@ class InlineCompletions:
                              candidates=options.candidates)
 
     def complete(self, request: CompletionRequest, cancel: CancelFlag) -> Completion:
-        """From the forward cache, from the prefetch for this request, or decoded."""
+        """From the forward cache, from the prefetch for this request, or decoded; nothing
+        in a document context.exclude names."""
         serving = self.serving
         serving.counters.count(requests=1)
+        if serving.repository.excluded(request.path):
+            return empty_completion(Source.EXCLUDED, StopReason.NONE)
         rests = serving.documents.lookup(request, self.cursor_context(request))
         if rests:
             serving.counters.count(forward_cache_hits=1)
@@ -160,7 +198,7 @@ class InlineCompletions:
         stop_reason = StopReason(decoded.stop_reason)
         if stop_reason == StopReason.CANCELLED:
             return superseded()
-        document, cursor = decoded.prompt.made
+        document, cursor, context = decoded.prompt.made
         candidates = tuple(Shown(text, postprocess(text, cursor, timed_out=timed_out), timed_out)
                            for text, timed_out in [(decoded.text, stop_reason == StopReason.TIME)] +
                            [(text, reason == StopReason.TIME) for text, reason in decoded.alternatives])
@@ -168,7 +206,7 @@ class InlineCompletions:
         evaluated = decoded.counts.evaluated_tokens if decoded.counts is not None else 0
         shown = distinct([c.shown for c in candidates]) or [""]  # where the completion shows nothing, the next one
         return Completion(shown[0], Source.MODEL, stop_reason, decoded.prompt.tokens, evaluated, decoded.result,
-                          alternatives=shown[1:])
+                          alternatives=shown[1:], context=context.files())
 
     def _keep(self, document: Document, request: CompletionRequest, candidates: tuple[Shown, ...],
               decoded: Decoded, ahead: Prefetch | None) -> None:
@@ -183,7 +221,8 @@ class InlineCompletions:
 
     def prefetch(self, request: CompletionRequest, start: int) -> Completion | None:
         """Completer.prefetch."""
-        if self.serving.documents.any_running(INLINE, EDIT) or request.closed.is_set():
+        if (self.serving.documents.any_running(INLINE, EDIT) or request.closed.is_set()
+                or self.serving.repository.excluded(request.path)):
             return None
         ahead = self.prefetches.begin(request, start)
         if ahead is None:
@@ -199,6 +238,8 @@ class InlineCompletions:
 
     def warm(self, request: CompletionRequest, cancel: CancelFlag) -> int:
         """Completer.warm, under the warm's own flag."""
+        if self.serving.repository.excluded(request.path):
+            return 0
         try:
             warmed = self.serving.decoder.warm(self.decode_request(request, InlinePrompt(self, request, cancel)))
         except (Cancelled, NoRoom, Unavailable):

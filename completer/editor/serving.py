@@ -12,6 +12,7 @@ from completer.decoders.decoder import Decoder, DecoderModel
 from completer.editor.context import ChunkRing
 from completer.editor.counters import Counters
 from completer.editor.documents import Document, Documents
+from completer.editor.repository_context import RepositoryContext
 from completer.errors import Cancelled, PromptTooLong, Refused, Unavailable
 from completer.requests import CancelFlag, Completion, CompletionRequest, NextEdit, Source, StopReason
 from completer.workspace import Workspace
@@ -57,6 +58,7 @@ class Serving:
     documents: Documents
     counters: Counters
     ring: ChunkRing
+    repository: RepositoryContext
 
     def workspace_path(self, path: str) -> str:
         """A file's path as prompts name it: relative to the workspace, inside it."""
@@ -66,16 +68,19 @@ class Serving:
               ahead: bool = False) -> tuple[Document, str | None, tuple[str, str] | None]:
         """Under the decoder's turn (its call to the request's prompt): the request's document
         becomes the current one, and the workspace document the user left a context chunk
-        (measured in the model's tokens) that the decoder may draft from. `ahead`: a
-        prefetch, whose text is not yet the document's: the session's text and the edit
-        history stay as they are. The document's state, its path when inside the
-        workspace, and (document, text) of the one left for the decoder to draft from."""
+        (measured in the model's tokens) that the decoder may draft from, its definitions
+        read again. `ahead`: a prefetch, whose text is not yet the document's: the session's
+        text and the edit history stay as they are. The document's state, its path when
+        inside the workspace, and (document, text) of the one left for the decoder to draft
+        from. A document context.exclude names is never context."""
         document, left = self.documents.enter(request, self.workspace_path(request.path), cancel,
                                               take_text=not ahead)
         left_for_drafting = None
-        if left is not None and left[1].text and self.workspace.contains(left[1].path):
+        if (left is not None and left[1].text and self.workspace.contains(left[1].path)
+                and not self.repository.excluded(left[1].path)):
             key, state = left
             self.ring.add(state.path, state.text, state.cursor, model.count)
+            self.repository.file_changed(state.path, state.text)
             left_for_drafting = (key, state.text)
         return document, request.path if self.workspace.contains(request.path) else None, left_for_drafting
 

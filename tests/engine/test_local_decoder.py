@@ -18,7 +18,7 @@ from completer.config import CacheOptions, Config, DraftingOptions, GenerationOp
 from completer.decoders.local import LocalDecoder
 from completer.editor.completer import Completer
 from completer.editor.documents import INLINE
-from completer.editor.inline import fit_prompt
+from completer.editor.inline import PromptContext, fit_prompt
 from completer.editor.context import ChunkRing
 from completer.editor.forward_cache import ForwardCache, Shown
 from completer.editor.postprocess import CursorContext, postprocess
@@ -26,7 +26,7 @@ from completer.engine.generation import PROMPT_PIECE, Engine, GenerationRequest,
 from completer.engine.kv import KVSequence
 from completer.errors import PromptTooLong
 from completer.models.llama import LlamaContext, LlamaModel
-from completer.prompt import TEMPLATES, Segment, path_header, render
+from completer.prompt import TEMPLATES, ContextFile, Segment, path_header, render
 from completer.requests import CompletionRequest, Source, cursor_offset
 from completer.workspace import Workspace
 
@@ -492,7 +492,7 @@ def big_document(engine: Engine) -> tuple[Completer, CompletionRequest, list[int
     completer = Completer(LocalDecoder(engine), completer_config(max_tokens=8))
     text = two_thousand_lines()
     request = CompletionRequest("big", "big.py", text, cursor_offset(text, 1500, 0), "python")
-    return completer, request, completer.prompt(request, completer.decoder.model)[0]
+    return completer, request, completer.inline.prompt(request, completer.decoder.model).prompt
 
 
 @pytest.mark.slow  # seconds of real model passes
@@ -554,16 +554,19 @@ ROOMS = st.integers(-2**31, -1) | st.integers(0, 100) | st.integers(0, 10**6) | 
 def test_fitting_a_prompt_ends_for_any_room_and_any_text(request, room, prefix_lines, suffix_lines, chunks, template):
     """Whatever the room (a context smaller than the answer leaves less than none), the
     prompt fits in it or PromptTooLong says the smallest one does not, after a bounded
-    number of encodings: each chunk once, then halving the lines, then the characters."""
+    number of encodings: each context file once (chunks, then definitions), then halving
+    the lines, then the characters."""
     workspace = Workspace(["/project"])
     ring = ChunkRing(workspace, len, capacity=chunks)
     for i in range(chunks):
         ring.add(f"/project/other{i}.py", "".join(f"def f{i}_{n}(): pass\n" for n in range(20)), 0)
-    options = PromptOptions(prefix_lines=prefix_lines, suffix_lines=suffix_lines, cross_file_tokens=10**6)
+    definitions = tuple(ContextFile(f"lib{i}.py", f"def g{i}(x, *, key=None):\n    ...") for i in range(chunks))
+    context = PromptContext(definitions, ring.select(10**6))
+    options = PromptOptions(prefix_lines=prefix_lines, suffix_lines=suffix_lines)
     lines, chars = request.text.count("\n"), len(request.text)
-    encode = CountedEncodings(len(ring.chunks) + lines.bit_length() + chars.bit_length() + 3)
+    encode = CountedEncodings(len(context.files()) + lines.bit_length() + chars.bit_length() + 3)
     try:
-        _, length, _ = fit_prompt(request, options, template, room, workspace, ring, encode)
+        length = fit_prompt(request, options, template, room, workspace, context, encode).length
     except PromptTooLong as error:
         smallest = encode(render(template, workspace.relative(request.path), "", "", (), "project"))[1]
         assert smallest > room and error.room == room

@@ -245,7 +245,7 @@ def test_next_edits_and_completions_keep_their_own_caches_of_a_document(target):
     assert first.source == Source.MODEL and first.evaluated_tokens > 40, first
     completer.next_edit(request)
     evaluated = completer.counters.evaluated_tokens
-    completer.forget_shown("shapes.py")
+    completer.documents.forget_shown("shapes.py")
     again = completer.complete(request)
     assert again.source == Source.MODEL and again.evaluated_tokens <= 2, again
     completer.next_edit(request)
@@ -304,7 +304,7 @@ def test_the_completion_after_an_acceptance_is_computed_ahead_and_answers_that_r
     # Served, the request is the document's text as one decoded would be: next edits see it.
     session = completer.documents.session("a.py")
     assert (session.seen, session.text, session.cursor) == (accepted.text, accepted.text, accepted.cursor)
-    completer.forget_shown("a.py")
+    completer.documents.forget_shown("a.py")
     decoded = completer.complete(accepted)
     if isinstance(completer.decoder, LocalDecoder):  # what decoding that request gives
         assert decoded.text == served.text

@@ -98,7 +98,7 @@ def test_typing_something_else_all_of_it_or_after_forgetting_decodes_again(stats
     completer.complete(at_end(STATS))
     assert completer.complete(at_end(STATS + shown)).source == Source.MODEL  # all of it: nothing left to show
     completer.complete(at_end(STATS))
-    completer.forget_shown("stats.py")
+    completer.documents.forget_shown("stats.py")
     assert completer.complete(at_end(STATS + "c")).source == Source.MODEL
     assert len(decoder.decodes) == 6 and completer.stats().forward_cache_hits == 0
 
@@ -196,7 +196,7 @@ def test_the_request_an_acceptance_makes_is_answered_from_the_prefetch(stats_com
     # Served, the prefetch's forward cache is the document's.
     typed = completer.complete(at_end(accepted.text + "\n    # the"))
     assert (typed.source, typed.text) == (Source.FORWARD_CACHE, " population variance")
-    completer.forget_shown("stats.py")
+    completer.documents.forget_shown("stats.py")
     assert completer.complete(accepted).source == Source.MODEL  # it served once
 
 

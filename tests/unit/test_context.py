@@ -4,8 +4,10 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from completer.config import Config, ContextOptions
+from completer.editor.completer import Completer
 from completer.editor.context import ChunkRing, chunk_around, similarity
 from completer.workspace import Workspace
+from fake_decoder import FakeDecoder
 
 
 def code(name: str, lines: int = 20) -> str:
@@ -60,6 +62,14 @@ def test_chunks_of_a_file_the_new_patterns_exclude_go_at_once(tmp_path):
     chunks.resize(16, 64, ("private",))
     assert [c.path for c in chunks.chunks] == ["a.py"]
     assert not chunks.add(str(tmp_path / "private" / "b.py"), code("b"), 0)
+
+
+def test_the_completers_ring_follows_the_users_patterns(tmp_path):
+    completer = Completer(FakeDecoder(), Config(context=ContextOptions(exclude="vault/*")), Workspace([tmp_path]))
+    assert not completer.ring.add(str(tmp_path / "vault" / "keys.py"), code("key"), 0)
+    completer.configure(Config())  # back to the default patterns
+    assert completer.ring.add(str(tmp_path / "vault" / "keys.py"), code("key"), 0)
+    assert not completer.ring.add(str(tmp_path / ".env"), code("token"), 0)
 
 
 def test_selection_takes_the_newest_that_fit_the_budget_oldest_first(tmp_path):

@@ -110,6 +110,10 @@ export interface Stats {
   index_files: number;
   index_tokens: number;
   index_mb: number;
+  definitions_files: number;
+  definitions: number;
+  definitions_mb: number;
+  definitions_build_ms: number;
   edit_requests: number;
   edits_suggested: number;
   edits_shown: number;

@@ -39,6 +39,10 @@ export function statsLines(stats: Stats): string[] {
     stats.index_files
       ? `workspace index: ${stats.index_files} files, ${stats.index_tokens} tokens, ${stats.index_mb.toFixed(0)} MB`
       : "workspace index: none yet",
+    stats.definitions_files
+      ? `definitions index: ${stats.definitions} definitions in ${stats.definitions_files} files, ` +
+        `${stats.definitions_mb.toFixed(0)} MB, built in ${(stats.definitions_build_ms / 1000).toFixed(1)} s`
+      : "definitions index: none yet",
     `suggestions: ${stats.suggestions_shown} shown, ${stats.suggestions_accepted} accepted ` +
       `(${percent(stats.suggestion_acceptance_rate)}), ${stats.suggestions_partially_accepted} taken in part`,
     `accepted: ${stats.accepted_chars} characters; still there after 30 s: ${retained(stats.retained_chars_30s, stats.checked_chars_30s)}, ` +

@@ -27,6 +27,10 @@ const stats: Stats = {
   index_files: 1790,
   index_tokens: 8_400_000,
   index_mb: 64.2,
+  definitions_files: 1790,
+  definitions: 41210,
+  definitions_mb: 21.4,
+  definitions_build_ms: 3520,
   edit_requests: 0,
   edits_suggested: 0,
   edits_shown: 4,
@@ -56,6 +60,8 @@ describe("statusView", () => {
     );
     expect(view.tooltip).toContain("requests: 12 (5 from the suggestion shown, 3 computed ahead of an acceptance, 2 superseded)");
     expect(statsLines({ ...stats, index_files: 0 })).toContain("workspace index: none yet");
+    expect(statsLines(stats)).toContain("definitions index: 41210 definitions in 1790 files, 21 MB, built in 3.5 s");
+    expect(statsLines({ ...stats, definitions_files: 0 })).toContain("definitions index: none yet");
   });
 
   it("says ready without figures before the first request", () => {
