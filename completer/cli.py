@@ -16,6 +16,7 @@ from rich.console import Console
 from completer import tables
 from completer.bench import LLAMA_SERVER_PEERS
 from completer.bench import MODES as BENCH_MODES
+from completer.bench import PICKS, WITH_CONTEXT
 from completer.config import (CHOICES, LLAMA_SERVER, RENAMED_FLAGS, SERVER_DECODERS, CacheOptions, Config,
                               ContextOptions, DraftingOptions, GenerationOptions, ModelOptions, NextEditOptions,
                               machine_options)
@@ -474,6 +475,24 @@ def _doctor_rows(rpc_servers: str) -> list[tuple[str, str]]:
     return rows + [(f"preset {preset.name}", _cache_state(preset)) for preset in PRESETS.values()]
 
 
+def _definitions_row() -> tuple[str, str]:
+    """The definitions index of the repository around the current directory, built as the
+    language server builds it: its size against context.definitions_mb and its time."""
+    from completer.engine.definitions import LANGUAGES
+    from completer.engine.definitions_index import DefinitionsIndex
+    from completer.workspace import Workspace
+
+    options = ContextOptions()
+    root = _repository_root()
+    index = DefinitionsIndex(Workspace([root]), options.exclude_patterns, int(options.definitions_mb * 2**20))
+    stats = index.build()
+    left_out = f"; {stats.left_out} files over the bound left out" if stats.left_out else ""
+    return (f"definitions index ({root})",
+            f"{stats.definitions:,} definitions in {stats.files:,} files, {stats.bytes / 2**20:.1f} MB of "
+            f"{options.definitions_mb:.0f} (context.definitions_mb), built in {stats.build_ms / 1000:.1f} s"
+            f"{left_out}; languages: {', '.join(sorted(set(LANGUAGES.values())))}")
+
+
 def _server_row(models: ModelOptions) -> tuple[str, str]:
     """The configured server: reachable, its model, slots, FIM family and the speculative
     settings it reports; or why it cannot be used."""
@@ -512,12 +531,13 @@ def _target_rows(models: ModelOptions) -> list[tuple[str, str]]:
 @_config_flags("models", only=("rpc_servers", "decoder", "server_url", "preset", "target"))
 def doctor(as_json: bool, models: ModelOptions) -> None:
     """llama.cpp build, GPU offload, threads, cache directory and each preset's state, the
-    target (--preset or --target; from the cache only): its attention, KV memory and
-    what it is good for, and the devices llama.cpp sees (with --rpc, RPC servers' too);
+    definitions index of the repository here (its size and build time), the target
+    (--preset or --target; from the cache only): its attention, KV memory and what it is
+    good for, and the devices llama.cpp sees (with --rpc, RPC servers' too);
     with --decoder and --server-url, the server: its model, slots and speculative
     settings."""
 
-    rows = _doctor_rows(models.rpc_servers)
+    rows = _doctor_rows(models.rpc_servers) + [_definitions_row()]
     if models.decoder in SERVER_DECODERS:
         rows.insert(0, _server_row(models))
     else:
@@ -636,7 +656,7 @@ def _repository_root() -> Path:
 # bench's options for our own engines, which a server's bench cannot take.
 SERVER_BENCH_REFUSES = ("modes", "llama_server_path", "profile", "plot_path", "typing", "exact", "copy_target")
 # bench's options that a next-edit bench cannot take.
-EDIT_BENCH_REFUSES = ("max_tokens", "plot_path", "typing", "baseline_url", "copy_target")
+EDIT_BENCH_REFUSES = ("max_tokens", "plot_path", "typing", "baseline_url", "copy_target", "pick", "with_context")
 
 
 def _show_bench_table(summary: dict, title: str, as_json: bool, edits: bool = False) -> None:
@@ -672,6 +692,15 @@ def _show_bench_table(summary: dict, title: str, as_json: bool, edits: bool = Fa
 @click.option("--temperature", default=0.0, show_default=True, type=click.FloatRange(min=0))
 @click.option("--holes", "holes_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Replay the holes of an earlier run's JSON instead of picking new ones.")
+@click.option("--pick", type=click.Choice(PICKS), default="random", show_default=True,
+              help="How holes are picked: random, or cross-file (after CrossCodeEval): of the random candidates, by "
+              "the same seed, those whose real text writes an identifier that another file of the repository defines "
+              "and the hole's own file does not.")
+@click.option("--with-context", type=click.Choice(WITH_CONTEXT), default="definitions",
+              show_default=True, help="What the prompts show of other files: definitions (the product's default: "
+              "those the code before the cursor calls, from the repository's definitions index, never the hole's own "
+              "file's), or none. ring is the open files' chunks alone, without definitions: the bench opens no files, "
+              "so it runs as none.")
 @click.option("--report", "report_path", default="completer-bench.json", show_default=True,
               type=click.Path(path_type=Path), help="Where to write, as JSON, every per-hole record, the machine and "
               "the settings.")
@@ -698,9 +727,9 @@ def _show_bench_table(summary: dict, title: str, as_json: bool, edits: bool = Fa
 @_reports_model_errors
 def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | None, profile: bool,
           count: int | None, seed: int, max_tokens: int | None, temperature: float, holes_file: Path | None,
-          report_path: Path, as_json: bool, plot_path: Path | None, typing: bool, quick: bool, exact: bool,
-          copy_target: float | None, baseline_url: str | None, edit_holes: bool, models: ModelOptions,
-          drafting: DraftingOptions, edits: NextEditOptions) -> None:
+          pick: str, with_context: str, report_path: Path, as_json: bool, plot_path: Path | None, typing: bool,
+          quick: bool, exact: bool, copy_target: float | None, baseline_url: str | None, edit_holes: bool,
+          models: ModelOptions, drafting: DraftingOptions, edits: NextEditOptions) -> None:
     """Measure what speculation and caching buy on your code: every mode side by side.
 
     PATHS are repositories or folders (default: the current repository). Holes are
@@ -722,14 +751,18 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
     try:
         if edit_holes:
             _refuse_given(EDIT_BENCH_REFUSES, "not with --edits: a rewrite's budget is its region's, and the bench "
-                          "has no typing replay, figure or baseline server for next edits")
+                          "has no typing replay, figure, baseline server, cross-file picking or context choice for "
+                          "next edits")
             if models.decoder in SERVER_DECODERS:
                 raise click.UsageError("--edits measures the local engines and llama-server beside them, not a team "
                                        "server")
             bench_edits(terminal, replace(plan, count=count, holes_file=holes_file, edits=edits))
             return
         _refuse_given(("format",), "only with --edits")
-        holes = holes_to_run(roots, holes_file, count, seed)
+        if holes_file:
+            _refuse_given(("pick",), "not with --holes: the holes come as the report picked them, their cross-file "
+                          "identifiers with them")
+        holes = holes_to_run(roots, holes_file, count, seed, pick)
         if models.decoder in SERVER_DECODERS:
             if models.decoder != LLAMA_SERVER:
                 raise click.UsageError("bench measures a server through llama-server's own API (its tokens and "
@@ -737,11 +770,11 @@ def bench(paths: tuple[Path, ...], modes: str | None, llama_server_path: Path | 
             _refuse_given(SERVER_BENCH_REFUSES, "not with --decoder llama-server, which times the server's own "
                           "decoding alone (its row, and target with --baseline-url): no local modes, peers, typing "
                           "replay, exact verification, profile or figure")
-            bench_server(terminal, models, baseline_url, holes, max_tokens, temperature, report_path)
+            bench_server(terminal, models, baseline_url, holes, max_tokens, temperature, report_path, with_context)
             return
         _refuse_given(("baseline_url",), "only with --decoder llama-server, whose rows it adds to")
         bench_local(terminal, replace(plan, max_tokens=max_tokens, plot_path=plot_path, typing=typing,
-                                      copy_target=copy_target or 0.0), holes)
+                                      copy_target=copy_target or 0.0, with_context=with_context), holes)
     except BenchRefused as error:
         if error.option:
             raise click.BadParameter(str(error), param_hint=error.option) from None
