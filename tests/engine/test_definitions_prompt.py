@@ -13,31 +13,8 @@ from completer.editor.completer import Completer
 from completer.engine.generation import Engine
 from completer.requests import CompletionRequest, Source
 from completer.workspace import Workspace
+from shop_repository import CALL, write_shop
 
-# shop/orders.py calls a method of what shop/client.py's connect() returns: a Transport,
-# defined in shop/transport.py, which orders.py never imports.
-TRANSPORT = '''"""Transport: how a shop's client reaches its warehouse over the network."""
-
-
-class Transport:
-    """One warehouse host, reached over HTTPS."""
-
-    def __init__(self, host: str):
-        self.host = host
-
-    def fetch(self, path: str, *, warehouse_region: str = "eu-west", max_staleness_s: int = 30) -> bytes:
-        """Read one resource from the warehouse, no older than max_staleness_s."""
-        raise NotImplementedError
-'''
-CLIENT = '''"""The shop's client: a transport per warehouse."""
-
-from shop.transport import Transport
-
-
-def connect(host: str) -> Transport:
-    """A transport to the warehouse at host."""
-    return Transport(host)
-'''
 SECRETS = '''"""The warehouse API's credentials."""
 
 WAREHOUSE_TOKEN = "sk-live-5f1e9c0a77d2"
@@ -46,22 +23,13 @@ WAREHOUSE_TOKEN = "sk-live-5f1e9c0a77d2"
 def token_header() -> dict:
     return {"authorization": WAREHOUSE_TOKEN}
 '''
-ORDERS = '''from shop.client import connect
-from shop.secrets import WAREHOUSE_TOKEN, token_header
-
-
-def latest_orders(host: str) -> bytes:
-    transport = connect(host)
-    return transport.fetch("/orders", '''
+ORDERS = ("from shop.client import connect\nfrom shop.secrets import WAREHOUSE_TOKEN, token_header\n\n\n"
+          "def latest_orders(host: str) -> bytes:\n" + CALL)
 
 
 @pytest.fixture
 def shop(tmp_path: Path) -> Path:
-    (tmp_path / "shop").mkdir()
-    for name, text in {"transport.py": TRANSPORT, "client.py": CLIENT, "secrets.py": SECRETS,
-                       "orders.py": ORDERS}.items():
-        (tmp_path / "shop" / name).write_text(text)
-    return tmp_path
+    return write_shop(tmp_path, ORDERS, **{"secrets.py": SECRETS})
 
 
 @pytest.fixture(scope="module")

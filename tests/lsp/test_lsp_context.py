@@ -13,43 +13,16 @@ from pygls.exceptions import JsonRpcInvalidParams
 
 from completer.lsp import protocol
 from lsp_session import inline, open_document, ready, stats
+from shop_repository import CALL, TRANSPORT, write_shop
 
-TRANSPORT = '''"""Transport: how a shop's client reaches its warehouse over the network."""
-
-
-class Transport:
-    """One warehouse host, reached over HTTPS."""
-
-    def __init__(self, host: str):
-        self.host = host
-
-    def fetch(self, path: str, *, warehouse_region: str = "eu-west", max_staleness_s: int = 30) -> bytes:
-        """Read one resource from the warehouse, no older than max_staleness_s."""
-        raise NotImplementedError
-'''
-CLIENT = '''from shop.transport import Transport
-
-
-def connect(host: str) -> Transport:
-    """A transport to the warehouse at host."""
-    return Transport(host)
-'''
-ORDERS = '''from shop.client import connect
-
-
-def latest_orders(host: str) -> bytes:
-    transport = connect(host)
-    return transport.fetch("/orders", '''
+ORDERS = "from shop.client import connect\n\n\ndef latest_orders(host: str) -> bytes:\n" + CALL
 ENV = 'WAREHOUSE_TOKEN="sk-live-5f1e9c0a77d2"\nWAREHOUSE_HOST="warehouse.internal"\nREGION="eu-west"\n'
 
 
 @pytest.fixture
 def shop(tmp_path: Path) -> Path:
-    (tmp_path / "shop").mkdir()
-    for name, text in {"transport.py": TRANSPORT, "client.py": CLIENT, "orders.py": ORDERS}.items():
-        (tmp_path / "shop" / name).write_text(text)
     (tmp_path / ".env").write_text(ENV)
-    return tmp_path
+    return write_shop(tmp_path, ORDERS)
 
 
 async def indexed(client, timeout_s: float = 120) -> dict:

@@ -16,27 +16,8 @@ from completer.prompt import ContextFile
 from completer.requests import CompletionRequest, Source
 from completer.workspace import Workspace
 from fake_decoder import FakeDecoder
+from shop_repository import CALL, TRANSPORT, write_shop
 
-TRANSPORT = '''"""Transport: how a shop's client reaches its warehouse."""
-
-
-class Transport:
-    """One warehouse host, reached over HTTPS."""
-
-    def __init__(self, host: str):
-        self.host = host
-
-    def fetch(self, path: str, *, warehouse_region: str = "eu-west", max_staleness_s: int = 30) -> bytes:
-        """Read one resource from the warehouse, no older than max_staleness_s."""
-        raise NotImplementedError
-'''
-CLIENT = '''from shop.transport import Transport
-
-
-def connect(host: str) -> Transport:
-    """A transport to the warehouse at host."""
-    return Transport(host)
-'''
 SECRET = '''"""The shop's credentials for the warehouse API: rotated monthly by the operations team,
 never logged, never sent anywhere but the warehouse's own host over HTTPS."""
 
@@ -47,22 +28,14 @@ def rotate_token() -> str:
     """The token for next month: the warehouse accepts both during the first week."""
     return API_TOKEN[::-1]
 '''
-ORDERS = '''from shop.client import connect
-from shop.secrets import API_TOKEN, rotate_token
-
-
-def latest_orders(host: str) -> bytes:
-    transport = connect(host)
-    headers = {"authorization": API_TOKEN}
-    return transport.fetch("/orders", '''
+ORDERS = ("from shop.client import connect\nfrom shop.secrets import API_TOKEN, rotate_token\n\n\n"
+          "def latest_orders(host: str) -> bytes:\n    headers = {\"authorization\": API_TOKEN}\n" + CALL)
 
 
 @pytest.fixture
 def shop(tmp_path: Path) -> Path:
     """A repository whose orders.py calls a transport two imports away and imports a secret."""
-    (tmp_path / "shop").mkdir()
-    for name, text in {"transport.py": TRANSPORT, "client.py": CLIENT, "secrets.py": SECRET, "orders.py": ORDERS}.items():
-        (tmp_path / "shop" / name).write_text(text)
+    write_shop(tmp_path, ORDERS, **{"secrets.py": SECRET})
     (tmp_path / ".env").write_text('WAREHOUSE_PASSWORD="hunter2-0123456789"\nexport WAREHOUSE_PASSWORD\nexport OTHER=1\n')
     return tmp_path
 
