@@ -1,6 +1,7 @@
 """A raw JSON-RPC connection to `completer serve --stdio`: bytes in, messages out, so
 that tests can send what no well-behaved client would."""
 
+import itertools
 import json
 import os
 import queue
@@ -9,6 +10,7 @@ import threading
 import time
 from typing import Any
 
+from completer.lsp import protocol
 from lsp_session import SERVER
 
 
@@ -53,6 +55,23 @@ class RawServer:
             if "method" not in message and message.get("id") == id_:
                 return message
         raise AssertionError(f"no response to {id_!r} within {timeout} s")
+
+    def initialize(self, options: dict[str, Any], capabilities: dict[str, Any] | None = None) -> dict[str, Any]:
+        """initialize with these initializationOptions (request 1), then initialized: initialize's response."""
+        answer = self.request(1, "initialize", {"processId": None, "rootUri": None, "capabilities": capabilities or {},
+                                                "initializationOptions": options})
+        self.send({"method": "initialized", "params": {}})
+        return answer
+
+    def wait_ready(self, timeout: float = 300) -> dict[str, Any]:
+        """completer/stats once the models are loaded, or failed to load."""
+        deadline = time.monotonic() + timeout
+        for n in itertools.count():
+            stats = self.request(f"ready-{n}", protocol.STATS)["result"]
+            if stats["ready"] or stats["error"]:
+                return stats
+            assert time.monotonic() < deadline, "the models did not load"
+            time.sleep(0.2)
 
     def close(self) -> int:
         if self.process.poll() is None:

@@ -38,17 +38,11 @@ HOSTILE = {
 
 @pytest.fixture(scope="module")
 def server(smol, smol_cache):
+    """The one server of the module, its models loaded, and its resident memory then (baseline_mb)."""
     raw = RawServer({"COMPLETER_CACHE_DIR": str(smol_cache)})
-    raw.request(1, "initialize", {"processId": None, "rootUri": None, "capabilities": {},
-                                  "initializationOptions": {"models": {"preset": "smol"},
-                                                            # 8 tokens bound the time; a 1 s budget on a
-                                                            # loaded 2-core machine left no whole line
-                                                            "generation": {"max_tokens": 8, "time_budget_ms": 0}}})
-    raw.send({"method": "initialized", "params": {}})
-    deadline = time.monotonic() + 300
-    while not raw.request("ready", "completer/stats")["result"]["ready"]:
-        assert time.monotonic() < deadline, "the models did not load"
-        time.sleep(0.5)
+    # 8 tokens bound the time; a 1 s budget on a loaded 2-core machine left no whole line
+    raw.initialize({"models": {"preset": "smol"}, "generation": {"max_tokens": 8, "time_budget_ms": 0}})
+    assert raw.wait_ready()["ready"]
     raw.baseline_mb = resident_mb(raw.process.pid)
     yield raw
     raw.close()

@@ -62,14 +62,10 @@ class Server(RawServer):
 
 @pytest.fixture(scope="module")
 def server(smol, smol_cache):
+    """The one server of the module, started with START, its models loaded, URI open in it."""
     raw = Server({"COMPLETER_CACHE_DIR": str(smol_cache)})
-    raw.request(1, "initialize", {"processId": None, "rootUri": None, "capabilities": {},
-                                  "initializationOptions": START})
-    raw.send({"method": "initialized", "params": {}})
-    deadline = time.monotonic() + 300
-    while not raw.request("ready", protocol.STATS)["result"]["ready"]:
-        assert time.monotonic() < deadline, "the models did not load"
-        time.sleep(0.5)
+    raw.initialize(START)
+    assert raw.wait_ready()["ready"]
     raw.send({"method": "textDocument/didOpen",
               "params": {"textDocument": {"uri": URI, "languageId": "python", "version": 1, "text": TEXT}}})
     raw.ids = iter(range(100, 10**9))

@@ -9,25 +9,13 @@ import pytest
 from completer.models.gguf_file import check_gguf
 from raw_lsp import RawServer
 
-INITIALIZE = {"processId": None, "rootUri": None, "capabilities": {},
-              "initializationOptions": {"models": {"preset": "smol"}, "generation": {"max_tokens": 64}}}
+OPTIONS = {"models": {"preset": "smol"}, "generation": {"max_tokens": 64}}
 
 
 def start(cache: Path) -> RawServer:
     server = RawServer({"COMPLETER_CACHE_DIR": str(cache)})
-    server.request(1, "initialize", INITIALIZE)
-    server.send({"method": "initialized", "params": {}})
+    server.initialize(OPTIONS)
     return server
-
-
-def wait_ready(server: RawServer, timeout: float = 300) -> dict:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        stats = server.request(f"stats-{time.monotonic()}", "completer/stats")["result"]
-        if stats["ready"] or stats["error"]:
-            return stats
-        time.sleep(0.2)
-    raise AssertionError("the models did not load")
 
 
 def assert_cache_valid(cache: Path) -> None:
@@ -50,7 +38,7 @@ def test_a_kill_while_the_models_are_converted_leaves_a_cache_the_next_start_cle
     assert not [p for p in cache.rglob("*.gguf")]  # nothing half-written under a model's name
 
     again = start(cache)
-    stats = wait_ready(again)
+    stats = again.wait_ready()
     assert stats["ready"] and not stats["error"], stats
     again.close()
     assert_cache_valid(cache)
@@ -59,7 +47,7 @@ def test_a_kill_while_the_models_are_converted_leaves_a_cache_the_next_start_cle
 @pytest.mark.slow  # processes started and killed mid-way
 def test_a_kill_mid_generation_leaves_the_cache_valid_and_the_next_start_completes(smol, smol_cache, tmp_path):
     server = start(smol_cache)
-    assert wait_ready(server)["ready"]
+    assert server.wait_ready()["ready"]
     uri = "file:///project/mean.py"
     server.send({"method": "textDocument/didOpen", "params": {"textDocument": {
         "uri": uri, "languageId": "python", "version": 1, "text": "def mean(values):\n    return sum("}}})
@@ -71,7 +59,7 @@ def test_a_kill_mid_generation_leaves_the_cache_valid_and_the_next_start_complet
     assert_cache_valid(smol_cache)
 
     again = start(smol_cache)
-    assert wait_ready(again)["ready"]
+    assert again.wait_ready()["ready"]
     again.send({"method": "textDocument/didOpen", "params": {"textDocument": {
         "uri": uri, "languageId": "python", "version": 1, "text": "def mean(values):\n    return sum("}}})
     answer = again.request("after", "textDocument/inlineCompletion", {

@@ -190,13 +190,8 @@ def test_a_request_cancelled_before_its_work_starts_leaves_prefetch_working(smol
     the request must not stay registered as running, which would hold off every prefetch."""
     server = RawServer({"COMPLETER_CACHE_DIR": str(smol_cache)})
     try:
-        server.request(1, "initialize", {"capabilities": {}, "initializationOptions": {
-            **FAST, "models": {"preset": "smol"}, "lsp": {"debounce_ms": 1000}}})
-        server.send({"method": "initialized", "params": {}})
-        deadline = time.monotonic() + 300
-        while not server.request(2, protocol.STATS)["result"]["ready"]:
-            assert time.monotonic() < deadline
-            time.sleep(0.2)
+        server.initialize({**FAST, "models": {"preset": "smol"}, "lsp": {"debounce_ms": 1000}})
+        assert server.wait_ready()["ready"]
         for uri in ("file:///project/first.py", "file:///project/second.py"):
             server.send({"method": "textDocument/didOpen", "params": {"textDocument": {
                 "uri": uri, "languageId": "python", "version": 1, "text": STATS_PY}}})

@@ -22,6 +22,7 @@ INITIALIZE = {"processId": None, "rootUri": None, "capabilities": {},
 
 @pytest.fixture
 def server(smol_cache):
+    """A server no message was sent to yet: each test initializes it, or not, its own way."""
     raw = RawServer({"COMPLETER_CACHE_DIR": str(smol_cache)})
     yield raw
     raw.close()

@@ -82,14 +82,12 @@ def lsp_position(position: tuple[int, int]) -> dict:
 
 @pytest.fixture(scope="module", params=["utf-16", "utf-8"])
 def server(request, smol, smol_cache):
+    """A server that negotiated the parameter's position encoding (utf-16: the client offered none)."""
     raw = RawServer({"COMPLETER_CACHE_DIR": str(smol_cache)})
     capabilities = {"general": {"positionEncodings": [request.param]}} if request.param != "utf-16" else {}
-    answer = raw.request(1, "initialize", {
-        "processId": None, "rootUri": None, "capabilities": capabilities,
-        "initializationOptions": {"models": {"preset": "smol"},
-                                  "generation": {"max_tokens": 4, "time_budget_ms": 0}}})
+    answer = raw.initialize({"models": {"preset": "smol"}, "generation": {"max_tokens": 4, "time_budget_ms": 0}},
+                            capabilities)
     assert answer["result"]["capabilities"].get("positionEncoding", "utf-16") == request.param
-    raw.send({"method": "initialized", "params": {}})
     raw.encoding = request.param
     raw.ids = itertools.count(2)
     raw.documents = itertools.count()
