@@ -118,6 +118,23 @@ def drafting_llama_server(llama_server, smol, tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture
+def lsp_options() -> dict | None:
+    """What `lsp_client` adds to lsp_session's initializationOptions (the smol pair, FAST):
+    nothing; a test module overrides this fixture to start its clients with more."""
+    return None
+
+
+@pytest.fixture
+async def lsp_client(smol, smol_cache, lsp_options):
+    """pytest-lsp's client on a fresh `completer serve --stdio` (lsp_session.py), its models loaded."""
+    from lsp_session import ready
+
+    client = await ready(smol_cache, lsp_options)
+    yield client
+    await client.shutdown_session()
+
+
 def run_completer(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
     """Run the installed `completer` command, as a user would."""
     completer = Path(sys.executable).with_name("completer")

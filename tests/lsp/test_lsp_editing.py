@@ -22,10 +22,8 @@ NEXT_EDIT = {"edits": {"lines_above": 2, "lines_below": 2, "context_lines": 1}}
 
 
 @pytest.fixture
-async def client(smol, smol_cache):
-    lsp_client = await ready(smol_cache, NEXT_EDIT)
-    yield lsp_client
-    await lsp_client.shutdown_session()
+def lsp_options() -> dict:
+    return NEXT_EDIT
 
 
 # About 1,250 tokens of prompt: seconds of prefill for smol on 2 cores (a minute and more
@@ -42,63 +40,63 @@ def close(client, uri: str) -> None:
     client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
 
 
-async def test_a_document_closed_with_requests_in_flight_leaves_nothing_behind(client):
+async def test_a_document_closed_with_requests_in_flight_leaves_nothing_behind(lsp_client):
     """Its session, its KV caches (live or saved), its n-gram entry and its tuner curves
     go with it, also where a completion and a next edit for it finish after the close."""
     closed, other = "file:///project/closed.py", "file:///project/other.py"
-    open_document(client, closed, STATS_PY)
-    open_document(client, other, STATS_PY.replace("values", "items"))
-    await inline(client, closed, 5, 4)  # the tuner learns of the document, its caches fill
-    completing = asyncio.ensure_future(inline(client, closed, 5, 4))
-    editing = inline_edit(client, closed, 1, 5, 4)
-    close(client, closed)
+    open_document(lsp_client, closed, STATS_PY)
+    open_document(lsp_client, other, STATS_PY.replace("values", "items"))
+    await inline(lsp_client, closed, 5, 4)  # the tuner learns of the document, its caches fill
+    completing = asyncio.ensure_future(inline(lsp_client, closed, 5, 4))
+    editing = inline_edit(lsp_client, closed, 1, 5, 4)
+    close(lsp_client, closed)
     for request in (completing, editing):
         try:
             await request
         except JsonRpcException:  # cancelled by the close: an answer too
             pass
-    await inline(client, other, 5, 4)  # entering another document saves nothing of the closed one's
-    current = await stats(client)
+    await inline(lsp_client, other, 5, 4)  # entering another document saves nothing of the closed one's
+    current = await stats(lsp_client)
     assert (current["sessions"], current["saved_kv_mb"], current["drafting_documents"]) == (1, 0, 0), current
     assert current["tuned_documents"] <= 1, current  # the open document's curves alone
-    close(client, other)
-    assert (await stats(client))["sessions"] == 0  # gone before the next message is handled
+    close(lsp_client, other)
+    assert (await stats(lsp_client))["sessions"] == 0  # gone before the next message is handled
 
 
-async def test_a_document_reopened_right_after_its_close_is_served_afresh(client):
+async def test_a_document_reopened_right_after_its_close_is_served_afresh(lsp_client):
     """didClose, didOpen and a completion sent at once, five times: each completion is
     answered, none cancelled by the close before it, and one session is left. The close
     must be done before the next message is handled; the release of its caches, which
     waits for the engine, may come later and must leave the new session alone."""
     uri = "file:///project/reopened.py"
-    open_document(client, uri, STATS_PY)
-    assert (await inline(client, uri, 5, 4)).items
+    open_document(lsp_client, uri, STATS_PY)
+    assert (await inline(lsp_client, uri, 5, 4)).items
     for _ in range(5):
-        close(client, uri)
-        open_document(client, uri, STATS_PY)
-        answer = await inline(client, uri, 5, 4)
+        close(lsp_client, uri)
+        open_document(lsp_client, uri, STATS_PY)
+        answer = await inline(lsp_client, uri, 5, 4)
         assert answer is not None and answer.items, answer
-        assert (await stats(client))["sessions"] == 1
-    close(client, uri)
-    assert (await stats(client))["sessions"] == 0
+        assert (await stats(lsp_client))["sessions"] == 1
+    close(lsp_client, uri)
+    assert (await stats(lsp_client))["sessions"] == 0
 
 
-async def test_a_close_while_every_worker_waits_for_the_engine_is_done_at_once(client):
+async def test_a_close_while_every_worker_waits_for_the_engine_is_done_at_once(lsp_client):
     """One long completion holds the engine and three more wait for it, one per worker
     thread (the server has four): a close sent then ends its document's session before
     the next message is answered. A close run on a worker would wait behind them all."""
     closed = "file:///project/closed.py"
-    open_document(client, closed, STATS_PY)
-    await inline(client, closed, 5, 4)
+    open_document(lsp_client, closed, STATS_PY)
+    await inline(lsp_client, closed, 5, 4)
     busy = [f"file:///project/busy_{n}.py" for n in range(4)]
     for n, uri in enumerate(busy):
-        open_document(client, uri, LONG if n == 0 else STATS_PY.replace("values", f"items_{n}"))
-    holding = asyncio.ensure_future(inline(client, busy[0], 128, 0))
-    await wait_for(client, lambda current: current["sessions"] == 2)  # the long one holds the engine
-    waiting = [asyncio.ensure_future(inline(client, uri, 5, 4)) for uri in busy[1:]]
+        open_document(lsp_client, uri, LONG if n == 0 else STATS_PY.replace("values", f"items_{n}"))
+    holding = asyncio.ensure_future(inline(lsp_client, busy[0], 128, 0))
+    await wait_for(lsp_client, lambda current: current["sessions"] == 2)  # the long one holds the engine
+    waiting = [asyncio.ensure_future(inline(lsp_client, uri, 5, 4)) for uri in busy[1:]]
     await asyncio.sleep(0.3)  # time for the three to take the other workers
-    close(client, closed)
-    current = await stats(client)
+    close(lsp_client, closed)
+    current = await stats(lsp_client)
     assert not holding.done(), "the long completion must hold the engine until the close was answered"
     assert current["sessions"] == 1, current  # the long one's alone
     for request in (holding, *waiting):
@@ -150,39 +148,39 @@ async def test_a_document_closed_while_its_warm_waits_for_the_engine_gets_no_ses
         await client.shutdown_session()
 
 
-async def test_a_next_edit_waiting_while_the_models_reload_answers_none_and_the_server_goes_on(client):
+async def test_a_next_edit_waiting_while_the_models_reload_answers_none_and_the_server_goes_on(lsp_client):
     """A next edit waits for the document's completion (the engine serves one at a time);
     meanwhile an option of the models changes, and they load again: the next edit answers
     no edit, not an error, and the server serves again once they are back. The preset
     asked for cannot download (the tests' Hub is a closed port), so the models are gone
     for as long as the wait lasts, whatever the machine's speed."""
     uri = "file:///project/long.py"
-    open_document(client, uri, LONG)
-    completing = asyncio.ensure_future(inline(client, uri, 128, 0))
+    open_document(lsp_client, uri, LONG)
+    completing = asyncio.ensure_future(inline(lsp_client, uri, 128, 0))
     await asyncio.sleep(0.3)
-    asking = asyncio.ensure_future(inline_edit(client, uri, 1, 127, 0))
+    asking = asyncio.ensure_future(inline_edit(lsp_client, uri, 1, 127, 0))
     await asyncio.sleep(0.3)
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
+    lsp_client.workspace_did_change_configuration(types.DidChangeConfigurationParams(
         {"models": {"preset": "qwen2.5-coder-1.5b"}}))
     assert (await asking).edits == []
     await completing
-    await wait_for(client, lambda current: bool(current["error"]))
-    client.workspace_did_change_configuration(types.DidChangeConfigurationParams({"models": {"preset": "smol"}}))
-    await wait_for(client, lambda current: current["ready"])
-    assert (await inline(client, uri, 128, 0)).items
+    await wait_for(lsp_client, lambda current: bool(current["error"]))
+    lsp_client.workspace_did_change_configuration(types.DidChangeConfigurationParams({"models": {"preset": "smol"}}))
+    await wait_for(lsp_client, lambda current: current["ready"])
+    assert (await inline(lsp_client, uri, 128, 0)).items
 
 
-async def test_a_line_pasted_below_the_cursor_is_not_suggested_again_from_the_forward_cache(client):
+async def test_a_line_pasted_below_the_cursor_is_not_suggested_again_from_the_forward_cache(lsp_client):
     uri = "file:///project/pasted.py"
-    open_document(client, uri, STATS_PY + "\n")
-    first = (await inline(client, uri, 5, 4)).items[0].insert_text
-    assert (await inline(client, uri, 5, 4)).items[0].insert_text == first  # the same place: the shown one
-    hits = (await stats(client))["forward_cache_hits"]
+    open_document(lsp_client, uri, STATS_PY + "\n")
+    first = (await inline(lsp_client, uri, 5, 4)).items[0].insert_text
+    assert (await inline(lsp_client, uri, 5, 4)).items[0].insert_text == first  # the same place: the shown one
+    hits = (await stats(lsp_client))["forward_cache_hits"]
     assert hits == 1
     line = first.split("\n")[0]
-    insert(client, uri, 2, 6, 0, f"    {line}\n")  # the suggestion's line, pasted below the cursor's
-    await inline(client, uri, 5, 4)
-    assert (await stats(client))["forward_cache_hits"] == hits  # decoded anew for the text below as it is now
+    insert(lsp_client, uri, 2, 6, 0, f"    {line}\n")  # the suggestion's line, pasted below the cursor's
+    await inline(lsp_client, uri, 5, 4)
+    assert (await stats(lsp_client))["forward_cache_hits"] == hits  # decoded anew for the text below as it is now
 
 
 def test_a_request_cancelled_before_its_work_starts_leaves_prefetch_working(smol, smol_cache):
@@ -212,26 +210,26 @@ def test_a_request_cancelled_before_its_work_starts_leaves_prefetch_working(smol
         server.close()
 
 
-async def test_a_position_past_the_end_of_its_line_is_the_lines_end(client):
+async def test_a_position_past_the_end_of_its_line_is_the_lines_end(lsp_client):
     """As the protocol says; Neovim puts a cursor after a stray ^M that LSP counts as part
     of the line break, in a mixed file it opened as unix."""
     uri = "file:///project/mixed.py"
-    open_document(client, uri, "import os\r\n" + STATS_PY)
-    past = await inline(client, uri, 6, 5)  # line 6 is "    ": 4 characters
-    at_end = await inline(client, uri, 6, 4)
+    open_document(lsp_client, uri, "import os\r\n" + STATS_PY)
+    past = await inline(lsp_client, uri, 6, 5)  # line 6 is "    ": 4 characters
+    at_end = await inline(lsp_client, uri, 6, 4)
     assert past is not None and past.items[0].insert_text == at_end.items[0].insert_text
     assert past.items[0].range.start == types.Position(6, 4)
     with pytest.raises(JsonRpcException, match="outside the document"):  # a line past the end stays an error
-        await inline(client, uri, 99, 0)
+        await inline(lsp_client, uri, 99, 0)
 
 
-async def test_a_lone_surrogate_is_read_as_one_character_and_the_documents_stay_in_step(client):
+async def test_a_lone_surrogate_is_read_as_one_character_and_the_documents_stay_in_step(lsp_client):
     uri = "file:///project/surrogate.py"
-    open_document(client, uri, "marker = '\ud800'\n" + STATS_PY)
-    insert(client, uri, 2, 0, len("marker = '\ud800'"), "  # x")  # after it, in UTF-16 units as the editor counts
-    result = await inline(client, uri, 6, 4)
+    open_document(lsp_client, uri, "marker = '\ud800'\n" + STATS_PY)
+    insert(lsp_client, uri, 2, 0, len("marker = '\ud800'"), "  # x")  # after it, in UTF-16 units as the editor counts
+    result = await inline(lsp_client, uri, 6, 4)
     assert result is not None and result.items[0].range.start == types.Position(6, 4)
-    assert (await stats(client))["ready"]
+    assert (await stats(lsp_client))["ready"]
 
 
 # GREETINGS of tests/editors/nvim/plugin_editing.lua, the cursor after `" + ` on the last line:

@@ -9,7 +9,7 @@ from pygls.exceptions import JsonRpcException
 
 from completer.lsp import protocol
 from completer.lsp.documents import units
-from lsp_session import inline, insert, open_document, start, stats, wait_ready, warm
+from lsp_session import inline, insert, open_document, ready, start, stats, wait_ready, warm
 
 pytestmark = pytest.mark.slow  # minutes of real model passes: the full suite's, not the fast tier's
 
@@ -18,26 +18,12 @@ STATS_PY = "def mean(values):\n    return sum(values) / len(values)\n\n\ndef var
 LONG = "def numbers():\n    return [\n        1,\n        2,\n        3,\n        "
 
 
-async def started(cache, **options):
-    client = await start(cache, options)
-    await wait_ready(client)
-    return client
-
-
-@pytest.fixture
-async def client(smol, smol_cache):
-    """A fresh server, for the tests that count what it did since it started."""
-    lsp_client = await started(smol_cache)
-    yield lsp_client
-    await lsp_client.shutdown_session()
-
-
 @pytest_asyncio.fixture(scope="module", loop_scope="module")
 async def shared_client(smol, smol_cache):
     """One server for the tests marked `shares_the_server`: each has its documents to itself
     (closed before another opens the same) and counts what changed while it ran, so the
     ones before it leave nothing it reads."""
-    lsp_client = await started(smol_cache)
+    lsp_client = await ready(smol_cache)
     yield lsp_client
     await lsp_client.shutdown_session()
 
@@ -99,41 +85,41 @@ async def test_typing_an_auto_closed_bracket_into_a_shown_item_does_not_repeat_i
     client.text_document_did_close(types.DidCloseTextDocumentParams(types.TextDocumentIdentifier(uri)))
 
 
-async def test_accepting_an_item_counts_in_the_statistics(client):
+async def test_accepting_an_item_counts_in_the_statistics(lsp_client):
     uri = "file:///project/accept.py"
-    open_document(client, uri, STATS_PY + "center = mean(")
-    item = (await inline(client, uri, 5, len("    center = mean("))).items[0]
+    open_document(lsp_client, uri, STATS_PY + "center = mean(")
+    item = (await inline(lsp_client, uri, 5, len("    center = mean("))).items[0]
     assert item.command.arguments[1] == 1  # the document version the completion was made for
-    await client.workspace_execute_command_async(types.ExecuteCommandParams(
+    await lsp_client.workspace_execute_command_async(types.ExecuteCommandParams(
         item.command.command, item.command.arguments))
-    current = await stats(client)
+    current = await stats(lsp_client)
     assert current["suggestions_accepted"] == 1 and current["suggestion_acceptance_rate"] == 1.0
 
 
-async def test_an_item_shown_and_taken_in_parts_then_whole_counts_each_character_once(client):
+async def test_an_item_shown_and_taken_in_parts_then_whole_counts_each_character_once(lsp_client):
     """Copilot's didShowCompletion and didPartiallyAcceptCompletion (acceptedLength in the
     negotiated units, UTF-16 here); malformed ones are ignored with a warning, and the
     server goes on."""
     uri = "file:///project/parts.py"
-    open_document(client, uri, STATS_PY + "label = '🙂 ")
-    item = (await inline(client, uri, 5, len("    label = '") + 3)).items[0]
+    open_document(lsp_client, uri, STATS_PY + "label = '🙂 ")
+    item = (await inline(lsp_client, uri, 5, len("    label = '") + 3)).items[0]
     text = item.insert_text
     assert len(text) >= 3, text
     payload = {"insertText": text, "command": {"title": item.command.title, "command": item.command.command,
                                                "arguments": item.command.arguments}}
-    client.protocol.notify(protocol.DID_SHOW_COMPLETION, {"item": payload})
-    client.protocol.notify(protocol.DID_SHOW_COMPLETION, {"item": payload})  # still the same item on screen
-    client.protocol.notify(protocol.DID_PARTIALLY_ACCEPT_COMPLETION, {"item": payload, "acceptedLength": 2})
+    lsp_client.protocol.notify(protocol.DID_SHOW_COMPLETION, {"item": payload})
+    lsp_client.protocol.notify(protocol.DID_SHOW_COMPLETION, {"item": payload})  # still the same item on screen
+    lsp_client.protocol.notify(protocol.DID_PARTIALLY_ACCEPT_COMPLETION, {"item": payload, "acceptedLength": 2})
     for malformed in ({"item": payload}, {"item": payload, "acceptedLength": 0}, {"item": {"command": None}},
                       {"item": payload, "acceptedLength": "2"}, None):
-        client.protocol.notify(protocol.DID_PARTIALLY_ACCEPT_COMPLETION, malformed)
-    current = await stats(client)
+        lsp_client.protocol.notify(protocol.DID_PARTIALLY_ACCEPT_COMPLETION, malformed)
+    current = await stats(lsp_client)
     taken = len(text.encode("utf-16-le")[:4].decode("utf-16-le", errors="ignore"))  # 2 units, in characters
     assert (current["suggestions_seen"], current["suggestions_partially_accepted"], current["accepted_chars"]) == (
         1, 1, taken)
-    await client.workspace_execute_command_async(types.ExecuteCommandParams(
+    await lsp_client.workspace_execute_command_async(types.ExecuteCommandParams(
         item.command.command, item.command.arguments))
-    current = await stats(client)
+    current = await stats(lsp_client)
     assert (current["suggestions_accepted"], current["accepted_chars"]) == (1, len(text))
     assert current["checked_chars_30s"] == current["retained_chars_30s"] == 0  # not yet checked
 
@@ -141,7 +127,7 @@ async def test_an_item_shown_and_taken_in_parts_then_whole_counts_each_character
 async def test_several_candidates_are_items_each_with_its_own_acceptance(smol, smol_cache):
     """generation.candidates 3: distinct items (VS Code cycles through them, as the Neovim
     plugin does), each replacing the same range, each counted when taken."""
-    client = await started(smol_cache, generation={"candidates": 3})
+    client = await ready(smol_cache, {"generation": {"candidates": 3}})
     uri = "file:///project/candidates.py"
     open_document(client, uri, STATS_PY + "label = '")
     result = await inline(client, uri, 5, len("    label = '"))
@@ -178,7 +164,7 @@ async def test_positions_count_the_negotiated_code_units_on_emoji_and_cjk(smol, 
 
 
 async def test_a_superseded_request_returns_no_stale_text(smol, smol_cache):
-    client = await started(smol_cache, generation={"max_tokens": 400, "time_budget_ms": 0})
+    client = await ready(smol_cache, {"generation": {"max_tokens": 400, "time_budget_ms": 0}})
     uri = "file:///project/long.py"
     open_document(client, uri, LONG)
     older = asyncio.create_task(inline(client, uri, 5, 8))
@@ -193,7 +179,7 @@ async def test_a_superseded_request_returns_no_stale_text(smol, smol_cache):
 
 
 async def test_cancel_request_stops_the_generation_and_the_server_goes_on(smol, smol_cache):
-    client = await started(smol_cache, generation={"max_tokens": 400, "time_budget_ms": 0})
+    client = await ready(smol_cache, {"generation": {"max_tokens": 400, "time_budget_ms": 0}})
     uri = "file:///project/long.py"
     open_document(client, uri, LONG)
     request = asyncio.create_task(client.protocol.send_request_async(
@@ -265,23 +251,23 @@ async def shown_then_computed_ahead(client, uri: str) -> str:
     return shown
 
 
-async def test_after_a_whole_suggestion_is_accepted_the_next_one_was_computed_while_it_was_shown(client):
+async def test_after_a_whole_suggestion_is_accepted_the_next_one_was_computed_while_it_was_shown(lsp_client):
     uri = "file:///project/ahead.py"
-    shown = await shown_then_computed_ahead(client, uri)
-    insert(client, uri, 2, 5, 4, shown)  # Tab: the editor puts the item in, the cursor after it
+    shown = await shown_then_computed_ahead(lsp_client, uri)
+    insert(lsp_client, uri, 2, 5, 4, shown)  # Tab: the editor puts the item in, the cursor after it
     lines = shown.split("\n")
     end = types.Position(5 + len(lines) - 1, 4 + len(shown) if len(lines) == 1 else len(lines[-1]))
-    result = await inline(client, uri, end.line, end.character)
-    assert (await stats(client))["prefetch_hits"] == 1
+    result = await inline(lsp_client, uri, end.line, end.character)
+    assert (await stats(lsp_client))["prefetch_hits"] == 1
     assert result is None or result.items[0].range.start == end
 
 
-async def test_a_suggestion_computed_ahead_is_not_given_after_anything_but_its_acceptance(client):
+async def test_a_suggestion_computed_ahead_is_not_given_after_anything_but_its_acceptance(lsp_client):
     uri = "file:///project/other.py"
-    shown = await shown_then_computed_ahead(client, uri)
+    shown = await shown_then_computed_ahead(lsp_client, uri)
     typed = "#" if not shown.startswith("#") else "x"
-    insert(client, uri, 2, 5, 4, typed)  # the user typed something else than the suggestion
-    await inline(client, uri, 5, 5)
-    insert(client, uri, 3, 5, 5, shown)  # the suggestion's text, after the other keystroke
-    await inline(client, uri, 5 + shown.count("\n"), len((STATS_PY + typed + shown).split("\n")[-1]))
-    assert (await stats(client))["prefetch_hits"] == 0
+    insert(lsp_client, uri, 2, 5, 4, typed)  # the user typed something else than the suggestion
+    await inline(lsp_client, uri, 5, 5)
+    insert(lsp_client, uri, 3, 5, 5, shown)  # the suggestion's text, after the other keystroke
+    await inline(lsp_client, uri, 5 + shown.count("\n"), len((STATS_PY + typed + shown).split("\n")[-1]))
+    assert (await stats(lsp_client))["prefetch_hits"] == 0
