@@ -50,7 +50,7 @@ def test_every_server_option_is_a_setting_with_the_servers_default_and_descripti
 def test_the_protocol_module_matches_the_servers():
     source = (EXTENSION / "src" / "protocol.ts").read_text()
     constants = dict(re.findall(r'export const (\w+) = "([^"]*)";', source))
-    names = ("SERVER_NAME", "STATS", "WARM", "ACCEPT_COMMAND", "DID_SHOW_COMPLETION", "INLINE_EDIT",
+    names = ("SERVER_NAME", "STATS", "PROMPT", "WARM", "ACCEPT_COMMAND", "DID_SHOW_COMPLETION", "INLINE_EDIT",
              "DID_SHOW_INLINE_EDIT", "ACCEPT_EDIT_COMMAND", "REJECT_EDIT_COMMAND", "INLINE_EDIT_CAPABILITY",
              "CLIENT_OPTIONS", "SEVERAL_EDITS_OPTION", "SETTINGS_SECTION")
     assert constants == {name: getattr(protocol, name) for name in names}

@@ -1,5 +1,6 @@
 // The VS Code side of completer: starts `completer serve --stdio` for the enabled
-// languages, keeps its options in step with the settings, and shows its statistics.
+// languages, keeps its options in step with the settings, and shows its statistics and
+// why a suggestion came (the prompt behind it).
 // Inline completions themselves are vscode-languageclient's (registered by default); next-edit
 // suggestions are nextEditController's.
 import * as vscode from "vscode";
@@ -8,6 +9,8 @@ import { NextEditController } from "./nextEditController";
 import {
   CLIENT_OPTIONS,
   DID_SHOW_COMPLETION,
+  PROMPT,
+  type PromptAnswer,
   SERVER_NAME,
   SETTINGS_SECTION,
   SEVERAL_EDITS_OPTION,
@@ -27,6 +30,7 @@ import {
   withRenamedSettings,
 } from "./settings";
 import { type ServerState, statsLines, statusView } from "./status";
+import { whyView } from "./why";
 
 let extension: Extension | undefined;
 
@@ -63,6 +67,35 @@ function program(): Launch {
   return launch(userValue<string>("command") ?? "completer", userValue<string>("pythonPath") ?? "");
 }
 
+// The views of completer.whyThisSuggestion: read-only documents (a provider's documents
+// are, and closing one asks nothing), one per completed document, replaced when asked again.
+const WHY_SCHEME = "completer-why";
+
+class WhyDocuments implements vscode.TextDocumentContentProvider, vscode.Disposable {
+  private readonly texts = new Map<string, string>(); // uri -> the view's text
+  private readonly changed = new vscode.EventEmitter<vscode.Uri>();
+  private readonly closing = vscode.workspace.onDidCloseTextDocument((closed) => this.texts.delete(closed.uri.toString()));
+  readonly onDidChange = this.changed.event;
+
+  provideTextDocumentContent(uri: vscode.Uri): string {
+    return this.texts.get(uri.toString()) ?? "";
+  }
+
+  // Show `text`, the view of `document` (its path in the workspace), beside the editor.
+  async show(document: string, text: string): Promise<void> {
+    const uri = vscode.Uri.from({ scheme: WHY_SCHEME, path: `/${document.replace(/^\/+/, "")}.why.md` });
+    this.texts.set(uri.toString(), text);
+    this.changed.fire(uri);
+    const view = await vscode.languages.setTextDocumentLanguage(await vscode.workspace.openTextDocument(uri), "markdown");
+    await vscode.window.showTextDocument(view, { viewColumn: vscode.ViewColumn.Beside, preview: true });
+  }
+
+  dispose(): void {
+    this.closing.dispose();
+    this.changed.dispose();
+  }
+}
+
 class Extension {
   private client: LanguageClient | undefined;
   private state: ServerState = { kind: "idle" };
@@ -77,12 +110,15 @@ class Extension {
     (document) => served(document) && !this.paused.has(document.languageId),
     this.output,
   );
+  private readonly whyDocuments = new WhyDocuments();
 
   constructor(private readonly context: vscode.ExtensionContext) {
     context.subscriptions.push(
       this.status,
       this.output,
       this.nextEdits,
+      this.whyDocuments,
+      vscode.workspace.registerTextDocumentContentProvider(WHY_SCHEME, this.whyDocuments),
       vscode.commands.registerCommand("completer.enable", () => settings().update("enable", true, true)),
       vscode.commands.registerCommand("completer.disable", () => settings().update("enable", false, true)),
       vscode.commands.registerCommand("completer.showStats", () => this.showStats()),
@@ -93,6 +129,7 @@ class Extension {
       vscode.commands.registerCommand("completer.acceptNextEdit", () => this.nextEdits.accept()),
       vscode.commands.registerCommand("completer.dismissNextEdit", () => this.nextEdits.dismiss()),
       vscode.commands.registerCommand("completer.toggleLanguage", () => this.toggleLanguage()),
+      vscode.commands.registerCommand("completer.whyThisSuggestion", () => this.whyThisSuggestion()),
       vscode.workspace.onDidOpenTextDocument(() => void this.update()),
       vscode.workspace.onDidChangeConfiguration((event) => void this.configurationChanged(event)),
       vscode.window.onDidChangeActiveTextEditor((editor) => void this.warm(editor)),
@@ -302,6 +339,24 @@ class Extension {
       void vscode.commands.executeCommand("editor.action.inlineSuggest.hide");
     }
     void vscode.window.showInformationMessage(`completer: suggestions ${off ? "off" : "on"} for ${language} (this session)`);
+  }
+
+  // What the prompt of the active document's last decoded completion showed, and why.
+  private async whyThisSuggestion(): Promise<void> {
+    const document = vscode.window.activeTextEditor?.document;
+    const client = this.client;
+    if (!document || !client?.isRunning()) {
+      const why = document ? "the server is not running" : "open a file to see why its last suggestion came";
+      void vscode.window.showInformationMessage(`completer: ${why}`);
+      return;
+    }
+    const answer = await client.sendRequest<PromptAnswer | null>(PROMPT, { uri: document.uri.toString() });
+    if (!answer) {
+      void vscode.window.showInformationMessage("completer: no completion has been decoded in this document yet");
+      return;
+    }
+    const path = vscode.workspace.asRelativePath(document.uri);
+    await this.whyDocuments.show(path, whyView(path, answer));
   }
 
   private pullModels(): void {

@@ -5,6 +5,10 @@ export const SERVER_NAME = "completer";
 // Request, no params: the statistics below.
 export const STATS = "completer/stats";
 
+// Request, params { uri }: why the document's last decoded completion came, for the "why
+// this suggestion" view: PromptAnswer; null when the document had no completion decoded yet.
+export const PROMPT = "completer/prompt";
+
 // Notification, params { textDocument: { uri }, position }: the user is at this position
 // of an open document (opened or made active); the server evaluates the prompt there
 // ahead of the first request.
@@ -75,6 +79,18 @@ export interface InlineEdit {
 
 export interface InlineEditResult {
   edits: InlineEdit[];
+}
+
+// The completer/prompt result: the prompt as the model read it (control tokens spelt out),
+// and the other files it showed, in its order, each saying why it is there.
+export interface PromptSection {
+  path: string; // "shop/transport.py"
+  why: string; // "Transport.fetch line 10: same name"
+}
+
+export interface PromptAnswer {
+  prompt: string;
+  sections: PromptSection[];
 }
 
 // The completer/stats result.
