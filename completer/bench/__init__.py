@@ -23,6 +23,11 @@ DISTILLED_MODES = ("draft:distilled", "hybrid:distilled")
 # The modes that draft with the draft model alone: a target named without a draft runs
 # none of them (auto's n-gram, workspace and copy drafting need no model).
 DRAFT_MODEL_MODES = ("draft", "hybrid", f"{LLAMA_SERVER}:draft", f"{LLAMA_SERVER}:draft-fim")
+# --pick: how inline holes are picked (completer.bench.holes says how).
+PICKS = ("random", "cross-file")
+# --with-context: the other files an inline prompt shows. The bench opens no documents, so
+# the open files' ring (prompt.cross_file_tokens) holds nothing: `ring` runs as `none`.
+WITH_CONTEXT = ("none", "ring", "definitions")
 
 
 def modes_to_run(asked: tuple[str, ...], distilled: bool, indexed: bool = True) -> tuple[str, ...]:

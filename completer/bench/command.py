@@ -22,12 +22,13 @@ from completer.bench import (DISTILLED_MODES, DRAFT_MODEL_MODES, LLAMA_SERVER_PE
                              report)
 from completer.bench.edit_holes import edit_holes_from_json, pick_edit_holes
 from completer.bench.edit_run import EDIT_MODES, EDIT_PEERS, EditBench, providers_line, summarize_edits
-from completer.bench.holes import holes_from_json, pick_holes
+from completer.bench.holes import holes_from_json, pick_by
 from completer.bench.keystrokes import replay_files
 from completer.bench.peers import PeerFailed
 from completer.bench.run import Bench, Settings, hidden_truth
 from completer.bench.server_run import BASELINE, SERVER, ServerBench, TeamServer, summarize
-from completer.config import Config, DraftingOptions, GenerationOptions, ModelOptions, NextEditOptions
+from completer.config import (Config, ContextOptions, DraftingOptions, GenerationOptions, ModelOptions,
+                              NextEditOptions, PromptOptions)
 from completer.decoders.server import ServerDecoder
 from completer.errors import ServerError
 from completer.loading import completer_over, load_distilled, load_pair, server_api
@@ -76,24 +77,57 @@ class BenchPlan:
     count: int = 40  # holes to pick (next edits)
     holes_file: Path | None = None  # an earlier report's holes to replay (next edits)
     edits: NextEditOptions = NextEditOptions()
+    with_context: str = "definitions"  # bench.WITH_CONTEXT: what other files the inline prompts show
 
 
-def holes_to_run(roots: list[Path], holes_file: Path | None, count: int, seed: int) -> list:
-    """The holes of an earlier report, or `count` new ones in the roots; BenchRefused
-    naming a hole no longer cut from its file as it is, before any model loads."""
+@dataclass(frozen=True)
+class Holes:
+    """The holes a run goes over, and how they were picked (None: replayed from a report)."""
+
+    holes: list
+    pick: str | None = None  # bench.PICKS
+    tried: int | None = None  # candidate holes tried
+
+    def json(self) -> dict:
+        return {"pick": self.pick, "candidates_tried": self.tried}
+
+    def line(self) -> str:
+        """How the holes were picked, and how many have cross-file identifiers."""
+        crossing = sum(1 for hole in self.holes if hole.cross_file)
+        how = (f"{self.pick} holes: {len(self.holes)} of {self.tried} candidates tried" if self.pick
+               else f"{len(self.holes)} holes replayed")
+        return f"{how}; {crossing} write an identifier another file of the repository defines (identifier match)"
+
+
+def context_config(with_context: str) -> tuple[ContextOptions, PromptOptions]:
+    """The context options of `with_context` (bench.WITH_CONTEXT), the rest at their defaults."""
+    definitions = ContextOptions().definitions_tokens if with_context == "definitions" else 0
+    ring = PromptOptions().cross_file_tokens if with_context == "ring" else 0
+    return ContextOptions(definitions_tokens=definitions), PromptOptions(cross_file_tokens=ring)
+
+
+def holes_to_run(roots: list[Path], holes_file: Path | None, count: int, seed: int, pick: str = "random") -> Holes:
+    """The holes of an earlier report, or `count` new ones in the roots picked by `pick`
+    (bench.PICKS); BenchRefused naming a hole no longer cut from its file as it is, before
+    any model loads."""
     try:
-        holes = holes_from_json(json.loads(holes_file.read_text())) if holes_file else pick_holes(roots, count, seed)
-        for hole in holes:
+        if holes_file:
+            holes = Holes(holes_from_json(json.loads(holes_file.read_text())))
+        else:
+            picked, tried = pick_by(pick, roots, count, seed)
+            holes = Holes(picked, pick, tried)
+        for hole in holes.holes:
             hidden_truth(hole)
     except ValueError as error:
         raise BenchRefused(str(error)) from None
     return holes
 
 
-def bench_local(terminal: Terminal, plan: BenchPlan, holes: list) -> None:
+def bench_local(terminal: Terminal, plan: BenchPlan, picked: Holes) -> None:
     """`bench` on the local engines, llama-server's configurations beside them: the
     table, its notes, the report (and with `typing` the typing replay, with `plot_path`
     the figure)."""
+    holes = picked.holes
     modes, models, drafting, max_tokens, temperature = (plan.modes, plan.models, plan.drafting, plan.max_tokens,
                                                           plan.temperature)
     llama_server = find(plan.llama_server_path)
@@ -101,15 +135,18 @@ def bench_local(terminal: Terminal, plan: BenchPlan, holes: list) -> None:
     asked = _without_a_draft(_chosen_modes(modes, llama_server, terminal.errors), pair.files, modes is not None,
                              terminal.errors)
     distilled = load_distilled(pair, models)
+    context, prompt = context_config(plan.with_context)
     config = Config(models=models, generation=GenerationOptions(max_tokens=max_tokens, temperature=temperature),
-                    drafting=drafting)
+                    drafting=drafting, context=context, prompt=prompt)
     settings = Settings(config, modes_to_run(asked, distilled is not None, drafting.index_mb > 0), plan.exact,
                         plan.copy_target)
     hole_roots = sorted({Path(h.root) for h in holes})
     with terminal.errors.status("indexing the workspace, measuring the verify cost, starting the peers"):
         runner = Bench(pair, settings, distilled, llama_server, hole_roots)
     notes = terminal.notes
-    notes.print(report.index_line(runner.index_stats), soft_wrap=True, highlight=False)
+    for line in (picked.line(), report.index_line(runner.index_stats),
+                 report.definitions_line(plan.with_context, runner.completer.repository.statistics())):
+        notes.print(line, soft_wrap=True, highlight=False)
     try:
         records = _run_holes(runner, holes, len(settings.modes), terminal.errors)
     finally:  # the peers' servers stop, also on Ctrl-C
@@ -117,12 +154,14 @@ def bench_local(terminal: Terminal, plan: BenchPlan, holes: list) -> None:
     summary = report.summarize(records, settings.modes, runner.engine.costs)
     copying = f"; drafts copy target, {plan.copy_target:g} of its tokens right" if plan.copy_target else ""
     terminal.show_table(summary, f"{len(holes)} holes in {', '.join(map(str, hole_roots))}; {max_tokens} tokens; "
-                                 f"T={temperature}; {report.model_files(pair.files)}"
+                                 f"T={temperature}; context: {plan.with_context}; {report.model_files(pair.files)}"
                                  f"{'; exact verification' if plan.exact else ''}{copying}")
     for line in report.notes(summary, records, plan.profile):
         notes.print(line, soft_wrap=True, highlight=False)
     result = report.document(runner, plan.seed, plan.roots, distilled.path if distilled else None, summary, holes,
                              records)
+    result["settings"] |= {"with_context": plan.with_context, **picked.json()}
+    result["definitions_index"] = runner.completer.repository.statistics()
     if plan.typing:
         _replay_typing(result, runner.pair, models, holes, terminal)
     plan.report_path.write_text(json.dumps(result, indent=1))
@@ -168,9 +207,10 @@ def bench_edits(terminal: Terminal, plan: BenchPlan) -> None:
     terminal.notes.print(f"every record: {plan.report_path}", soft_wrap=True)
 
 
-def bench_server(terminal: Terminal, models: ModelOptions, baseline_url: str | None, holes: list, max_tokens: int,
-                 temperature: float, report_path: Path) -> None:
+def bench_server(terminal: Terminal, models: ModelOptions, baseline_url: str | None, picked: Holes, max_tokens: int,
+                 temperature: float, report_path: Path, with_context: str = "definitions") -> None:
     """`bench --decoder llama-server`: the holes on the server, and on the baseline server when given."""
+    holes = picked.holes
     try:
         decoder = ServerDecoder(server_api(models, os.environ))
     except ServerError as error:  # no URL, a key's variable unset, a key to send unsafely
@@ -179,17 +219,23 @@ def bench_server(terminal: Terminal, models: ModelOptions, baseline_url: str | N
     if model is None:
         raise PeerFailed(decoder.warning)
     rows = {SERVER: TeamServer(decoder.url), **({BASELINE: TeamServer(baseline_url)} if baseline_url else {})}
-    runner = ServerBench(completer_over(decoder, Config(models=models)), decoder.connect(), rows, max_tokens,
-                         temperature)
+    context, prompt = context_config(with_context)
+    completer = completer_over(decoder, Config(models=models, context=context, prompt=prompt),
+                               sorted({Path(h.root) for h in holes}))
+    completer.repository.build()
+    runner = ServerBench(completer, decoder.connect(), rows, max_tokens, temperature)
+    terminal.notes.print(picked.line(), soft_wrap=True, highlight=False)
     records = _run_holes(runner, holes, len(rows), terminal.errors)
     summary = summarize(records, runner.modes)
-    terminal.show_table(summary, f"{len(holes)} holes; {max_tokens} tokens; T={temperature}; {model.summary()} at "
-                                 f"{decoder.url}" + (f"; baseline {baseline_url}" if baseline_url else ""))
+    terminal.show_table(summary, f"{len(holes)} holes; {max_tokens} tokens; T={temperature}; context: {with_context}; "
+                                 f"{model.summary()} at {decoder.url}"
+                                 + (f"; baseline {baseline_url}" if baseline_url else ""))
     for line in report.failures(summary):
         terminal.notes.print(line, soft_wrap=True, highlight=False)
     report_path.write_text(json.dumps({"server": decoder.url, "model": model.summary(),
-                                       "baseline": baseline_url, "summary": summary,
-                                       "holes": [hole.to_json() for hole in holes], "records": records}, indent=1))
+                                       "baseline": baseline_url, "with_context": with_context, **picked.json(),
+                                       "summary": summary, "holes": [hole.to_json() for hole in holes],
+                                       "records": records}, indent=1))
 
 
 def _chosen_modes(modes: str | None, llama_server: Path | None, errors: Console,

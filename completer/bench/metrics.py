@@ -7,7 +7,9 @@ A record is one mode on one hole:
      "rounds": [[provider or null, k, match length, predicted tokens, tokens made], ...],
      "identical": bool, "near_tie": bool,
      "parting_gap": where greedy output parted from target's, target's logit of its
-     token less its logit of this mode's, "shown": post-processed text}
+     token less its logit of this mode's, "shown": post-processed text,
+     "cross_file": the hole's cross-file identifiers, "cross_file_written": those of
+     them the shown text writes}
 """
 
 import difflib
@@ -15,6 +17,7 @@ import statistics
 
 import numpy as np
 
+from completer.bench.holes import written_names
 from completer.engine.tuning import CostModel, match_bucket
 
 
@@ -37,6 +40,31 @@ def compared(text: str, kind: str) -> str:
     if kind == "block":
         return text
     return next((line for line in text.split("\n") if line.strip()), "")
+
+
+def judged(text: str, kind: str) -> str:
+    """What of a completion a hole of `kind` is judged on, as it stands at the cursor: all
+    of it for blocks, up to the end of its first non-empty line for line holes."""
+    if kind == "block":
+        return text
+    first = next((i for i, line in enumerate(text.split("\n")) if line.strip()), 0)
+    return "\n".join(text.split("\n")[: first + 1])
+
+
+def cross_file_written(names: tuple[str, ...] | list[str], before: str, shown: str, after: str, kind: str,
+                       language: str) -> list[str]:
+    """The hole's cross-file identifiers `names` that the completion writes as identifiers
+    (not inside a string or comment, not as part of a longer name), set in the file
+    between `before` and `after`."""
+    written = set(written_names(before, judged(shown, kind), after, language)) if names else set()
+    return [name for name in names if name in written]
+
+
+def identifier_match(records: list[dict]) -> float | None:
+    """The mean, over the holes with cross-file identifiers, of the share of them the
+    completion writes (CrossCodeEval's identifier match); None when no hole has any."""
+    shares = [len(r["cross_file_written"]) / len(r["cross_file"]) for r in records if r.get("cross_file")]
+    return statistics.mean(shares) if shares else None
 
 
 def edit_similarity(shown: str, truth: str) -> float:
@@ -91,6 +119,8 @@ def summarize_mode(target: list[dict], mode: list[dict], costs: CostModel | None
         "exact_match": sum(exact_first_line(r["shown"], r["truth"]) for r in mode) / len(mode),
         "edit_similarity": statistics.mean(edit_similarity(compared(r["shown"], r["kind"]),
                                                            compared(r["truth"], r["kind"])) for r in mode),
+        "identifier_match": identifier_match(mode),
+        "identifier_holes": sum(1 for r in mode if r.get("cross_file")),
         "projected_free_verify_speedup": None,
         # Per target pass (our modes): llama_decode, copying logits out, and the rest.
         "decode_ms_per_pass": sum(r["decode_ms"] for r in mode) / passes if profiled else None,

@@ -91,6 +91,16 @@ def index_line(index: IndexStats) -> str:
             f"{index.build_s:.1f} s; auto drafts from it, auto:no-index from the document alone")
 
 
+def definitions_line(with_context: str, index: dict) -> str:
+    """What the prompts showed of other files (--with-context), and the definitions index."""
+    if with_context != "definitions":
+        return f"context: {with_context}: no definitions in the prompts (the bench opens no files: no ring chunks)"
+    return (f"context: definitions: the definitions index holds {index['definitions']:,} definitions of "
+            f"{index['definitions_files']} files, {index['definitions_mb']} MB, built in "
+            f"{index['definitions_build_ms'] / 1000:.1f} s; a prompt shows those the code before the cursor calls, "
+            "outside the hole's file")
+
+
 def by_kind(records: list[dict]) -> list[str]:
     """Per mode that drafts, acceptance and tokens per target pass for each kind of hole."""
     lines = ["per hole kind (acceptance, tokens per target pass):"]
@@ -173,15 +183,16 @@ COLUMNS = [("tok/s", "tokens_per_s", "1"), ("wall tok/s", "wall_tokens_per_s", "
            ("accept", "acceptance_rate", "2"), ("tok/pass", "tokens_per_pass", "2"),
            ("E pred", "predicted_tokens_per_pass", "2"), ("E meas", "measured_tokens_per_round", "2"),
            ("identical", "identical_rate", "%"), ("ties", "near_tie_flips", "n"), ("other", "other_differences", "n"),
-           ("exact", "exact_match", "%"), ("edit sim", "edit_similarity", "2"),
+           ("exact", "exact_match", "%"), ("edit sim", "edit_similarity", "2"), ("ident", "identifier_match", "%"),
            ("free verify*", "projected_free_verify_speedup", "x")]
-TABLE_WIDTH = 200  # columns the table needs; a narrower console would fold every cell
+TABLE_WIDTH = 208  # columns the table needs; a narrower console would fold every cell
 
 
 # `bench --edits`: a suggestion is judged whole (its edits make the commit's file, or it
 # suggests no edit); prediction E and edit similarity do not apply to it.
 EDIT_COLUMNS = [column for column in COLUMNS if column[1] not in ("wall_tokens_per_s", "predicted_tokens_per_pass",
-                                                                 "measured_tokens_per_round", "edit_similarity")]
+                                                                 "measured_tokens_per_round", "edit_similarity",
+                                                                 "identifier_match")]
 EDIT_COLUMNS.insert(EDIT_COLUMNS.index(("exact", "exact_match", "%")) + 1, ("no edit", "no_edit_rate", "%"))
 
 
@@ -229,7 +240,9 @@ FOOTNOTE = ("* projection, not a measurement: the same rounds if a verify pass c
             "speedups. pred E: the Leviathan formula's tokens per round from the estimated acceptance; meas E: "
             "what the rounds made. identical: same tokens as target; ties: differences that start where the two "
             "tokens nearly tie in target's logits (numerics; none with --exact), other: the rest. "
-            "exact: first line equal to the file's; edit sim: similarity to the file's text.")
+            "exact: first line equal to the file's; edit sim: similarity to the file's text; ident: of the "
+            "identifiers the file's text writes that another file defines (cross-file), the share the completion "
+            "writes, per hole with any.")
 EDIT_FOOTNOTE = ("* projection, not a measurement: the same rounds if a verify pass cost one decode step, as for a "
                  "memory-bound target on a GPU. speedup: tokens/s over target's on the same rewrite (every mode makes "
                  "target's tokens); median: of per-edit speedups; p50/p95 ms: one suggestion, its prompt cached. "

@@ -1,12 +1,17 @@
 """Running the modes side by side on holes.
 
+    the repositories' definitions index built first (--with-context definitions), as
+    an editor's Completer builds its workspace's
     for each hole, modes in an order rotated per hole (machine drift hits all alike):
         prompt = the session's prompt for the file with the hole's truth taken out (the
-                 same for every mode; no healing, which the peer cannot do); prefilled
+                 same for every mode; no healing, which the peer cannot do), with the
+                 definitions of other files the code before the cursor calls (never the
+                 hole's own file's: the index read it with the truth in it); prefilled
                  outside the timing
         time `max_tokens` new tokens, no early stop, so every mode makes the same work
         shown = the post-processed text, compared with the hole's truth (its first line
-                for line holes, all of it for blocks)
+                for line holes, all of it for blocks), and the hole's cross-file
+                identifiers it writes
         identical to target's tokens? where not (at T=0), the gap between the two
         tokens that parted, in target's own logits there, says whether it is a near
         tie (numerics) or not; with --exact (one token per target decode) every
@@ -22,14 +27,17 @@ under the table says why.
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
 from completer.bench import MODES, NO_INDEX, PEER, PEERS
 from completer.bench.holes import Hole
+from completer.bench.metrics import cross_file_written
 from completer.bench.peers import LlamaServer, PeerFailed, PromptLookupPeer, Untimed
 from completer.config import Config
 from completer.decoders.local import LocalDecoder
+from completer.editor.inline import PromptContext
 from completer.editor.postprocess import CursorContext, postprocess
 from completer.engine.drafts import CopyDrafter
 from completer.engine.generation import Engine, GenerationRequest, generate
@@ -99,6 +107,23 @@ def llama_threads(engine: Engine) -> list[int]:
     return [sequence.context.n_threads for sequence in engine.sequences]
 
 
+class HolePrompt(NamedTuple):
+    """A hole's prompt, and what judging a completion there needs."""
+
+    tokens: list[int]
+    cursor: CursorContext
+    request: CompletionRequest  # the file with the truth taken out, the cursor where it was
+    context: PromptContext  # the other files the prompt shows
+
+    def record(self, hole: Hole, shown: str) -> dict:
+        """The hole's part of a mode's record: the context files shown, the hole's
+        cross-file identifiers and those of them `shown` writes."""
+        text, cursor = self.request.text, self.request.cursor
+        written = cross_file_written(hole.cross_file, text[:cursor], shown, text[cursor:], hole.kind, hole.language)
+        return {"context": [file.path for file in self.context.files()], "cross_file": list(hole.cross_file),
+                "cross_file_written": written}
+
+
 def hidden_truth(hole: Hole) -> tuple[CompletionRequest, str]:
     """The request at the hole, its truth taken out of the file, and the cursor's line before it."""
     where = f"the hole at {hole.file} line {hole.line + 1} column {hole.column + 1}"
@@ -110,7 +135,10 @@ def hidden_truth(hole: Hole) -> tuple[CompletionRequest, str]:
     if not text.startswith(hole.truth, offset):
         raise ValueError(f"{where}: the file changed since its holes were picked; pick new ones")
     hidden = text[:offset] + text[offset + len(hole.truth):]
-    request = CompletionRequest(str(hole.path), hole.file, hidden, offset, hole.language)
+    # Its path whole, as an editor's is: the workspace's checks, and the definitions index's
+    # lookup that leaves out the hole's own file (read from the disk with the truth in it),
+    # take it as it is; the prompt's header names it relative to the workspace.
+    request = CompletionRequest(str(hole.path), str(hole.path), hidden, offset, hole.language)
     return request, hidden[hidden.rfind("\n", 0, offset) + 1 : offset]
 
 
@@ -128,7 +156,9 @@ class Bench:
         self.engine, self.pair = engine_for(pair, config, settings.exact)
         self.model = self.pair.target
         decoder = LocalDecoder(self.engine)
-        self.completer = completer_over(decoder, config)  # its prompts, as the editor gets them
+        # Its prompts, as the editor gets them over the holes' repositories as its workspace.
+        self.completer = completer_over(decoder, config, roots)
+        self.completer.repository.build()  # with context.definitions_tokens (--with-context definitions)
         self.prompt_model = decoder.connect()
         self.index = decoder.index  # n-gram lookup drafts from it
         self.index_stats = IndexStats()
@@ -173,11 +203,11 @@ class Bench:
             peer.close()
         self.peers.clear()
 
-    def prompt(self, hole: Hole) -> tuple[list[int], CursorContext]:
-        """The prompt for the file with the hole's truth taken out, and the cursor's context."""
+    def prompt(self, hole: Hole) -> HolePrompt:
+        """The prompt for the file with the hole's truth taken out."""
         request, line_before = hidden_truth(hole)
         fitted = self.completer.inline.prompt(request, self.prompt_model)
-        return fitted.prompt, CursorContext(line_before, fitted.suffix)
+        return HolePrompt(fitted.prompt, CursorContext(line_before, fitted.suffix), request, fitted.context)
 
     def run_hole(self, index: int, hole: Hole) -> list[dict]:
         """Every mode on one hole: one record per mode."""
@@ -188,7 +218,8 @@ class Bench:
             self.index.show(str(hole.path))
 
     def _run_modes(self, index: int, hole: Hole) -> list[dict]:
-        prompt, cursor = self.prompt(hole)
+        asked = self.prompt(hole)
+        prompt = asked.tokens
         modes = list(self.settings.modes)
         order = modes[index % len(modes):] + modes[: index % len(modes)]
         copied = self.settings.copy_target
@@ -199,7 +230,8 @@ class Bench:
             copy_from = (target_copy(records["target"]["tokens"], copied, len(prompt)) if copied and mode != "target"
                          else None)
             records[mode], chosen[mode] = self._run_mode(mode, index, hole, prompt, copy_from)
-            records[mode]["shown"] = postprocess(self.model.detokenize(records[mode]["tokens"]), cursor)
+            records[mode]["shown"] = shown = postprocess(self.model.detokenize(records[mode]["tokens"]), asked.cursor)
+            records[mode] |= asked.record(hole, shown)
         self.judge_differences(records, chosen, prompt, self.settings.config.generation.max_tokens)
         return [records[mode] for mode in modes]
 

@@ -17,7 +17,7 @@
 from completer.bench.holes import Hole
 from completer.bench.metrics import summarize_timed
 from completer.bench.peers import ServerPeer, Untimed
-from completer.bench.run import hidden_truth
+from completer.bench.run import HolePrompt, hidden_truth
 from completer.decoders.decoder import DecoderModel
 from completer.editor.completer import Completer
 from completer.editor.postprocess import CursorContext, postprocess
@@ -41,13 +41,14 @@ class ServerBench:
     def modes(self) -> tuple[str, ...]:
         return tuple(self.rows)
 
-    def prompt(self, hole: Hole) -> tuple[list[int], CursorContext]:
+    def prompt(self, hole: Hole) -> HolePrompt:
         request, line_before = hidden_truth(hole)
         fitted = self.completer.inline.prompt(request, self.model)
-        return fitted.prompt, CursorContext(line_before, fitted.suffix)
+        return HolePrompt(fitted.prompt, CursorContext(line_before, fitted.suffix), request, fitted.context)
 
     def run_hole(self, index: int, hole: Hole) -> list[dict]:
-        prompt, cursor = self.prompt(hole)
+        asked = self.prompt(hole)
+        prompt = asked.tokens
         modes = list(self.modes)
         records = {}
         for mode in modes[index % len(modes):] + modes[: index % len(modes)]:
@@ -59,9 +60,10 @@ class ServerBench:
             except Untimed as error:  # this hole is left out of the row
                 records[mode] = {**base, "tokens": [], "untimed": str(error), "shown": ""}
                 continue
+            shown = postprocess(self.rows[mode].detokenize(result.tokens), asked.cursor)
             records[mode] = {**base, "tokens": result.tokens, "ms": result.ms, "wall_ms": result.wall_ms,
-                             "drafted": result.drafted, "accepted": result.accepted,
-                             "shown": postprocess(self.rows[mode].detokenize(result.tokens), cursor)}
+                             "drafted": result.drafted, "accepted": result.accepted, "shown": shown,
+                             **asked.record(hole, shown)}
         baseline = records.get(BASELINE, records[SERVER])
         for record in records.values():
             record["identical"] = record["tokens"] == baseline["tokens"]

@@ -11,7 +11,7 @@ from rich.console import Console
 
 from completer.bench import NO_INDEX
 from completer.bench import report as bench_report
-from completer.bench.command import _chosen_modes
+from completer.bench.command import _chosen_modes, context_config
 from completer.bench.holes import Hole, holes_from_json, is_code, pick_holes
 from completer.bench.metrics import (compared, edit_similarity, exact_first_line, figures_by_kind, rounds_by_match,
                                      summarize_mode)
@@ -57,6 +57,82 @@ def repository(tmp_path):
     (root / ".gitignore").write_text("pkg/ignored.py\n")
     subprocess.run(["git", "init", "-q", str(root)], check=True)
     return root
+
+
+# A repository whose app.py calls convert_length, defined in units.py alone. TRUTH's line
+# calls total_of, whose definition holds TRUTH: the definitions index, read from the disk,
+# holds app.py with it, and the cursor's code names total_of.
+TRUTH = "return convert_length(sum(items), factor=31337)"
+UNITS = '''def convert_length(value, factor=3):
+    """A length in another unit."""
+    return value * factor
+'''
+APP = "from pkg.units import convert_length\n\n\n" + "\n\n".join(
+    f"def measure_{i}(total):\n    return convert_length(total + {i}, factor={i})\n" for i in range(8)) + f"""
+
+def total_of(items):
+    if not items:
+        return total_of([0])
+    {TRUTH}
+"""
+
+
+@pytest.fixture
+def crossing(tmp_path):
+    root = tmp_path / "crossing"
+    for name, text in (("pkg/units.py", UNITS), ("pkg/app.py", APP)):
+        (root / name).parent.mkdir(parents=True, exist_ok=True)
+        (root / name).write_text(text)
+    subprocess.run(["git", "init", "-q", str(root)], check=True)
+    return root
+
+
+def test_a_holes_own_file_never_reaches_its_prompt_and_another_files_definitions_do(crossing, smol, target, draft):
+    lines = APP.split("\n")
+    line = next(i for i, text in enumerate(lines) if TRUTH in text)
+    hole = Hole(str(crossing.resolve()), "pkg/app.py", "py", "rest of line", line, 4, TRUTH, ("convert_length",))
+    shown = {}
+    for with_context in ("definitions", "none"):
+        context, prompt = context_config(with_context)
+        config = Config(models=ModelOptions(preset="smol"), generation=GenerationOptions(max_tokens=4),
+                        context=context, prompt=prompt)
+        runner = Bench(Pair(smol, target, draft), Settings(config, ("target",)), roots=[crossing.resolve()])
+        asked = runner.prompt(hole)
+        text = target.detokenize(asked.tokens)
+        assert "31337" not in text  # neither in the file's text nor in a definition of it
+        shown[with_context] = [file.path for file in asked.context.files()]
+        assert ("def convert_length(value, factor=3):" in text) == (with_context == "definitions")
+    assert shown == {"definitions": ["pkg/units.py"], "none": []}
+
+
+@pytest.mark.slow  # two real benches
+def test_cross_file_holes_run_with_definitions_and_without_and_report_identifier_match(crossing, smol_cache,
+                                                                                          tmp_path):
+    env = {"COMPLETER_CACHE_DIR": str(smol_cache)}
+    runs = {}
+    for with_context in ("definitions", "none"):
+        out = tmp_path / f"{with_context}.json"
+        result = run_completer("bench", str(crossing), "--preset", "smol", "--pick", "cross-file", "--with-context",
+                               with_context, "--n", "2", "--max-tokens", "6", "--modes", "target,ngram",
+                               "--threads", str(THREADS), "--report", str(out), env=env, timeout=600)
+        assert result.returncode == 0, result.stderr
+        assert "cross-file holes: 2 of " in result.stdout and "ident" in result.stdout
+        runs[with_context] = json.loads(out.read_text())
+    with_definitions, without = runs["definitions"], runs["none"]
+    assert with_definitions["holes"] == without["holes"]  # same seed, same holes
+    assert all(hole["cross_file"] for hole in without["holes"])
+    for report in runs.values():
+        for entry in report["summary"].values():
+            assert 0 <= entry["identifier_match"] <= 1 and entry["identifier_holes"] == 2
+        assert report["settings"]["pick"] == "cross-file" and report["settings"]["candidates_tried"] >= 2
+    assert all(record["context"] == [] for record in without["records"])
+    contexts = [record["context"] for record in with_definitions["records"]]
+    assert ["pkg/units.py"] in contexts
+    assert not any(hole["file"] in record["context"] for hole in with_definitions["holes"]
+                   for record in with_definitions["records"])
+    assert (with_definitions["settings"]["with_context"], without["settings"]["with_context"]) == (
+        "definitions", "none")
+    assert with_definitions["definitions_index"]["definitions_files"] == 2
 
 
 def test_holes_are_the_same_for_a_seed_and_only_in_code_of_kept_files(repository):
