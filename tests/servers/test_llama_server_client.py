@@ -241,7 +241,7 @@ def test_a_prompt_the_server_finds_too_long_is_sent_again_shorter_and_the_server
     text = "# " + "数据处理与分析" * 400 + "\n\n\ndef mean(values):\n    return "
     model = completer.decoder.connect()
     assert model.context_tokens == 2048  # llama-server's context per slot, from /v1/models
-    assert completer.prompt(CompletionRequest("a.py", "a.py", text, len(text)), model)[1] < 2048  # as estimated
+    assert completer.inline.prompt(CompletionRequest("a.py", "a.py", text, len(text)), model).length < 2048  # as estimated
     completion = completer.complete(CompletionRequest("a.py", "a.py", text, len(text)))
     assert completion.source == Source.MODEL and completion.result.tokens_evaluated > 0
     assert not completion.warning and not completer.stats().server_error
