@@ -6,6 +6,7 @@ what it makes of the answer, can be checked on a text chosen to the character.""
 
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from llama_server_process import free_port
@@ -15,6 +16,8 @@ class ScriptedServer:
     def __init__(self):
         self.answer = ""  # what the model writes after any prompt
         self.ends = False  # the answer ends with the model's end-of-generation token (finish_reason "stop")
+        self.pace_s = 0.0  # between two events, as a model's steps space them
+        self.extra: dict = {}  # more of the usage event (llama-server's timings)
         self.prompts: list[str] = []
         self.stops: list[list[str]] = []
         self.port = free_port()
@@ -61,10 +64,12 @@ class ScriptedServer:
         events = [{"choices": [{"index": 0, "text": text[i:i + 3], "finish_reason": None}]}
                   for i in range(0, len(text), 3)]
         events += [{"choices": [{"index": 0, "text": "", "finish_reason": finish}]},
-                   {"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": len(text) // 3}}]
+                   {"choices": [], "usage": {"prompt_tokens": 10, "completion_tokens": len(text) // 3}, **self.extra}]
         try:
             for event in events:
                 handler.wfile.write(f"data: {json.dumps(event)}\n\n".encode())
+                handler.wfile.flush()
+                time.sleep(self.pace_s)
             handler.wfile.write(b"data: [DONE]\n\n")
         except (BrokenPipeError, ConnectionResetError):  # the client had what it needed, and closed
             pass

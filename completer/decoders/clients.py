@@ -22,6 +22,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 from urllib.parse import urlsplit
 
 from completer.config import ModelOptions
@@ -110,6 +111,29 @@ class EventFormat:
 
 
 STREAM_END: dict = {}  # OpenAI's `[DONE]`, as _event reads it
+
+
+class Streamed(NamedTuple):
+    """A stream as HttpClient._stream read it."""
+
+    text: str  # each event's joined
+    events: list[dict]
+    ended: str | None  # "cancelled", "done", "time" or "max_tokens" when stopped here; None when the server ended it
+    # Seconds on this machine's monotonic clock: the request sent, its first event with
+    # text, its last: what a server that sends no timings of its own (vLLM) is timed by.
+    sent_s: float = 0.0
+    first_s: float = 0.0
+    last_s: float = 0.0
+
+    def timings(self, prompt_n: int, predicted_n: int) -> dict[str, float]:
+        """llama-server's timings, as measured here: prompt_ms up to the first text (the
+        prompt's evaluation, and the network's round trip), predicted_ms from it to the
+        last, and the tokens after the first a second over that time."""
+        predicted_ms = max(0.0, self.last_s - self.first_s) * 1000
+        return {"prompt_n": prompt_n, "predicted_n": predicted_n,
+                "prompt_ms": max(0.0, self.first_s - self.sent_s) * 1000 if self.first_s else 0.0,
+                "predicted_ms": predicted_ms,
+                "predicted_per_second": (predicted_n - 1) * 1000 / predicted_ms if predicted_ms else 0.0}
 
 
 class _Allowance:
@@ -273,23 +297,22 @@ class HttpClient:
             exchange.close()
 
     def _stream(self, path: str, body: dict, form: EventFormat, max_tokens: int, cancel: threading.Event | None,
-                done: Callable[[str], bool] | None, time_budget_ms: float = 0
-                ) -> tuple[str, list[dict], str | None]:
-        """POST `body` and read its stream of events in `form`: (the text, each event's
-        joined; the events; "cancelled", "done", "time" or "max_tokens" when it was
-        stopped here, None when the server ended it). It stops when `cancel` is set (at
+                done: Callable[[str], bool] | None, time_budget_ms: float = 0) -> Streamed:
+        """POST `body` and read its stream of events in `form` (Streamed: its text, its
+        events, why it was stopped here, when each part came). It stops when `cancel` is set (at
         once for a CancelFlag, else at the next event), when `done` says the text is
         complete, with `time_budget_ms` at the first line end past it (llama.vim's
         t_max_predict_ms), and at an event past what `max_tokens` lets come (_Allowance:
         that event left out). Closing the stream is how the server learns the request is gone."""
+        sent_s = time.monotonic()
         try:
             exchange = self._open("POST", path, body, cancel)
         except Cancelled:
-            return "", [], StopReason.CANCELLED
+            return Streamed("", [], StopReason.CANCELLED)
         text: list[str] = []
         events: list[dict] = []
         ended = None
-        first_at = 0.0
+        first_at = last_at = 0.0
         allowance = _Allowance(max_tokens)
         try:
             while line := exchange.response.readline(MAX_LINE_BYTES + 1):
@@ -308,10 +331,12 @@ class HttpClient:
                     break
                 events.append(event)
                 text.append(piece := form.text(event))
+                if piece:
+                    last_at = time.monotonic()
+                    first_at = first_at or last_at  # the budget leaves prompt evaluation out
                 if done is not None and done("".join(text)):
                     ended = StopReason.DONE
                     break
-                first_at = first_at or time.monotonic()  # the budget leaves prompt evaluation out
                 if time_budget_ms and "\n" in piece and time.monotonic() - first_at > time_budget_ms / 1000:
                     ended = StopReason.TIME
                     break
@@ -321,10 +346,10 @@ class HttpClient:
         finally:
             exchange.close()
         if cancel is not None and cancel.is_set():
-            return "".join(text), events, StopReason.CANCELLED
-        if exchange.watch.expired and ended is None:  # the deadline shut the socket: the read saw its end
+            ended = StopReason.CANCELLED
+        elif exchange.watch.expired and ended is None:  # the deadline shut the socket: the read saw its end
             raise self._failure(f"{self.url}{path} broke off", TimeoutError(), cancel, exchange.watch)
-        return "".join(text), events, ended
+        return Streamed("".join(text), events, ended, sent_s, first_at, last_at)
 
     def _event(self, line: bytes, path: str) -> dict | None:
         """A stream's line as its event: None for a line that is none (a blank, a comment),
@@ -432,7 +457,7 @@ class LlamaServerClient(HttpClient):
         only evaluates the prompt into the slot's cache (llama-server makes one token)."""
         body = completion_body(prompt, max_tokens, slot, stop, sampling.temperature, sampling.top_k, sampling.top_p,
                                time_budget_ms)
-        text, events, ended = self._stream("/completion", body, LLAMA_EVENTS, max_tokens, cancel, done)
+        text, events, ended, *_ = self._stream("/completion", body, LLAMA_EVENTS, max_tokens, cancel, done)
         try:
             return self._generation(text, events, ended, max_tokens, slot)
         except (TypeError, ValueError, AttributeError):
@@ -510,14 +535,17 @@ class OpenAIClient(HttpClient):
             body["top_k"] = sampling.top_k
         if sampling.temperature > 0:  # llama-server's, for the local engine's order (vLLM's own is that order already)
             body["samplers"] = SAMPLERS
-        text, events, ended = self._stream("/v1/completions", body, OPENAI_EVENTS, max_tokens, cancel, done,
-                                           time_budget_ms)
+        streamed = self._stream("/v1/completions", body, OPENAI_EVENTS, max_tokens, cancel, done, time_budget_ms)
         try:
-            return self._generation(text, events, ended)
+            return self._generation(streamed)
         except (TypeError, ValueError, AttributeError):
             raise ServerError(f"{self.url}/v1/completions sent events unlike an OpenAI-compatible server's") from None
 
-    def _generation(self, text: str, events: list[dict], ended: str | None) -> RemoteGeneration:
+    def _generation(self, streamed: Streamed) -> RemoteGeneration:
+        """The answer, with the server's counts: its usage (the event after the last
+        choice), and llama-server's timings; a server that sends none (vLLM) is timed from
+        the stream here. A stream stopped here has no usage, and no counts."""
+        text, events, ended = streamed.text, streamed.events, streamed.ended
         if ended:
             return RemoteGeneration(text, [], ended, 0, 0)
         finish = next((choice["finish_reason"] for event in events for choice in event.get("choices", [])
@@ -527,8 +555,8 @@ class OpenAIClient(HttpClient):
         usage = next((event["usage"] for event in reversed(events) if event.get("usage")), {})
         cached = int((usage.get("prompt_tokens_details") or {}).get("cached_tokens") or 0)
         evaluated = int(usage.get("prompt_tokens", 0)) - cached
-        timings = next((event["timings"] for event in reversed(events) if event.get("timings")), None) or {
-            "prompt_n": evaluated, "predicted_n": int(usage.get("completion_tokens", 0))}
+        timings = next((event["timings"] for event in reversed(events) if event.get("timings")), None) or \
+            streamed.timings(evaluated, int(usage.get("completion_tokens", 0)))
         stop_reason = StopReason.MAX_TOKENS if finish == "length" else StopReason.STOP
         return RemoteGeneration(text, [], stop_reason, cached, evaluated, timings)
 
