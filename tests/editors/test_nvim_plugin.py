@@ -349,7 +349,7 @@ def help_tags(text: str) -> set[str]:
 def test_every_command_and_highlight_group_is_documented():
     commands = user_commands(MODULE.read_text())
     groups = [group for path in MODULE.parent.glob("*.lua") for group in highlight_groups(path.read_text())]
-    assert sorted(commands) == ["CompleterNextEdit", "CompleterStats", "CompleterToggle"]
+    assert sorted(commands) == ["CompleterNextEdit", "CompleterStats", "CompleterToggle", "CompleterWhy"]
     assert sorted(groups) == ["CompleterGhost", "CompleterNextEditDelete", "CompleterNextEditInsert"]
     tags = help_tags(HELP.read_text())
     assert {f":{command}" for command in commands} | set(groups) <= tags

@@ -8,6 +8,7 @@
 -- built-in vim.lsp.inline_completion draws the suggestions; on 0.11, lua/completer/
 -- ghost.lua does. lua/completer/next_edit.lua shows next edits on both. Either way the
 -- keys below accept or dismiss them, and do what they did before when nothing is shown.
+-- :CompleterWhy shows what the last suggestion's prompt showed (lua/completer/why.lua).
 --
 -- Options (every one optional; each meaning is `:help completer-options`' own words,
 -- and tests/editors/test_nvim_plugin.py checks that this list, `defaults` below and
@@ -82,12 +83,14 @@
 
 local ghost = require("completer.ghost")
 local next_edit = require("completer.next_edit")
+local why = require("completer.why")
 
 local M = {}
 
 local NAME = "completer" -- the LSP config name, and the server's
 local STATS = "completer/stats"
 local WARM = "completer/warm"
+local PROMPT = "completer/prompt"
 
 -- The server's machine-level options (completer/config.py) and its flag for each: where
 -- code and keys go, which model files load, which files are never read. A project's files must not choose them, so
@@ -491,11 +494,19 @@ function M.statusline()
     math.floor(value.draft_acceptance_rate * 100 + 0.5), value.tokens_per_second)
 end
 
---- :CompleterStats: the server's counters, one per line.
-function M.show_stats()
+--- Our client, or nil when the server is not running, which the user is told, with why.
+local function running_client()
   local client = our_client()
   if not client then
     notify("the server is not running" .. (M.failure and ": " .. M.failure or ""), vim.log.levels.WARN)
+  end
+  return client
+end
+
+--- :CompleterStats: the server's counters, one per line.
+function M.show_stats()
+  local client = running_client()
+  if not client then
     return
   end
   ask_stats(client, function(err, result)
@@ -565,6 +576,27 @@ function M.request_next_edit()
   else
     next_edit.request(buf)
   end
+end
+
+--- :CompleterWhy: what the prompt of the current buffer's last decoded completion showed,
+--- and why, in a scratch buffer (completer.why); a message when there was none yet.
+function M.why()
+  local client = running_client()
+  if not client then
+    return
+  end
+  local buf = vim.api.nvim_get_current_buf()
+  local name = vim.api.nvim_buf_get_name(buf)
+  local path = client.root_dir and vim.fs.relpath(client.root_dir, name) or vim.fn.fnamemodify(name, ":~:.")
+  client:request(PROMPT, { uri = vim.uri_from_bufnr(buf) }, function(err, answer)
+    if err then
+      notify(PROMPT .. " failed: " .. err.message, vim.log.levels.ERROR)
+    elseif type(answer) ~= "table" then
+      notify("no completion has been decoded in this document yet", vim.log.levels.INFO)
+    else
+      why.show(why.lines(path, answer))
+    end
+  end, buf)
 end
 
 ------------------------------------------------------------------------------
@@ -637,6 +669,8 @@ function M.setup(opts)
   end, { bang = true, desc = "completer: suggestions on/off for this filetype (with !: everywhere)" })
   vim.api.nvim_create_user_command("CompleterNextEdit", M.request_next_edit,
     { desc = "completer: ask for a next edit at the cursor" })
+  vim.api.nvim_create_user_command("CompleterWhy", M.why,
+    { desc = "completer: what the prompt of this buffer's last suggestion showed, and why" })
 
   if vim.fn.has("nvim-0.11") == 0 then
     M.failure = "Neovim 0.11 or newer is needed (vim.lsp.config)"
