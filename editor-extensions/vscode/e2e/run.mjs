@@ -1,15 +1,15 @@
 // A real VS Code (code-server) in a real browser (headless Chromium), with the built
 // .vsix installed and the real server behind it: open a Python file, type, wait for the
 // inline suggestion's ghost text, take a screenshot, show the next candidate (Alt+]) and
-// the first again (Alt+[), accept it with Tab and read the file back from disk; turn the
-// language's suggestions off and on again (completer: Toggle Suggestions for This
-// Language). Then the next edit: in EDIT_FILE, type the start of an edit, wait
-// for the suggestion's decorations, move away, Tab back to it, Tab to apply it, undo it,
-// and Escape the next one; read the statistics. Then in FILE, open the suggest widget on the
+// the first again (Alt+[), accept it with Tab and read the file back from disk; show the
+// prompt behind it (completer: Why This Suggestion); turn the language's suggestions off
+// and on again (completer: Toggle Suggestions for This Language). Then the next edit: in
+// EDIT_FILE, type the start of an edit, wait for the suggestion's decorations, move away,
+// Tab back to it, Tab to apply it, undo it, and Escape the next one; read the statistics. Then in FILE, open the suggest widget on the
 // start of a word and Tab its item. Then point a setting at a missing model
 // and wait for the error notification. Writes result.json, vscode-inline-suggestion.png,
-// vscode-candidates.png, vscode-accepted.png, vscode-next-edit.png, vscode-suggest-widget.png,
-// vscode-load-error.png and code-server.log
+// vscode-candidates.png, vscode-accepted.png, vscode-why.png, vscode-next-edit.png,
+// vscode-suggest-widget.png, vscode-load-error.png and code-server.log
 // to ARTIFACTS. Run by tests/editors/test_vscode.py, which prepares the workspace and checks the
 // result.
 //
@@ -143,6 +143,26 @@ async function toEditorEnd(page) {
   await page.keyboard.press("Control+End");
 }
 
+// completer: Why This Suggestion, after a completion in FILE: its view opens beside FILE's
+// editor, saying which file it is about, then the prompt, which holds FILE's first line.
+// Closed again, FILE's editor is the active one. The view's lines on screen, as text.
+async function whyThisSuggestion(page) {
+  await runCommand(page, "Why This Suggestion");
+  const firstLine = readFileSync(join(workspace, file), "utf8").split("\n")[0];
+  const view = page.locator(".editor-group-container.active .monaco-editor")
+    .filter({ hasText: `# Why this suggestion: ${file}` }).filter({ hasText: firstLine });
+  await view.first().waitFor({ timeout: 30_000 });
+  await page.locator(`.tab.active[data-resource-name="${file}.why.md"]`).first().waitFor({ timeout: 10_000 });
+  const lines = await view.first().locator(".view-line").evaluateAll((nodes) => nodes
+    .sort((a, b) => parseFloat(a.style.top) - parseFloat(b.style.top))
+    .map((node) => node.textContent.replace(/\u00a0/g, " ")));
+  await page.screenshot({ path: join(artifacts, "vscode-why.png") });
+  await page.locator(`.tab[data-resource-name="${file}.why.md"] .tab-actions .action-label`).first().click();
+  await page.waitForSelector(`.editor-group-container.active .tab.active[data-resource-name="${file}"]`, { timeout: 10_000 });
+  log(`why this suggestion: ${JSON.stringify(lines)}`);
+  return lines;
+}
+
 // completer: Toggle Suggestions for This Language, in the active Python editor: off,
 // nothing shows after typing; on again, a suggestion shows.
 async function pauseLanguage(page, ghost) {
@@ -231,6 +251,7 @@ async function drive(url, profile) {
     await figures.first().waitFor({ timeout: 30_000 });
     const status = await figures.first().textContent();
     await page.screenshot({ path: join(artifacts, "vscode-accepted.png") });
+    const why = await whyThisSuggestion(page);
     // (Before the next edit: what is typed here is in the edit history its prompt holds.)
     const paused = await pauseLanguage(page, ghost);
     log(`paused: ${JSON.stringify(paused)}`);
@@ -262,7 +283,7 @@ async function drive(url, profile) {
     const notification = (await toast.first().locator(".notification-list-item-message").textContent()).replace(/\u00a0/g, " ");
     await page.locator(".statusbar-item:has(.codicon-error)").first().waitFor({ timeout: 30_000 });
     await page.screenshot({ path: join(artifacts, "vscode-load-error.png") });
-    return { shown, candidates, before, after, status, paused, notification, workspace_notice: workspaceNotice,
+    return { shown, candidates, before, after, status, why, paused, notification, workspace_notice: workspaceNotice,
       next_edit, suggest_widget };
   } catch (error) {
     await page.screenshot({ path: join(artifacts, "vscode-failure.png") }).catch(() => {});

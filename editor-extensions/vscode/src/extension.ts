@@ -86,7 +86,8 @@ class WhyDocuments implements vscode.TextDocumentContentProvider, vscode.Disposa
     const uri = vscode.Uri.from({ scheme: WHY_SCHEME, path: `/${document.replace(/^\/+/, "")}.why.md` });
     this.texts.set(uri.toString(), text);
     this.changed.fire(uri);
-    const view = await vscode.languages.setTextDocumentLanguage(await vscode.workspace.openTextDocument(uri), "markdown");
+    // Markdown by its name's ".md" (setTextDocumentLanguage would close it, dropping its text).
+    const view = await vscode.workspace.openTextDocument(uri);
     await vscode.window.showTextDocument(view, { viewColumn: vscode.ViewColumn.Beside, preview: true });
   }
 
