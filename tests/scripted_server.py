@@ -18,6 +18,7 @@ class ScriptedServer:
         self.ends = False  # the answer ends with the model's end-of-generation token (finish_reason "stop")
         self.pace_s = 0.0  # between two events, as a model's steps space them
         self.extra: dict = {}  # more of the usage event (llama-server's timings)
+        self.metrics: str | None = None  # /metrics' text; None: not found, as a server without them answers
         self.prompts: list[str] = []
         self.stops: list[list[str]] = []
         self.port = free_port()
@@ -26,6 +27,9 @@ class ScriptedServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
+                if self.path == "/metrics":
+                    scripted.send_metrics(self)
+                    return
                 scripted.send(self, {"object": "list", "data": [{"id": "scripted", "max_model_len": 4096}]})
 
             def do_POST(self):
@@ -48,6 +52,14 @@ class ScriptedServer:
         data = json.dumps(answer).encode()
         handler.send_response(200)
         handler.send_header("Content-Type", "application/json")
+        handler.send_header("Content-Length", str(len(data)))
+        handler.end_headers()
+        handler.wfile.write(data)
+
+    def send_metrics(self, handler: BaseHTTPRequestHandler) -> None:
+        data = (self.metrics or "not found").encode()
+        handler.send_response(200 if self.metrics is not None else 404)
+        handler.send_header("Content-Type", "text/plain; version=0.0.4")
         handler.send_header("Content-Length", str(len(data)))
         handler.end_headers()
         handler.wfile.write(data)

@@ -278,6 +278,13 @@ class HttpClient:
 
     def _json(self, method: str, path: str, body: dict | None = None, cancel: threading.Event | None = None):
         """The JSON answer, at most MAX_BODY_BYTES of it; Cancelled or ServerError."""
+        try:
+            return json.loads(self._body(method, path, body, cancel))
+        except ValueError as error:
+            raise ServerError(f"{self.url}{path} sent no JSON: {_reason(error)}") from None
+
+    def _body(self, method: str, path: str, body: dict | None = None, cancel: threading.Event | None = None) -> bytes:
+        """The answer's body, at most MAX_BODY_BYTES of it; Cancelled or ServerError."""
         exchange = self._open(method, path, body, cancel)
         try:
             data = exchange.response.read(MAX_BODY_BYTES + 1)
@@ -287,12 +294,10 @@ class HttpClient:
             if len(data) > MAX_BODY_BYTES:
                 raise ServerError(f"{self.url}{path} sent more than {MAX_BODY_BYTES >> 20} MiB: not an answer "
                                   "this client asks for")
-            return json.loads(data)
+            return data
         except (OSError, http.client.HTTPException) as error:
             raise self._failure(f"{self.url}{path} did not finish its answer", error, cancel,
                                 exchange.watch) from None
-        except ValueError as error:
-            raise ServerError(f"{self.url}{path} sent no JSON: {_reason(error)}") from None
         finally:
             exchange.close()
 
@@ -520,6 +525,10 @@ class OpenAIClient(HttpClient):
         if not isinstance(models, list) or not all(isinstance(entry, dict) and entry.get("id") for entry in models):
             raise ServerError(f"{self.url}/v1/models lists its models without their ids")
         return models
+
+    def metrics(self) -> str:
+        """/metrics, Prometheus' text (vLLM's: server_metrics.py reads it)."""
+        return self._body("GET", "/metrics").decode("utf-8", "replace")
 
     def complete(self, model: str, prompt: str, max_tokens: int, stop: list[str] | None = None,
                  sampling: Sampling = GREEDY, time_budget_ms: float = 0, cancel: threading.Event | None = None,

@@ -29,6 +29,7 @@ from completer.config import Config, ModelOptions
 from completer.decoders.clients import LlamaServerClient, OpenAIClient, RemoteGeneration, ServerProps
 from completer.decoders.decoder import (Decode, DecodeCounts, Decoded, DecodeRequest, DecoderModel, Prompt, ready,
                                         with_length)
+from completer.decoders.server_metrics import ServerMetrics
 from completer.engine.speculative import Sampling
 from completer.errors import Cancelled, Refused, ServerError, Unavailable
 from completer.prompt import (TEMPLATES, FimTemplate, Segment, control_token, template_for, text_prompt,
@@ -264,7 +265,15 @@ class OpenAIAPI:
         entry = self.client.models()[0]
         self.model = str(entry["id"])
         template = template_in_name(self.model) if self.family == "auto" else template_named(self.family)
-        return ServerModel(self.model, 0, served_context(entry) or self.context_tokens, template)
+        return ServerModel(self.model, 0, served_context(entry) or self.context_tokens, template, self.metrics())
+
+    def metrics(self) -> dict[str, str]:
+        """What its /metrics says of its speculation and caches (vLLM's); "not served" where
+        there are none (another OpenAI-compatible server)."""
+        try:
+            return ServerMetrics.of(self.client.metrics()).described()
+        except ServerError as error:
+            return {"metrics": f"not served ({error})"}
 
     def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[str, int]:
         text = text_prompt(segments)
