@@ -226,9 +226,13 @@ def test_plain_decoding_with_a_fim_target_needs_no_draft_and_shows_its_prompt(sm
     result = run_completer("complete", "examples/stats.py", "--line", "19", "--col", "17", "--target",
                            str(smol_fim), "--mode", "target", "--max-tokens", "4", "--show-prompt")
     assert result.returncode == 0, result.stderr
-    prompt, note = result.stderr.split("\nnote: ")  # smol is an instruct model: one line says so, after
+    sections, shown = result.stderr.split("\nprompt:\n")  # the other files it shows and why, then the prompt
+    assert sections.startswith("prompt sections") and sections.endswith("examples/stats.py: the file being completed")
+    prompt, note = shown.split("\nnote: ")  # smol is an instruct model: one line says so, after
     assert note.startswith("smol-fim.gguf is a chat/instruct model")
-    assert prompt.startswith("<fim_prefix>") and "return math.<fim_suffix>" in prompt
+    # The file's work tree is the workspace: its name, then the file's path, as StarCoder's format has them.
+    assert prompt.startswith("<repo_name>") and "<file_sep>examples/stats.py\n<fim_prefix>" in prompt
+    assert "return math.<fim_suffix>" in prompt
     assert prompt.rstrip().endswith("<fim_middle>")
 
 
