@@ -38,7 +38,7 @@ from completer.bench import LLAMA_SERVER, NO_INDEX, report
 from completer.bench.holes import pick_holes
 from completer.bench.keystrokes import replay
 from completer.bench.run import Bench, Settings
-from completer.config import Config, GenerationOptions, ModelOptions
+from completer.config import Config, ContextOptions, GenerationOptions, ModelOptions
 from completer.loading import Pair, load_pair
 from completer.models.llama_build import BUILD_COMMAND, find
 
@@ -208,7 +208,10 @@ def speculation(pair: Pair, models: ModelOptions, size: Size, llama_server: Path
     """The bench's modes and peers on the standard library's holes: its summary, the
     index's stats, and the thread counts its engines' contexts ran with."""
     holes = pick_holes([STDLIB], size.holes, SEED)
-    config = Config(models=models, generation=GenerationOptions(max_tokens=size.max_tokens, temperature=0.0))
+    # No definitions in the prompts: the figures stay those of the prompts the README's
+    # table was measured with (the cross-file holes in docs/bench.md measure definitions).
+    config = Config(models=models, generation=GenerationOptions(max_tokens=size.max_tokens, temperature=0.0),
+                    context=ContextOptions(definitions_tokens=0))
     progress(started, "indexing the standard library, measuring the verify cost, starting llama-server")
     runner = Bench(pair, Settings(config, MODES), llama_server=llama_server,
                    roots=sorted({Path(hole.root) for hole in holes}))
