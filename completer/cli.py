@@ -545,6 +545,11 @@ def doctor(as_json: bool, models: ModelOptions) -> None:
     tables.show(console, None, rows, as_json=as_json)
 
 
+# Seconds `complete` reads the definitions of FILE's work tree for, at most: one completion
+# should not wait minutes on a large repository.
+COMPLETE_INDEX_S = 10.0
+
+
 @main.command()
 @click.argument("file", type=click.Path(exists=True, dir_okay=False, path_type=Path))
 @click.option("--line", type=click.IntRange(min=1), required=True, help="Cursor line, 1-based as editors show it.")
@@ -574,10 +579,15 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
     except PositionError:
         raise click.BadParameter(f"{file} has no line {line} column {col} (it has {len(text.splitlines())} "
                                  "lines, counted from 1)", param_hint="--line/--col") from None
-    loaded = load_completer(config, [work_tree_top(file) or file.resolve().parent])
+    root = work_tree_top(file) or file.resolve().parent
+    loaded = load_completer(config, [root])
     for warning in loaded.warnings:
         errors.print(f"warning: {warning}", markup=False, highlight=False, soft_wrap=True)
-    loaded.completer.repository.build()
+    if not loaded.completer.repository.build(within_s=COMPLETE_INDEX_S):
+        errors.print(f"note: the definitions index read the most recently modified files of {root} for "
+                     f"{COMPLETE_INDEX_S:.0f} s, not all of them: a definition in another is not in the prompt (the "
+                     "language server reads them all, in the background)", markup=False, highlight=False,
+                     soft_wrap=True)
     request = CompletionRequest(str(file), str(file), text, cursor, file.suffix.lstrip("."))
     completion = loaded.completer.complete(request)
     if completion.source == Source.SERVER_DOWN:

@@ -12,7 +12,9 @@ tokens are counted with the request's model (a server's /tokenize), once per sni
 text: a keystroke that finds the same definitions counts nothing again.
 """
 
+import math
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -52,10 +54,22 @@ class RepositoryContext:
         """Whether context.exclude keeps the file (inside the workspace) out of every prompt."""
         return self.workspace.contains(path) and is_excluded(self.workspace.relative(path), self.options.exclude_patterns)
 
-    def build(self) -> None:
-        """Build the index now, a blocking call (the command line's, the bench's); stop() ends it."""
-        if self.workspace.roots and self.options.definitions_tokens:
-            self.index.build(cancelled=self._stop.is_set)
+    def build(self, within_s: float = math.inf) -> bool:
+        """Build the index now, a blocking call (the command line's, the bench's), for at
+        most `within_s` seconds (the most recently modified files come first); stop() ends
+        it. Whether it read every file."""
+        if not (self.workspace.roots and self.options.definitions_tokens):
+            return True
+        deadline = time.monotonic() + within_s
+        cut: list[bool] = []
+
+        def cancelled() -> bool:
+            if time.monotonic() > deadline:
+                cut.append(True)
+            return bool(cut) or self._stop.is_set()
+
+        self.index.build(cancelled=cancelled)
+        return not cut
 
     def start(self) -> threading.Thread | None:
         """Build the index on a worker thread; None when there is nothing to index."""

@@ -150,3 +150,12 @@ def test_a_file_tree_sitter_cannot_read_gives_no_definitions_and_no_error(shop):
     broken = (shop / "shop" / "broken.py").read_text()
     completion = completer.complete(CompletionRequest("broken", str(shop / "shop" / "broken.py"), broken, 10, "python"))
     assert completion.source == Source.MODEL and completion.warning == ""
+
+
+def test_a_build_within_a_time_says_whether_it_read_every_file(shop):
+    """`complete` reads the definitions for a bounded time on a large repository, and says
+    when it could not read them all."""
+    cut = RepositoryContext(Workspace([shop]))
+    assert cut.build(within_s=0.0) is False and cut.index.stats().files <= 1
+    whole = RepositoryContext(Workspace([shop]))
+    assert whole.build(within_s=60.0) is True and whole.index.stats().files == 3  # secrets.py excluded
