@@ -566,7 +566,6 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
     """Print a completion of FILE at the cursor, decoded speculatively. FILE's git work tree
     (else its folder) is the workspace: the prompt shows the definitions the code at the
     cursor calls from its other files."""
-    from completer.bench.report import model_files
     from completer.errors import PositionError
     from completer.loading import load_completer
     from completer.models.sources import work_tree_top
@@ -601,8 +600,14 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
                      markup=False, highlight=False, soft_wrap=True)
     for note in loaded.notes:
         errors.print(f"note: {note}", markup=False, highlight=False, soft_wrap=True)
-    if not stats:
-        return
+    if stats:
+        _print_completion_stats(completion, loaded, generation.draft_mode)
+
+
+def _print_completion_stats(completion, loaded, draft_mode: str) -> None:
+    """complete --stats: token counts, timings and acceptance, the server's or the engine's."""
+    from completer.bench.report import model_files
+
     if completion.result is None:  # no prompt fits, a refusal: the warning said why
         errors.print(f"nothing decoded ({completion.source}); {completion.warning}", highlight=False, soft_wrap=True)
         return
@@ -620,7 +625,7 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
     s = completion.result.stats
     errors.print(
         f"{completion.prompt_tokens} prompt tokens; {s.tokens} tokens in {s.total_ms:.0f} ms "
-        f"({s.tokens_per_second:.1f} tok/s, mode {generation.draft_mode}, {s.target_passes} target passes, "
+        f"({s.tokens_per_second:.1f} tok/s, mode {draft_mode}, {s.target_passes} target passes, "
         f"{s.accepted}/{s.drafted} drafted "
         f"tokens accepted; stop: {completion.stop_reason}; {model_files(loaded.pair.files)}, "
         f"load {loaded.pair.target.load_ms:.0f} ms)",
