@@ -135,8 +135,12 @@ async def lsp_client(smol, smol_cache, lsp_options):
     await client.shutdown_session()
 
 
-def run_completer(*args: str, env: dict[str, str] | None = None, timeout: float = 120) -> subprocess.CompletedProcess:
-    """Run the installed `completer` command, as a user would."""
+def run_completer(*args: str, env: dict[str, str] | None = None, timeout: float = 480) -> subprocess.CompletedProcess:
+    """Run the installed `completer` command, as a user would.
+
+    The timeout only catches a hang. A Gemma completion that takes 30 s on an idle 2-core
+    machine took over 120 s there with other test runs beside it, so the limit leaves room
+    for a loaded CI machine; speed is measured by the bench, never here."""
     completer = Path(sys.executable).with_name("completer")
     return subprocess.run(
         [str(completer), *args], capture_output=True, text=True, timeout=timeout, cwd=REPO,
