@@ -5,12 +5,12 @@ token, and it answers from a table: the text of the longest key the prompt ends 
 ("" when none does), cut at the request's first stop string as a real decoder stops.
 `hold()` makes the next decode (or warm) wait until released or cancelled, for
 newest-request-wins and prefetch tests; `decodes` records every prompt decoded, and
-`calls` counts the document events."""
+`calls` counts the calls that change no answer, and `events` holds the document events."""
 
 import threading
 from collections import Counter
 
-from completer.decoders.decoder import DecodeCounts, Decoded, DecodeRequest, DecoderModel, ready
+from completer.decoders.decoder import DecodeCounts, Decoded, DecodeRequest, DecoderModel, DocumentEvent, ready
 from completer.errors import Cancelled
 from completer.prompt import Segment
 from completer.requests import StopReason
@@ -29,7 +29,8 @@ class FakeDecoder:
         self.model = DecoderModel(None, context_tokens, "the fake's context", encode=joined, count=len,
                                   text_of=str)
         self.decodes = []  # every Decode, cancelled ones too
-        self.calls: Counter[str] = Counter()  # the document events and other calls, by name
+        self.calls: Counter[str] = Counter()  # configure, reset, stop_indexing, by name
+        self.events: list[DocumentEvent] = []
         self.started = threading.Event()  # set when a decode starts (cleared by hold)
         self._hold: threading.Event | None = None
 
@@ -84,8 +85,11 @@ class FakeDecoder:
     def index_workspace(self, workspace) -> None:
         return None
 
+    def document_event(self, event: DocumentEvent) -> None:
+        self.events.append(event)
+
     def __getattr__(self, name: str):
-        """configure, close, file_saved, reset, stop_indexing: counted, nothing done."""
-        if name not in ("configure", "close", "file_saved", "reset", "stop_indexing"):
+        """configure, reset, stop_indexing: counted, nothing done."""
+        if name not in ("configure", "reset", "stop_indexing"):
             raise AttributeError(name)
         return lambda *args, **kwargs: self.calls.update([name])

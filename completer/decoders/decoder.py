@@ -1,5 +1,6 @@
 """The one seam under the editor side: a Decoder decodes a request, making its prompt
-with the decoder's own vocabulary, and hears of the documents' lifecycle.
+with the decoder's own vocabulary, and hears of the documents' lifecycle as events
+(Saved, Closed).
 
     Completer (editor/): documents, what a prompt holds (the text around the cursor,
                          other files' chunks, the recent edits, the format),
@@ -141,6 +142,27 @@ class Decoded:
     prompt: Prompt | None = None  # the request's prompt, as it was decoded (DecodeRequest.prompt's last)
 
 
+@dataclass(frozen=True)
+class Saved:
+    """A workspace file was saved with this text (the decoder may draft from it)."""
+
+    path: str
+    text: str
+
+
+@dataclass(frozen=True)
+class Closed:
+    """The editor closed the document; `path` is its file, when it had a session."""
+
+    document: str
+    path: str | None
+
+
+# What the editor did to a document that its decoder's caches follow. An opened or changed
+# document needs no event: the next request carries its text, and the caches follow that.
+DocumentEvent = Saved | Closed
+
+
 def with_length(tokens: list[int]) -> tuple[list[int], int]:
     """Token ids as a model's encode gives them: the prompt, and its length."""
     return tokens, len(tokens)
@@ -171,13 +193,10 @@ class Decoder(Protocol):
         """The request's prompt evaluated ahead of a request, generating nothing; the tokens evaluated."""
         ...
 
-    def close(self, document: str, path: str | None) -> None:
-        """The editor closed the document (`path`: its file, when it had a session). Never
-        waits: the language server calls it on its event loop."""
-        ...
-
-    def file_saved(self, path: str, text: str) -> None:
-        """A workspace file was saved with this text."""
+    def document_event(self, event: DocumentEvent) -> None:
+        """The caches follow the event before the next request uses them. Never waits for a
+        decoding under way: the language server sends Closed on its event loop (Saved comes
+        from a worker, since reading a saved file's text may take a while)."""
         ...
 
     def reset(self) -> None:

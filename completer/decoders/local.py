@@ -12,18 +12,27 @@ import time
 from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import replace
+from typing import NamedTuple
 
 from completer.config import Config
-from completer.decoders.decoder import (Decode, DecodeCounts, Decoded, DecodeRequest, DecoderModel, Prompt, ready,
-                                        with_length)
+from completer.decoders.decoder import (Closed, Decode, DecodeCounts, Decoded, DecodeRequest, DecoderModel,
+                                        DocumentEvent, Prompt, Saved, ready, with_length)
 from completer.engine.candidates import candidates
 from completer.engine.generation import PROMPT_PIECE, Engine, GenerationRequest, generate
 from completer.engine.healing import TokenPrefixes, heal
+from completer.engine.drafts import NgramIndex
 from completer.engine.workspace_index import WorkspaceIndex, saved_index_path
 from completer.errors import Cancelled
 from completer.prompt import Segment, template_for, tokenize_segments
 from completer.requests import CancelFlag, StopReason
 from completer.workspace import Workspace
+
+
+class SavedIndex(NamedTuple):
+    """A Saved event with its text indexed for n-gram lookup, ready for the engine."""
+
+    path: str
+    index: NgramIndex
 
 
 class LocalDecoder:
@@ -44,10 +53,10 @@ class LocalDecoder:
         # One generation at a time; the engine's state (the documents' caches among it) and
         # the options in use change only under it.
         self._engine_lock = threading.Lock()
-        # What configure() and close() got while the engine was busy: done by whoever has
-        # the engine, before it uses it and before it lets it go.
+        # What configure() and document_event() got while the engine was busy: done by whoever
+        # has the engine, before it uses it and before it lets it go.
         self._new_config: Config | None = None
-        self._closed: list[tuple[str, str | None]] = []  # (document, its file path)
+        self._events: list[SavedIndex | Closed] = []
         self._waiting = 0  # requests waiting for the engine: warming yields to them between its pieces
         self._no_request_waiting = threading.Condition(self._state)
         self._warm_generation = 0  # a newer warm() stops an older one
@@ -73,14 +82,14 @@ class LocalDecoder:
             self._let_go()
 
     def _do_what_waits(self) -> None:
-        """Under the engine lock: the options configure() got and the closes close() got, if any."""
+        """Under the engine lock: the options configure() got and the events document_event() got, if any."""
         with self._state:
             config, self._new_config = self._new_config, None
-            closed, self._closed = self._closed, []
+            events, self._events = self._events, []
         if config is not None:
             self._apply(config)
-        for document, path in closed:
-            self._release(document, path)
+        for event in events:
+            self._follow(event)
 
     def _let_go(self) -> None:
         """Release the engine lock, what waits for the engine done first. What comes while
@@ -92,7 +101,7 @@ class LocalDecoder:
             finally:
                 self._engine_lock.release()
             with self._state:
-                if self._new_config is None and not self._closed:
+                if self._new_config is None and not self._events:
                     return
             if not self._engine_lock.acquire(blocking=False):
                 return
@@ -106,7 +115,7 @@ class LocalDecoder:
 
     @contextmanager
     def _engine(self):
-        """The engine, with the newest options and closes applied first: warming and every
+        """The engine, with the newest options and document events applied first: warming and every
         other change of the engine's state take it through this."""
         self._engine_lock.acquire()
         try:
@@ -222,29 +231,29 @@ class LocalDecoder:
                 warmed += self.engine.cached_length(prompt) - have
         return warmed
 
-    def close(self, document: str, path: str | None) -> None:
-        """Its caches and acceptance curves go; n-gram lookup drafts from the file as last
-        saved again. Never waits: with the engine busy, whoever has it does this before it
-        lets it go, so before any later request (a reopened document's included) uses it,
-        and whatever the closed document's last request kept there goes too."""
+    def document_event(self, event: DocumentEvent) -> None:
+        """Never waits: with the engine busy, whoever has it applies the event before it lets
+        it go, so before any later request (a reopened document's included) uses it. A saved
+        file is tokenized and indexed here first, so no one holds the engine for that."""
+        if isinstance(event, Saved):
+            event = SavedIndex(event.path, self.engine.saved_file_index(event.text))
         with self._state:
-            self._closed.append((document, path))
+            self._events.append(event)
         self._if_free()
 
-    def _release(self, document: str, path: str | None) -> None:
-        """Under the engine lock: close()'s work."""
-        self.engine.forget(document)
-        if path is not None and not self.engine.has_saved_file(path):
-            self.index.show(path)
-
-    def file_saved(self, path: str, text: str) -> None:
-        """N-gram lookup drafts from this text of the file from now on, not the index's older
-        copy (while the saved files' share of drafting.index_mb holds it). Tokenized and
-        indexed before taking the engine: a request need not wait for either."""
-        index = self.engine.saved_file_index(text)
-        with self._engine():
-            self.index.hide(path)
-            self.engine.set_saved_file(path, index)
+    def _follow(self, event: "SavedIndex | Closed") -> None:
+        """Under the engine lock: document_event()'s work.
+        - Closed: its caches and acceptance curves go, and whatever its last request kept;
+          n-gram lookup drafts from the file as last saved again.
+        - Saved: n-gram lookup drafts from this text of the file, not the index's older copy
+          (while the saved files' share of drafting.index_mb holds it)."""
+        if isinstance(event, Closed):
+            self.engine.forget(event.document)
+            if event.path is not None and not self.engine.has_saved_file(event.path):
+                self.index.show(event.path)
+        else:
+            self.index.hide(event.path)
+            self.engine.set_saved_file(event.path, event.index)
 
     def reset(self) -> None:
         with self._engine():

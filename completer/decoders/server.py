@@ -27,8 +27,8 @@ from typing import Protocol
 
 from completer.config import Config, ModelOptions
 from completer.decoders.clients import LlamaServerClient, OpenAIClient, RemoteGeneration, ServerProps
-from completer.decoders.decoder import (Decode, DecodeCounts, Decoded, DecodeRequest, DecoderModel, Prompt, ready,
-                                        with_length)
+from completer.decoders.decoder import (Closed, Decode, DecodeCounts, Decoded, DecodeRequest, DecoderModel,
+                                        DocumentEvent, Prompt, ready, with_length)
 from completer.decoders.server_metrics import ServerMetrics
 from completer.engine.speculative import Sampling
 from completer.errors import Cancelled, Refused, ServerError, Unavailable
@@ -464,13 +464,11 @@ class ServerDecoder:
         with self._state:
             return self._slot_locks.setdefault(slot, threading.Lock())
 
-    def close(self, document: str, path: str | None) -> None:
-        """Its slot is free again."""
-        with self._state:
-            self.slots.forget(document)
-
-    def file_saved(self, path: str, text: str) -> None:
-        """Nothing to do: drafting is the server's."""
+    def document_event(self, event: DocumentEvent) -> None:
+        """A closed document's slot is free again; a save changes nothing here (drafting is the server's)."""
+        if isinstance(event, Closed):
+            with self._state:
+                self.slots.forget(event.document)
 
     def reset(self) -> None:
         """The slots given out again (the server keeps its caches)."""

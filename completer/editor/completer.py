@@ -19,7 +19,7 @@ import threading
 from contextlib import AbstractContextManager
 
 from completer.config import Config
-from completer.decoders.decoder import Decoder
+from completer.decoders.decoder import Closed, Decoder, Saved
 from completer.editor.context import ChunkRing
 from completer.editor.counters import Counters
 from completer.editor.documents import EDIT, INLINE, WARM, Documents, stopped_by_close
@@ -74,7 +74,7 @@ class Completer:
         loop runs it); later work for an earlier request stops by CompletionRequest.closed."""
         closed = self.documents.close(document)
         self.inline.prefetches.drop(lambda ahead: ahead.request.document == document)
-        self.decoder.close(document, closed.path if closed is not None else None)
+        self.decoder.document_event(Closed(document, closed.path if closed is not None else None))
 
     def document_changed(self, document: str, text: str) -> None:
         """The editor changed a document: a prefetch for it that the change does not lead to
@@ -85,7 +85,7 @@ class Completer:
         """The editor saved a file: inside the workspace (and not excluded), the decoder
         drafts from this text of it and the definitions index reads it again."""
         if self.serving.workspace.contains(path) and not self.repository.excluded(path):
-            self.decoder.file_saved(path, text)
+            self.decoder.document_event(Saved(path, text))
             self.repository.file_changed(path, text)
 
     def index_workspace(self) -> list[threading.Thread]:

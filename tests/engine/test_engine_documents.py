@@ -10,7 +10,7 @@ from pathlib import Path
 import numpy as np
 
 from completer.decoders.local import LocalDecoder
-from completer.decoders.decoder import Decode
+from completer.decoders.decoder import Closed, Decode
 from completer.engine.generation import Engine
 
 STDLIB = Path(sysconfig.get_paths()["stdlib"])
@@ -72,7 +72,7 @@ def test_a_closed_document_leaves_nothing_on_the_engine_side_even_with_its_reque
     thread = threading.Thread(target=request_for_a)
     thread.start()
     inside.wait()
-    decoder.close(A, None)  # never waits: released when the request lets the engine go
+    decoder.document_event(Closed(A, None))  # never waits: released when the request lets the engine go
     closed.set()
     thread.join()
 
