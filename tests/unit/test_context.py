@@ -4,6 +4,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from completer.config import Config, ContextOptions
+from completer.decoders.decoder import Closed, Saved
 from completer.editor.completer import Completer
 from completer.editor.context import ChunkRing, chunk_around, similarity
 from completer.workspace import Workspace
@@ -90,3 +91,13 @@ def test_a_chunk_is_consecutive_lines_of_the_text_near_the_line(lines, line, siz
     assert chunk.count("\n") <= size
     if chunk.strip():
         assert similarity(chunk, chunk) == 1.0
+
+
+def test_a_save_reaches_the_decoder_only_from_inside_the_workspace_and_not_excluded(tmp_path):
+    decoder = FakeDecoder()
+    completer = Completer(decoder, Config(context=ContextOptions(exclude="vault/*")), Workspace([tmp_path / "ws"]))
+    completer.file_saved(str(tmp_path / "ws" / "a.py"), "a = 1\n")
+    completer.file_saved(str(tmp_path / "ws" / "vault" / "keys.py"), "key = 'k'\n")
+    completer.file_saved(str(tmp_path / "elsewhere.py"), "b = 2\n")
+    completer.close("file:///ws/a.py")
+    assert decoder.events == [Saved(str(tmp_path / "ws" / "a.py"), "a = 1\n"), Closed("file:///ws/a.py", None)]
