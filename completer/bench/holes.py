@@ -10,9 +10,18 @@
                block         the cursor at the end of a line opening a block (":" or "{");
                              truth: the lines indented deeper that follow it
     cross-file (--pick cross-file, after CrossCodeEval): candidates picked as above, the
-             same seed, kept when the truth writes an identifier that another file of the
-             repository defines (its definitions index) and the hole's own file does not,
-             until N are kept or PICK_TRIES per hole were tried
+             same seed, kept when the truth writes a cross-file identifier (below), until
+             N are kept or PICK_TRIES per hole were tried
+    cross-file identifier: a name the truth writes that the hole's own file does not
+             define and reaches in another file of the repository through its imports,
+             as CrossCodeEval takes the names a file imports from its repository:
+               imported by name from the file that defines it (`convert_length(`),
+               a member of a type so imported (`ctx.resilient_parsing`, Context imported),
+               written after "." and defined at the top of a module the file imports
+                   (`types.BOOL`), the module itself, not only its package
+             The imports are read from the file without the hole's lines: a name the
+             truth itself imports (`from .types import BOOL`) is not one, since nothing
+             before the cursor says it will come
 A hole is plain data (JSON): a run can be replayed exactly from its holes, the truth's
 cross-file identifiers with them.
 """
@@ -23,8 +32,9 @@ from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 
 from completer.config import DEFAULT_EXCLUDE
+from completer.editor.definitions_context import IMPORTED, MEMBER, Reach, path_forms, rank_of
 from completer.editor.postprocess import indentation
-from completer.engine.definitions import extract, identifiers, language_of
+from completer.engine.definitions import Definition, Identifier, extract, identifiers, language_of
 from completer.engine.definitions_index import DefinitionsIndex
 from completer.models.sources import source_files
 from completer.prompt import LINE_COMMENT
@@ -143,17 +153,43 @@ def written_names(before: str, text: str, after: str, language: str) -> list[str
     """The identifiers `text` writes, in order, in the file `before` + `text` + `after` (a
     string or comment it continues holds none); one the cursor stands inside counts
     whole. `language`: a file extension."""
+    return [found.name for found in written_identifiers(before, text, after, language)]
+
+
+def written_identifiers(before: str, text: str, after: str, language: str) -> list[Identifier]:
     start = len(before.encode("utf-8"))  # identifiers' ends are UTF-8 byte offsets
     end = start + len(text.encode("utf-8"))
-    return [found.name for found in identifiers(before + text + after, language_of("", language))
+    return [found for found in identifiers(before + text + after, language_of("", language))
             if start < found.end <= end]
 
 
-def cross_file_names(written: Iterable[str], defined_here: set[str],
-                     defined_elsewhere: Callable[[str], bool]) -> tuple[str, ...]:
-    """The names written that another file defines and the hole's own file does not,
-    each once, in order: the names a hole must reach across files for (CrossCodeEval)."""
-    return tuple(dict.fromkeys(name for name in written if name not in defined_here and defined_elsewhere(name)))
+def reached(written: Identifier, definition: Definition, reach: Reach) -> bool:
+    """Whether the hole's file reaches this definition of a name it writes through its
+    imports (the module docstring's three ways)."""
+    rank = rank_of(definition, written.name, reach)
+    if not written.member:
+        return rank == IMPORTED
+    return rank == MEMBER or not definition.container and imports_module(definition.path, reach)
+
+
+def imports_module(path: str, reach: Reach) -> bool:
+    """Whether the file imports the module that is this file (`import pkg.units`, `from pkg
+    import units`, `from .units import x`): the module itself, not merely its package."""
+    module = path_forms(path)[0]
+    for imported, (parts, whole) in reach.modules:
+        for named in (parts, (*parts, imported.name) if imported.name else ()):
+            if named and (module == named if whole else module[-len(named[-2:]):] == named[-2:]):
+                return True
+    return False
+
+
+def cross_file_names(written: Iterable[Identifier], defined_here: set[str], reach: Reach,
+                     lookup: Callable[[str], list[Definition]]) -> tuple[str, ...]:
+    """The cross-file identifiers among those written (see the module's docstring), each
+    once, in order. `lookup(name)`: its definitions in the repository's other files."""
+    return tuple(dict.fromkeys(
+        each.name for each in written
+        if each.name not in defined_here and any(reached(each, definition, reach) for definition in lookup(each.name))))
 
 
 class CrossFile:
@@ -166,17 +202,20 @@ class CrossFile:
         self.defined: dict[Path, set[str]] = {}  # a hole's file -> the names it defines
 
     def names(self, hole: Hole) -> tuple[str, ...]:
-        """The identifiers the hole's truth writes that another file of its repository
-        defines and its own file (with the truth in it) does not."""
+        """The hole's cross-file identifiers (see the module's docstring)."""
         text = hole.path.read_text(encoding="utf-8", errors="replace")
         if hole.path not in self.defined:
             self.defined[hole.path] = {d.name for d in extract(str(hole.path), text, hole.language).definitions}
         root = Path(hole.root).resolve()
         cursor = cursor_offset(text, hole.line, hole.column)
-        written = written_names(text[:cursor], hole.truth, text[cursor + len(hole.truth):], hole.language)
-        return cross_file_names(written, self.defined[hole.path],
-                                lambda name: any(Path(d.path).is_relative_to(root)
-                                                 for d in self.index.lookup(name, outside=hole.path)))
+        after = text[cursor + len(hole.truth):]
+        written = written_identifiers(text[:cursor], hole.truth, after, hole.language)
+        without_hole = text[:text.rfind("\n", 0, cursor) + 1] + after
+        imports = extract(str(hole.path), without_hole, hole.language).imports
+        reach = Reach.of(str(hole.path.resolve()), imports, (imported.name for imported in imports if imported.name))
+        return cross_file_names(written, self.defined[hole.path], reach,
+                                lambda name: [d for d in self.index.lookup(name, outside=hole.path)
+                                              if Path(d.path).is_relative_to(root)])
 
     def qualified(self, hole: Hole) -> Hole | None:
         """The hole with its cross-file identifiers; None when it has none."""

@@ -10,6 +10,8 @@ from completer.bench.holes import (CrossFile, Hole, cross_file_names, holes_from
                                    written_names)
 from completer.bench.metrics import cross_file_written, identifier_match
 from completer.config import ContextOptions, PromptOptions
+from completer.editor.definitions_context import Reach
+from completer.engine.definitions import Definition, Identifier, Import
 
 UNITS = '''"""Units the app converts with."""
 
@@ -54,12 +56,34 @@ def hole_at(root, needle: str, kind: str = "rest of line") -> Hole:
     return Hole(str(root.resolve()), "pkg/app.py", "py", kind, line, column, truth)
 
 
-def test_a_name_qualifies_when_another_file_defines_it_and_the_holes_own_file_does_not():
-    elsewhere = {"convert_length", "shared_name", "MAX_STALENESS_S"}.__contains__
-    here = {"measure_0", "shared_name"}
-    written = ["scaled", "convert_length", "local_0", "shared_name", "convert_length", "MAX_STALENESS_S"]
-    assert cross_file_names(written, here, elsewhere) == ("convert_length", "MAX_STALENESS_S")  # each once, in order
-    assert cross_file_names(["scaled", "shared_name"], here, elsewhere) == ()
+def test_a_name_qualifies_when_the_file_reaches_it_in_another_file_through_its_imports_and_does_not_define_it():
+    def defined(name: str, path: str, container: str = "") -> Definition:
+        return Definition(name, "function", f"def {name}():", "", path, 1, 2, container)
+
+    elsewhere = {"convert_length": [defined("convert_length", "/r/pkg/units.py")],
+                 "shared_name": [defined("shared_name", "/r/pkg/units.py")],
+                 "scale": [defined("scale", "/r/pkg/units.py", container="Meter")],
+                 "MAX_STALENESS_S": [defined("MAX_STALENESS_S", "/r/pkg/units.py")],
+                 "helper": [defined("helper", "/r/pkg/units.py"), defined("helper", "/r/pkg/tools.py")],
+                 "ctx": [defined("ctx", "/r/pkg/other.py")]}
+    imports = (Import("pkg.units", "convert_length"), Import("pkg.units", "shared_name"), Import("pkg.units", "Meter"),
+               Import(".units", "MAX_STALENESS_S"), Import("pkg", "units"))
+    reach = Reach.of("/r/pkg/app.py", imports, ("convert_length", "shared_name", "Meter", "MAX_STALENESS_S"))
+
+    def cross(*written: tuple[str, bool]) -> tuple[str, ...]:
+        return cross_file_names([Identifier(name, 0, member) for name, member in written], {"shared_name"}, reach,
+                                lambda name: elsewhere.get(name, []))
+
+    # Imported by name, each once, in order; defined here too, or a local name: not.
+    assert cross(("scaled", False), ("convert_length", False), ("shared_name", False), ("convert_length", False),
+                 ("MAX_STALENESS_S", False)) == ("convert_length", "MAX_STALENESS_S")
+    # A member of an imported type, written after "."; the same name written bare is not reached so.
+    assert cross(("m", False), ("scale", True)) == ("scale",)
+    assert cross(("scale", False)) == ()
+    # After "." from a module the file imports (`units.helper`); not bare, and not a name
+    # some other file defines that no import reaches (`ctx`).
+    assert cross(("units", False), ("helper", True)) == ("helper",)
+    assert cross(("helper", False), ("ctx", False), ("ctx", True)) == ()
 
 
 def test_the_names_a_text_writes_are_its_identifiers_set_in_the_file():
@@ -80,6 +104,8 @@ def test_a_hole_of_the_repository_has_the_cross_file_identifiers_its_truth_write
     # Defined in units.py and in app.py itself; and a local name: neither qualifies.
     assert cross_file.qualified(hole_at(repository, "shared_name()\n")) is None
     assert cross_file.names(hole_at(repository, "local_5 = total")) == ()
+    # The import line itself: nothing before the cursor says what it will import.
+    assert cross_file.names(hole_at(repository, "MAX_STALENESS_S, convert_length\n")) == ()
 
 
 def test_cross_file_picking_keeps_only_qualifying_candidates_by_the_seed_and_says_how_many_it_tried(repository):
