@@ -284,7 +284,9 @@ class LanguageServerOptions:
     debounce_ms: float = option(
         0.0, "language server: wait this long after a request before generating; a newer request in the "
         "meantime replaces it without touching the model. Editors debounce already, and the newest request "
-        "cancels an older generation anyway, so 0"
+        "cancels an older generation anyway, so 0. On a shared server (--decoder llama-server or openai) it "
+        "grows to half the median latency of the last 8 answers, at most 1000 ms, and prefetch waits while "
+        "the server gives this editor half its unloaded speed or less"
     )
     prefetch: bool = option(
         True, "language server: while an inline completion that ends its line is shown, compute the one that "

@@ -171,6 +171,8 @@ class CompleterStats:
     edits_suggested: int = 0  # of those, answers with at least one edit
     prefetches: int = 0
     prefetch_hits: int = 0
+    saturated: bool = False
+    adaptive_debounce_ms: int = 0
 
 
 def cursor_offset(text: str, line: int, character: int) -> int:

@@ -116,6 +116,10 @@ STATS_KEYS = (
     "edits_rejected",  # next edits whose REJECT_EDIT_COMMAND ran
     "prefetches",  # completions computed while the one they follow was shown (lsp.prefetch)
     "prefetch_hits",  # requests answered from one, with no model call
+    # A shared server's load, from this editor's answers (completer/editor/load.py): whether
+    # prefetch waits now, and the debounce the answers' latency asks for (0 until one comes).
+    "saturated",
+    "adaptive_debounce_ms",
 )
 
 # Where `settings` of workspace/didChangeConfiguration may nest the options.

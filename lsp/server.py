@@ -554,7 +554,7 @@ async def answer_at(ls: CompleterServer, uri: str, position: types.Position) -> 
     answering = asyncio.current_task()
     ls.completing[answering] = uri
     try:
-        completion = await complete(ls.completer, request, ls.config.lsp.debounce_ms, ls.in_worker)
+        completion = await complete(ls.completer, request, ls.completer.debounce_ms(), ls.in_worker)
     finally:
         del ls.completing[answering]
     if completion is None:

@@ -5,7 +5,9 @@ token, and it answers from a table: the text of the longest key the prompt ends 
 ("" when none does), cut at the request's first stop string as a real decoder stops.
 `hold()` makes the next decode (or warm) wait until released or cancelled, for
 newest-request-wins and prefetch tests; `decodes` records every prompt decoded, and
-`calls` counts the calls that change no answer, and `events` holds the document events."""
+`calls` counts the calls that change no answer, and `events` holds the document events.
+`shared=True` makes it a shared server's (DecoderModel.shared), whose counts say `pace_ms`
+per character generated."""
 
 import threading
 from collections import Counter
@@ -24,10 +26,11 @@ def joined(segments: list[Segment]) -> tuple[str, int]:
 class FakeDecoder:
     warning = ""
 
-    def __init__(self, answers: dict[str, str] | None = None, context_tokens: int = 4096):
+    def __init__(self, answers: dict[str, str] | None = None, context_tokens: int = 4096, shared: bool = False):
         self.answers = dict(answers or {})
         self.model = DecoderModel(None, context_tokens, "the fake's context", encode=joined, count=len,
-                                  text_of=str)
+                                  text_of=str, shared=shared)
+        self.pace_ms = 1.0  # the generation's milliseconds per character its counts say (a server's load)
         self.decodes = []  # every Decode, cancelled ones too
         self.calls: Counter[str] = Counter()  # configure, reset, stop_indexing, by name
         self.events: list[DocumentEvent] = []
@@ -67,7 +70,7 @@ class FakeDecoder:
         cuts = [text.index(stop) for stop in decode.stop if stop and stop in text]
         if cuts:
             text, reason = text[:min(cuts)], StopReason.STOP
-        counts = DecodeCounts(decode.prompt_length, decode.prompt_length, len(text), 1.0, 0, 0)
+        counts = DecodeCounts(decode.prompt_length, decode.prompt_length, len(text), self.pace_ms * len(text), 0, 0)
         return Decoded(text, reason, counts, None, prompt=prompt)
 
     def warm(self, request: DecodeRequest) -> int:

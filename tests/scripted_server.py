@@ -20,6 +20,9 @@ class ScriptedServer:
         self.extra: dict = {}  # more of the usage event (llama-server's timings)
         self.metrics: str | None = None  # /metrics' text; None: not found, as a server without them answers
         self.prompts: list[str] = []
+        self.streaming = 0  # answers being streamed now
+        self.most_streaming = 0  # the most streamed at once
+        self.lock = threading.Lock()
         self.stops: list[list[str]] = []
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
@@ -36,7 +39,14 @@ class ScriptedServer:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 scripted.prompts.append(body["prompt"])
                 scripted.stops.append(body.get("stop") or [])
-                scripted.stream(self, body.get("stop") or [])
+                with scripted.lock:
+                    scripted.streaming += 1
+                    scripted.most_streaming = max(scripted.most_streaming, scripted.streaming)
+                try:
+                    scripted.stream(self, body.get("stop") or [])
+                finally:
+                    with scripted.lock:
+                        scripted.streaming -= 1
 
             def log_message(self, *args):
                 pass

@@ -42,6 +42,7 @@ class DecoderModel:
     encode: Callable[[list[Segment]], tuple[list[int] | str, int]]  # a prompt's segments, and its length in tokens
     count: Callable[[str], int]  # a text's length in tokens
     text_of: Callable[[list[int] | str], str]  # a prompt as the model sees it, control tokens spelt out
+    shared: bool = False  # a server others may use too: the client backs off under its load (editor/load.py)
 
 
 def never_done(text: str) -> bool:

@@ -18,7 +18,7 @@ import re
 import threading
 import time
 from collections import OrderedDict
-from contextlib import AbstractContextManager, contextmanager, nullcontext
+from contextlib import contextmanager
 from dataclasses import replace
 from functools import partial
 from dataclasses import dataclass, field
@@ -50,6 +50,8 @@ TOKENIZED_TEXTS = 512
 # made 3.9 of Python's standard library modules at the median and 3.3 at the tenth
 # percentile, so 3 overestimates most prompts' lengths and they fit the context.
 CHARS_PER_TOKEN = 3.0
+# How often a request waiting for its document's exchange looks at its cancel flag.
+EXCHANGE_POLL_S = 0.01
 @dataclass(frozen=True)
 class ServerModel:
     """What the server runs, as the completer needs it."""
@@ -328,7 +330,7 @@ class ServerDecoder:
         self.config = Config()
         self._state = threading.Lock()  # the connection, the slots
         self._connecting = threading.Lock()  # one connection attempt at a time
-        self._slot_locks: dict[int, threading.Lock] = {}
+        self._exchange_locks: dict[str, threading.Lock] = {}  # by document, or by pinned slot
 
     @property
     def url(self) -> str:
@@ -373,7 +375,7 @@ class ServerDecoder:
         return DecoderModel(server.template, server.context_tokens,
                             f"the server's {server.context_tokens} tokens a slot",
                             encode=partial(self._encode, cancel=cancel), count=partial(self._count, cancel=cancel),
-                            text_of=self._text_of)
+                            text_of=self._text_of, shared=True)
 
     def _failed(self, reason: str) -> None:
         with self._state:
@@ -435,7 +437,7 @@ class ServerDecoder:
 
     def _generate(self, decode: Decode) -> Decoded:
         slot = self._slot(decode.document)
-        with self._faults(), self._slot_lock(slot):
+        with self._faults(), self._in_flight(decode.document, slot, decode.cancel):
             result = self.api.generate(decode.prompt, slot, decode.max_tokens, decode.stop, decode.sampling,
                                        decode.time_budget_ms, decode.cancel, done=decode.done)
         return Decoded(result.text, result.stop_reason, server_counts(result, decode.prompt_length), result)
@@ -444,7 +446,7 @@ class ServerDecoder:
         """The prompt evaluated into the document's slot, generating nothing (llama.vim's n_predict 0)."""
         prompt = self._prompt(request)
         slot = self._slot(request.document)
-        with self._faults(), self._slot_lock(slot):
+        with self._faults(), self._in_flight(request.document, slot, request.cancel):
             result = self.api.generate(prompt.tokens, slot, 0, [], Sampling(), 0, CancelFlag())
         return int(result.timings.get("prompt_n", 0))
 
@@ -455,20 +457,31 @@ class ServerDecoder:
         with self._state:
             return self.slots.slot_for(document)
 
-    def _slot_lock(self, slot: int) -> AbstractContextManager:
-        """One request at a time in a pinned slot (two documents may share one): llama-server
-        would queue the second anyway, and its RAM prompt cache can hand a request
-        another's text when requests for one slot overlap (llama.cpp issue 27148)."""
-        if slot < 0:
-            return nullcontext()
+    @contextmanager
+    def _in_flight(self, document: str, slot: int, cancel: CancelFlag):
+        """One exchange at a time per document, and per pinned slot (two documents may share
+        one). A superseded request's stream may still be closing when the next one comes;
+        on a shared server both would take a place in its batch for one answer. A pinned
+        slot's requests overlapping can also get another's text from llama-server's RAM
+        prompt cache (llama.cpp issue 27148), and the server would queue them anyway.
+        Waiting ends at `cancel` (Cancelled)."""
+        key = f"slot {slot}" if slot >= 0 else f"document {document}"
         with self._state:
-            return self._slot_locks.setdefault(slot, threading.Lock())
+            lock = self._exchange_locks.setdefault(key, threading.Lock())
+        while not lock.acquire(timeout=EXCHANGE_POLL_S):
+            if cancel.is_set():
+                raise Cancelled
+        try:
+            yield
+        finally:
+            lock.release()
 
     def document_event(self, event: DocumentEvent) -> None:
         """A closed document's slot is free again; a save changes nothing here (drafting is the server's)."""
         if isinstance(event, Closed):
             with self._state:
                 self.slots.forget(event.document)
+                self._exchange_locks.pop(f"document {event.document}", None)
 
     def reset(self) -> None:
         """The slots given out again (the server keeps its caches)."""

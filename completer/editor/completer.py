@@ -9,6 +9,7 @@ machine's engine; ServerDecoder: a team server). The Completer is a facade over 
     serving.py    what the parts share: entering a document under the decoder's turn,
                   and a decoder's failures as answers (superseded, no room, server down)
     repository_context.py  the definitions index: other files' definitions in prompts
+    load.py       a shared server's load: a longer debounce, no prefetch or candidates
     counters.py   the counters behind `completer/stats`
 
 Each request crosses to the decoder once (decoders/decoder.py: decode or warm); the
@@ -63,27 +64,23 @@ class Completer:
         self.decoder.configure(config)
 
     def request(self, document: str, kind: str = INLINE) -> AbstractContextManager[CancelFlag]:
-        """A request of `kind` (INLINE, EDIT, WARM) for the document for the block's length, cancelling
-        the older one of its kind; its flag goes to complete(), next_edit() or warm() (the language
-        server starts it before the debounce)."""
+        """A request of `kind` (INLINE, EDIT, WARM) for the block's length, cancelling the older one of its
+        kind; its flag goes to complete(), next_edit() or warm() (the server starts it before the debounce)."""
         return self.documents.running(document, kind)
 
     def close(self, document: str) -> None:
-        """The editor closed the document: its requests stop, its state goes (one removal),
-        with a prefetch for it and the decoder's caches of it. Never waits (the server's event
-        loop runs it); later work for an earlier request stops by CompletionRequest.closed."""
+        """Its requests stop, its state goes (one removal), its prefetch and the decoder's caches of it.
+        Never waits (the event loop runs it); later work for it stops by CompletionRequest.closed."""
         closed = self.documents.close(document)
         self.inline.prefetches.drop(lambda ahead: ahead.request.document == document)
         self.decoder.document_event(Closed(document, closed.path if closed is not None else None))
 
     def document_changed(self, document: str, text: str) -> None:
-        """The editor changed a document: a prefetch for it that the change does not lead to
-        (the user typed something else than the shown completion) stops."""
+        """A prefetch for the document stops unless the change leads to it (the shown completion typed)."""
         self.inline.prefetches.drop(lambda ahead: ahead.request.document == document and not ahead.on_the_way(text))
 
     def file_saved(self, path: str, text: str) -> None:
-        """The editor saved a file: inside the workspace (and not excluded), the decoder
-        drafts from this text of it and the definitions index reads it again."""
+        """Inside the workspace, not excluded: the decoder drafts from this text, the definitions index reads it."""
         if self.serving.workspace.contains(path) and not self.repository.excluded(path):
             self.decoder.document_event(Saved(path, text))
             self.repository.file_changed(path, text)
@@ -105,7 +102,11 @@ class Completer:
 
     def stats(self) -> CompleterStats:
         return self.counters.stats(sessions=self.documents.sessions(), **self.repository.statistics(),
-                                   **self.decoder.statistics())
+                                   **self.serving.load.statistics(), **self.decoder.statistics())
+
+    def debounce_ms(self) -> float:
+        """lsp.debounce_ms, longer while a shared server answers slowly (load.py)."""
+        return self.serving.load.debounce_ms(self.config.lsp.debounce_ms)
 
     def prompt_text(self, prompt: list[int] | str) -> str:
         """A completion's prompt as the model saw it, control tokens spelt out."""

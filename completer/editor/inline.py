@@ -10,6 +10,7 @@ evaluates the same prompt ahead of a request.
 
 import dataclasses
 import logging
+import time
 from collections.abc import Callable
 from typing import Generic, NamedTuple, TypeVar
 
@@ -103,11 +104,13 @@ class InlinePrompt:
                  ahead: bool = False):
         self.inline, self.request, self.cancel, self.ahead = inline, request, cancel, ahead
         self.entered: tuple[Document, str | None, tuple[str, str] | None] | None = None
+        self.shared = False  # made for a shared server's model (DecoderModel.shared)
 
     def __call__(self, model: DecoderModel, room: int) -> Prompt:
         serving = self.inline.serving
         if self.entered is None:
             self.entered = serving.enter(self.request, self.cancel, model, self.ahead)
+        self.shared = model.shared
         document, in_workspace, left = self.entered
         max_tokens = serving.config.generation.max_tokens
         try:
@@ -193,11 +196,15 @@ class InlineCompletions:
         prompt was made for. `ahead`: the prefetch this is, which keeps the completion's
         forward cache and counts until it is served (the request is what the user may make
         next, not what the document is)."""
-        decoded = self.serving.decoder.decode(self.decode_request(request, InlinePrompt(
-            self, request, cancel, ahead=ahead is not None)))
+        prompt = InlinePrompt(self, request, cancel, ahead=ahead is not None)
+        started = time.monotonic()
+        decoded = self.serving.decoder.decode(self.decode_request(request, prompt))
         stop_reason = StopReason(decoded.stop_reason)
         if stop_reason == StopReason.CANCELLED:
             return superseded()
+        if prompt.shared and ahead is None and decoded.counts is not None:
+            self.serving.load.answered((time.monotonic() - started) * 1000, decoded.counts.generated_tokens,
+                                       decoded.counts.generation_ms)
         document, cursor, context = decoded.prompt.made
         candidates = tuple(Shown(text, postprocess(text, cursor, timed_out=timed_out), timed_out)
                            for text, timed_out in [(decoded.text, stop_reason == StopReason.TIME)] +
@@ -220,9 +227,9 @@ class InlineCompletions:
             ahead.counts = decoded.counts
 
     def prefetch(self, request: CompletionRequest, start: int) -> Completion | None:
-        """Completer.prefetch."""
+        """Completer.prefetch; none while a shared server is saturated (load.py)."""
         if (self.serving.documents.any_running(INLINE, EDIT) or request.closed.is_set()
-                or self.serving.repository.excluded(request.path)):
+                or self.serving.repository.excluded(request.path) or self.serving.load.saturated):
             return None
         ahead = self.prefetches.begin(request, start)
         if ahead is None:

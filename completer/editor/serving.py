@@ -4,7 +4,7 @@ request's prompt, under the decoder's turn), and turning a decoder's failures in
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import TypeVar
 
 from completer.config import Config
@@ -12,6 +12,7 @@ from completer.decoders.decoder import Decoder, DecoderModel
 from completer.editor.context import ChunkRing
 from completer.editor.counters import Counters
 from completer.editor.documents import Document, Documents
+from completer.editor.load import LoadGauge
 from completer.editor.repository_context import RepositoryContext
 from completer.errors import Cancelled, PromptTooLong, Refused, Unavailable
 from completer.requests import CancelFlag, Completion, CompletionRequest, NextEdit, Source, StopReason
@@ -59,6 +60,7 @@ class Serving:
     counters: Counters
     ring: ChunkRing
     repository: RepositoryContext
+    load: LoadGauge = field(default_factory=LoadGauge)  # a shared server's, from the answers' pace
 
     def workspace_path(self, path: str) -> str:
         """A file's path as prompts name it: relative to the workspace, inside it."""

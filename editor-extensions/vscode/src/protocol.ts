@@ -137,4 +137,6 @@ export interface Stats {
   edits_rejected: number;
   prefetches: number;
   prefetch_hits: number;
+  saturated: boolean;
+  adaptive_debounce_ms: number;
 }

@@ -33,6 +33,9 @@ export function statsLines(stats: Stats): string[] {
     ...(stats.server_error ? [stats.server_error] : []),
     `requests: ${stats.requests} (${stats.forward_cache_hits} from the suggestion shown, ` +
       `${stats.prefetch_hits} computed ahead of an acceptance, ${stats.superseded} superseded)`,
+    ...(stats.saturated
+      ? [`server busy: prefetch paused, debounce ${stats.adaptive_debounce_ms} ms (answers at half speed or less)`]
+      : []),
     `draft acceptance: ${percent(stats.draft_acceptance_rate)}`,
     `speed: ${stats.tokens_per_second.toFixed(1)} tokens/s`,
     `KV cache hits: ${percent(stats.cache_hit_rate)} of prompt tokens (${stats.warmed_tokens} evaluated ahead)`,

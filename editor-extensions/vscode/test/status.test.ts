@@ -45,9 +45,17 @@ const stats: Stats = {
   retained_chars_120s: 0,
   prefetches: 4,
   prefetch_hits: 3,
+  saturated: false,
+  adaptive_debounce_ms: 0,
 };
 
 describe("statusView", () => {
+  it("says when a shared server is busy, and the debounce it asks for", () => {
+    expect(statusView({ kind: "running", stats }).tooltip).not.toContain("server busy");
+    const busy = statusView({ kind: "running", stats: { ...stats, saturated: true, adaptive_debounce_ms: 400 } });
+    expect(busy.tooltip).toContain("server busy: prefetch paused, debounce 400 ms");
+  });
+
   it("shows the draft acceptance rate and tokens/s once requests were served", () => {
     const view = statusView({ kind: "running", stats });
     expect(view.text).toBe("$(sparkle) 72% · 41 tok/s");
