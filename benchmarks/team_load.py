@@ -1,7 +1,8 @@
 """Many editors at once on one team server (issue 57's load bench, first step).
 
     python -m benchmarks.team_load --repo PATH [--developers 1,2,4,8] [--seconds 30]
-                                   [--settings off,draft-4] [--server-url URL] [--json FILE]
+                                   [--settings off,draft-4] [--back-off on,off]
+                                   [--server-url URL] [--json FILE]
 
 Algorithm:
     typing     edit holes cut from the repository's git history (completer bench --edits'
@@ -14,7 +15,9 @@ Algorithm:
                load_completer: what `completer serve --decoder llama-server` runs), a
                completion asked at every keystroke through lsp.completing.complete, as the
                language server asks it (its debounce, newest request wins, a superseded
-               request's stream closed; the forward cache answers what it can).
+               request's stream closed; the forward cache answers what it can), with
+               lsp.back_off on (the debounce grows with the answers' latency;
+               completer/editor/load.py) or off (the configured debounce), as --back-off says.
     server     llama-server (`completer build`'s), started per setting and per N with one
                slot per developer and --metrics: speculation off, or the smol draft at a
                fixed draft length; or a llama-server given by --server-url, as it is.
@@ -143,8 +146,7 @@ def server_metrics(url: str) -> dict[str, float]:
     return {name: float(value) for name, value in METRIC.findall(text)}
 
 
-async def _developer(index: int, completer: Completer, script: list[Keystroke], debounce_ms: float,
-                     outcomes: list[Outcome]) -> None:
+async def _developer(index: int, completer: Completer, script: list[Keystroke], outcomes: list[Outcome]) -> None:
     loop = asyncio.get_running_loop()
     with ThreadPoolExecutor(max_workers=WORKERS, thread_name_prefix=f"developer-{index}") as workers:
         def in_worker(function, *args) -> asyncio.Future:
@@ -152,7 +154,7 @@ async def _developer(index: int, completer: Completer, script: list[Keystroke], 
 
         async def ask(request: CompletionRequest) -> None:
             started = time.perf_counter()
-            completion = await complete(completer, request, debounce_ms, in_worker)
+            completion = await complete(completer, request, completer.debounce_ms(), in_worker)
             outcomes.append(Outcome(index, request, completion, (time.perf_counter() - started) * 1000))
 
         asked, document = [], None
@@ -183,7 +185,7 @@ def run_developers(url: str, holes: list[list[EditHole]], seconds: float, settin
     started = time.perf_counter()
 
     async def everyone() -> None:
-        await asyncio.gather(*(_developer(i, completer, script, config.lsp.debounce_ms, outcomes)
+        await asyncio.gather(*(_developer(i, completer, script, outcomes)
                                for i, (completer, script) in enumerate(zip(completers, scripts))))
 
     asyncio.run(everyone())
@@ -265,9 +267,15 @@ def setting_flags(setting: str, draft: Path) -> tuple[str, ...]:
             "--spec-draft-n-min", "0")
 
 
+def back_off_options(back_off: str) -> tuple[str, dict]:
+    """The setting's suffix and the clients' options for --back-off's "on" or "off"."""
+    return ("", OPTIONS) if back_off == "on" else (", no back-off", {**OPTIONS, "lsp": {"back_off": False}})
+
+
 def measure_settings(settings: list[str], counts: list[int], holes: list[list[EditHole]], seconds: float,
-                     folder: Path) -> list[dict]:
-    """Each setting at each N on a llama-server of its own (one slot per developer, cold caches)."""
+                     folder: Path, back_offs: list[str]) -> list[dict]:
+    """Each setting at each N, with each of `back_offs`, on a llama-server of its own (one
+    slot per developer, cold caches)."""
     binary = find()
     if binary is None:
         raise SystemExit(f"no llama-server: run `{BUILD_COMMAND}`")
@@ -275,12 +283,14 @@ def measure_settings(settings: list[str], counts: list[int], holes: list[list[Ed
     rows = []
     for setting in settings:
         for count in counts:
-            server = LlamaServer(binary, files.target, folder / f"{setting}-{count}.log", "--metrics",
-                                 *setting_flags(setting, files.draft), slots=count, context=4096 * count).start()
-            try:
-                rows.append(run_developers(server.url, holes[:count], seconds, setting).row)
-            finally:
-                server.stop()
+            for back_off in back_offs:
+                suffix, options = back_off_options(back_off)
+                server = LlamaServer(binary, files.target, folder / f"{setting}-{count}-{back_off}.log", "--metrics",
+                                     *setting_flags(setting, files.draft), slots=count, context=4096 * count).start()
+                try:
+                    rows.append(run_developers(server.url, holes[:count], seconds, setting + suffix, options).row)
+                finally:
+                    server.stop()
     return rows
 
 
@@ -290,17 +300,20 @@ def main() -> None:
     parser.add_argument("--developers", default="1,2,4,8", help="the Ns, comma-separated")
     parser.add_argument("--seconds", type=float, default=30.0, help="each developer types this long")
     parser.add_argument("--settings", default="off,draft-4", help="off, draft-K (llama-server started here)")
+    parser.add_argument("--back-off", default="on", help="on, off or on,off: the clients' lsp.back_off")
     parser.add_argument("--server-url", help="measure this server as it is instead (no settings)")
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--json", type=Path, help="write the rows here")
     args = parser.parse_args()
     counts = [int(n) for n in args.developers.split(",")]
     holes = typing_holes(args.repo, max(counts), args.seed)
+    back_offs = args.back_off.split(",")
     if args.server_url:
-        rows = [run_developers(args.server_url, holes[:n], args.seconds, "given").row for n in counts]
+        rows = [run_developers(args.server_url, holes[:n], args.seconds, "given" + suffix, options).row
+                for n in counts for suffix, options in map(back_off_options, back_offs)]
     else:
         with tempfile.TemporaryDirectory() as temporary:
-            rows = measure_settings(args.settings.split(","), counts, holes, args.seconds, Path(temporary))
+            rows = measure_settings(args.settings.split(","), counts, holes, args.seconds, Path(temporary), back_offs)
     print(table(rows))
     if args.json:
         args.json.write_text(json.dumps(rows, indent=1))

@@ -284,14 +284,17 @@ class LanguageServerOptions:
     debounce_ms: float = option(
         0.0, "language server: wait this long after a request before generating; a newer request in the "
         "meantime replaces it without touching the model. Editors debounce already, and the newest request "
-        "cancels an older generation anyway, so 0. On a shared server (--decoder llama-server or openai) it "
-        "grows to half the median latency of the last 8 answers, at most 1000 ms, and prefetch waits while "
-        "the server gives this editor half its unloaded speed or less"
+        "cancels an older generation anyway, so 0. lsp.back_off lengthens it on a shared server"
     )
     prefetch: bool = option(
         True, "language server: while an inline completion that ends its line is shown, compute the one that "
         "follows its acceptance, so that after Tab the next one is there with no model call (as llama.vim "
         "does). Whole acceptance only; any other request stops it within a round"
+    )
+    back_off: bool = option(
+        True, "language server, on a shared server (--decoder llama-server or openai): the debounce grows to "
+        "half the median latency of the last 8 answers (at most 1000 ms), and prefetch waits while the server "
+        "gives this editor half its unloaded speed or less (docs/team-server.md)"
     )
 
 

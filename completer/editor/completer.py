@@ -9,8 +9,7 @@ machine's engine; ServerDecoder: a team server). The Completer is a facade over 
     serving.py    what the parts share: entering a document under the decoder's turn,
                   and a decoder's failures as answers (superseded, no room, server down)
     repository_context.py  the definitions index: other files' definitions in prompts
-    load.py       a shared server's load: a longer debounce, no prefetch or candidates
-    counters.py   the counters behind `completer/stats`
+    counters.py, load.py  the counters behind `completer/stats`; a shared server's load
 
 Each request crosses to the decoder once (decoders/decoder.py: decode or warm); the
 decoder calls the request's prompt back under its turn, with its model's tokenizer.
@@ -105,8 +104,9 @@ class Completer:
                                    **self.serving.load.statistics(), **self.decoder.statistics())
 
     def debounce_ms(self) -> float:
-        """lsp.debounce_ms, longer while a shared server answers slowly (load.py)."""
-        return self.serving.load.debounce_ms(self.config.lsp.debounce_ms)
+        """lsp.debounce_ms; with lsp.back_off, longer while a shared server answers slowly (load.py)."""
+        return self.serving.load.debounce_ms(self.config.lsp.debounce_ms) if self.config.lsp.back_off else \
+            self.config.lsp.debounce_ms
 
     def prompt_text(self, prompt: list[int] | str) -> str:
         """A completion's prompt as the model saw it, control tokens spelt out."""

@@ -2,6 +2,8 @@
 with the answers' latency, prefetch waits while the server is saturated, and the local
 engine is never judged."""
 
+from dataclasses import replace
+
 import pytest
 
 from completer.config import Config, GenerationOptions, LanguageServerOptions
@@ -100,3 +102,15 @@ def test_a_prefetch_does_not_count_as_an_answer_of_the_users():
         decoder.pace_ms = 1.0  # were the prefetches counted, the median would stay under 2x
         completer.prefetch(at_end(text + BODY), len(text))
     assert completer.stats().saturated
+
+
+def test_without_back_off_the_debounce_is_the_configured_one_and_prefetch_runs_under_load():
+    completer, decoder = completer_on(True)
+    completer.configure(replace(completer.config, lsp=LanguageServerOptions(debounce_ms=30, back_off=False)))
+    answer_at_pace(completer, decoder, 1.0, PACE_MIN_COUNT)
+    answer_at_pace(completer, decoder, 5.0, WINDOW)
+    assert completer.stats().saturated and completer.debounce_ms() == 30
+    assert completer.complete(at_end(TEXT)).text == BODY
+    assert completer.prefetch(at_end(TEXT + BODY), len(TEXT)) is not None
+    completer.configure(replace(completer.config, lsp=LanguageServerOptions(debounce_ms=0)))
+    assert completer.debounce_ms() > 0  # back_off's default: half the fake's answers' latency
