@@ -163,7 +163,7 @@ def bench_local(terminal: Terminal, plan: BenchPlan, picked: Holes) -> None:
     result["settings"] |= {"with_context": plan.with_context, **picked.json()}
     result["definitions_index"] = runner.completer.repository.statistics()
     if plan.typing:
-        _replay_typing(result, runner.pair, models, holes, terminal)
+        _replay_typing(result, runner.pair, models, holes, terminal, plan.with_context)
     plan.report_path.write_text(json.dumps(result, indent=1))
     notes.print(f"every record: {plan.report_path}", soft_wrap=True)
     if plan.plot_path:
@@ -301,11 +301,14 @@ def _run_holes(runner, holes: list, modes: int, errors: Console) -> list[dict]:
     return records
 
 
-def _replay_typing(result: dict, pair, models: ModelOptions, holes: list, terminal: Terminal) -> None:
-    """--typing: the typing replay over the first two files with holes, into the report;
-    the threads its engines ran with go beside the bench's, in its settings."""
+def _replay_typing(result: dict, pair, models: ModelOptions, holes: list, terminal: Terminal,
+                   with_context: str) -> None:
+    """--typing: the typing replay over the first two files with holes, into the report,
+    with the context --with-context gives, over the holes' repositories; the threads its
+    engines ran with go beside the bench's, in its settings."""
     typed_files = list(dict.fromkeys(h.path for h in holes))[:2]
     with terminal.errors.status("replaying typing"):
-        result["typing"] = replay_files(pair, models, typed_files)
+        result["typing"] = replay_files(pair, models, typed_files, sorted({Path(h.root) for h in holes}),
+                                        context_config(with_context))
     result["settings"]["threads"] |= result["typing"].pop("threads")
     terminal.notes.print(report.typing_line(result["typing"], len(typed_files)), soft_wrap=True)

@@ -11,12 +11,13 @@
 """
 
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from completer.bench.metrics import percentile
 from completer.bench.run import llama_threads
-from completer.config import Config, GenerationOptions, ModelOptions
+from completer.config import Config, ContextOptions, GenerationOptions, ModelOptions, PromptOptions
 from completer.decoders.local import LocalDecoder
 from completer.editor.completer import Completer
 from completer.loading import Pair, completer_over, engine_for
@@ -62,21 +63,29 @@ def delete_line_above(text: str, cursor: int, lines_up: int = 20) -> tuple[str, 
     return text[:start] + text[end:], cursor - (end - start)
 
 
-def replay_files(pair: Pair, models: ModelOptions, paths: list[Path]) -> dict:
-    """Typing replayed over the files at `paths`: the summary."""
+def replay_files(pair: Pair, models: ModelOptions, paths: list[Path], roots: Sequence[Path] = (),
+                 context: tuple[ContextOptions, PromptOptions] | None = None) -> dict:
+    """Typing replayed over the files at `paths`: the summary. `roots` and `context`: as replay's."""
     files = [(str(p), p.read_text(encoding="utf-8", errors="replace"), p.suffix.lstrip(".")) for p in paths]
-    return replay(pair, models, files)[0]
+    return replay(pair, models, files, roots=roots, context=context)[0]
 
 
-def replay(pair: Pair, models: ModelOptions, files: list[tuple[str, str, str]],
-           max_tokens: int = 16) -> tuple[dict, list[Keystroke]]:
+def replay(pair: Pair, models: ModelOptions, files: list[tuple[str, str, str]], max_tokens: int = 16,
+           roots: Sequence[Path] = (), context: tuple[ContextOptions, PromptOptions] | None = None
+           ) -> tuple[dict, list[Keystroke]]:
     """Replay typing over `files` (path, text, language) on two engines over the pair,
-    made with `models`' options (context size, threads); the summary, with the threads
-    each engine's contexts ran with (llama_threads), and every keystroke."""
-    config = Config(models=models, generation=GenerationOptions(max_tokens=max_tokens, time_budget_ms=0))
+    made with `models`' options (context size, threads), the completers' workspace the
+    `roots` with their definitions index built, and `context`'s options (bench's
+    --with-context; by default none: no definitions, no open files' chunks); the summary,
+    with the threads each engine's contexts ran with (llama_threads), and every keystroke."""
+    definitions, prompt = context or (ContextOptions(definitions_tokens=0), PromptOptions(cross_file_tokens=0))
+    config = Config(models=models, generation=GenerationOptions(max_tokens=max_tokens, time_budget_ms=0),
+                    context=definitions, prompt=prompt)
     warm_engine, pair = engine_for(pair, config)
     cold_engine, _ = engine_for(pair, config, costs=warm_engine.costs)
-    warm, cold = completer_over(LocalDecoder(warm_engine), config), completer_over(LocalDecoder(cold_engine), config)
+    warm, cold = (completer_over(LocalDecoder(engine), config, roots) for engine in (warm_engine, cold_engine))
+    for completer in (warm, cold):
+        completer.repository.build()
     keystrokes: list[Keystroke] = []
     cold_ms: list[float] = []
     for path, text, language in files:
