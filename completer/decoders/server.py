@@ -209,6 +209,11 @@ class LlamaServerAPI:
             speculative["drafting"] = "yes" if any(slot.get("speculative") for slot in self.client.slots()) else "no"
         except ServerError:
             pass
+        if speculative.get("drafting") != "no":
+            # The pinned build's request schema (tools/server/server-schema.cpp) has the
+            # speculative.* fields under `#if 0`: a client cannot lower the draft length.
+            speculative["backs off under load"] = ("no: this llama-server takes no speculative settings per "
+                                                   "request; the client backs off (lsp.back_off)")
         return ServerModel(name, props.slots, props.context_tokens, template, speculative)
 
     def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int], int]:

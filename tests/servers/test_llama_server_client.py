@@ -45,9 +45,15 @@ def test_the_server_says_its_model_slots_and_context(client, smol):
 def test_doctor_checks_the_configured_server(client, smol):
     row = run_completer("doctor", "--decoder", "llama-server", "--server-url", client.url).stdout.splitlines()[0]
     assert row.startswith("server (llama-server)") and smol.target.name in row
-    assert "2 slots of 2048 tokens" in row and "drafting no" in row
+    assert "2 slots of 2048 tokens" in row and "drafting no" in row and "backs off" not in row
     down = run_completer("doctor", "--decoder", "llama-server", "--server-url", f"http://127.0.0.1:{free_port()}")
     assert "cannot be used" in down.stdout and "refused" in down.stdout.lower()
+
+
+def test_doctor_says_a_drafting_llama_server_takes_no_speculative_settings_per_request(drafting_llama_server):
+    row = run_completer("doctor", "--decoder", "llama-server", "--server-url", drafting_llama_server.url)
+    assert "drafting yes" in row.stdout and "backs off under load no: this llama-server takes no speculative " \
+        "settings per request; the client backs off (lsp.back_off)" in row.stdout, row.stdout
 
 
 def test_bench_measures_the_server_with_the_same_holes_and_table(client, tmp_path):
