@@ -587,7 +587,9 @@ def complete(file: Path, line: int, col: int, generation: GenerationOptions, sta
                      f"{COMPLETE_INDEX_S:.0f} s, not all of them: a definition in another is not in the prompt (the "
                      "language server reads them all, in the background)", markup=False, highlight=False,
                      soft_wrap=True)
-    request = CompletionRequest(str(file), str(file), text, cursor, file.suffix.lstrip("."))
+    # Its path whole, as an editor's is: imports are resolved from it ("imported", not "same name").
+    path = str(file.resolve())
+    request = CompletionRequest(path, path, text, cursor, file.suffix.lstrip("."))
     completion = loaded.completer.complete(request)
     if completion.source == Source.SERVER_DOWN:
         raise click.ClickException(completion.warning)
