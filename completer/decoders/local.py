@@ -242,11 +242,9 @@ class LocalDecoder:
         self._if_free()
 
     def _follow(self, event: "SavedIndex | Closed") -> None:
-        """Under the engine lock: document_event()'s work.
-        - Closed: its caches and acceptance curves go, and whatever its last request kept;
-          n-gram lookup drafts from the file as last saved again.
-        - Saved: n-gram lookup drafts from this text of the file, not the index's older copy
-          (while the saved files' share of drafting.index_mb holds it)."""
+        """Under the engine lock. Closed: its caches, curves and last request's leavings go; lookup
+        drafts from the file as last saved. Saved: lookup drafts from this text, not the index's copy
+        (while the saved files' share of drafting.index_mb holds it)."""
         if isinstance(event, Closed):
             self.engine.forget(event.document)
             if event.path is not None and not self.engine.has_saved_file(event.path):
