@@ -18,9 +18,9 @@ from completer.config import Config
 from completer.decoders.decoder import (Closed, Decode, DecodeCounts, Decoded, DecodeRequest, DecoderModel,
                                         DocumentEvent, Prompt, Saved, ready, with_length)
 from completer.engine.candidates import candidates
+from completer.engine.drafts import NgramIndex
 from completer.engine.generation import PROMPT_PIECE, Engine, GenerationRequest, generate
 from completer.engine.healing import TokenPrefixes, heal
-from completer.engine.drafts import NgramIndex
 from completer.engine.workspace_index import WorkspaceIndex, saved_index_path
 from completer.errors import Cancelled
 from completer.prompt import Segment, template_for, tokenize_segments
@@ -241,7 +241,7 @@ class LocalDecoder:
             self._events.append(event)
         self._if_free()
 
-    def _follow(self, event: "SavedIndex | Closed") -> None:
+    def _follow(self, event: SavedIndex | Closed) -> None:
         """Under the engine lock. Closed: its caches, curves and last request's leavings go; lookup
         drafts from the file as last saved. Saved: lookup drafts from this text, not the index's copy
         (while the saved files' share of drafting.index_mb holds it)."""

@@ -52,6 +52,8 @@ TOKENIZED_TEXTS = 512
 CHARS_PER_TOKEN = 3.0
 # How often a request waiting for its document's exchange looks at its cancel flag.
 EXCHANGE_POLL_S = 0.01
+
+
 @dataclass(frozen=True)
 class ServerModel:
     """What the server runs, as the completer needs it."""
