@@ -229,7 +229,8 @@ class InlineCompletions:
     def prefetch(self, request: CompletionRequest, start: int) -> Completion | None:
         """Completer.prefetch; with lsp.back_off, none while a shared server is saturated (load.py)."""
         if (self.serving.documents.any_running(INLINE, EDIT) or request.closed.is_set()
-                or self.serving.repository.excluded(request.path) or self.serving.config.lsp.back_off and self.serving.load.saturated):
+                or self.serving.repository.excluded(request.path)
+                or self.serving.config.lsp.back_off and self.serving.load.saturated):
             return None
         ahead = self.prefetches.begin(request, start)
         if ahead is None:

@@ -7,8 +7,8 @@ gives up for it (issue 57: many editors on one server).
     saturated  the median of the last WINDOW paces is SATURATED_RATIO x `alone` or more
                (judged once PACE_MIN_COUNT paces are in): the server gives this editor
                half the speed it gives it alone, so it is busy with others. Then
-               prefetch and extra candidates wait: each takes compute from the other
-               users and delays this editor's own next request.
+               prefetch waits: it takes compute from the other users and delays this
+               editor's own next request (extra candidates are the local engine's alone)
     debounce   the configured debounce, grown to DEBOUNCE_SHARE of the median latency
                (request to answer) of the last WINDOW answers, at most DEBOUNCE_MOST_MS:
                with answers taking 800 ms and keystrokes 150 ms apart, a request per
