@@ -17,7 +17,7 @@ import { mkdirSync, readFileSync, writeFileSync } from "node:fs";
 import { join } from "node:path";
 import { chromium } from "playwright-core";
 import {
-  decorations, env, hideInlineSuggestion, log, logEntries, logged, minutes, openFile, prepareProfile, saved,
+  cursor, decorations, env, hideInlineSuggestion, log, logEntries, logged, minutes, openFile, prepareProfile, saved,
   startCodeServer, statistics, waitForDecorations, waitForLogged, waitForModels,
 } from "./codeServer.mjs";
 
@@ -211,9 +211,17 @@ async function macro(page, profile) {
   const asked = answers(profile).length;
   await openFile(page, file);
   await page.keyboard.press("Control+End");
+  const lines = before.split("\n");
+  let column = lines.at(-1).length;
   for (const burst of bursts) {
     await page.keyboard.type(burst, { delay: 0 });
-    await poll("an inline suggestion", async () => (await ghost(page)).lines.length > 0, minutes(1), 20);
+    column += burst.length;
+    // Once the editor has taken every key (its status bar shows the cursor after them): until
+    // then a suggestion for the text before the burst can still be on screen, about to go as
+    // the keys land, and a Tab in that gap only indents.
+    const keysTaken = `Ln ${lines.length}, Col ${column + 1}`;
+    await poll("an inline suggestion", async () => (await cursor(page)) === keysTaken
+      && (await ghost(page)).lines.length > 0, minutes(1), 20);
   }
   const shown = await ghost(page);
   await page.keyboard.press("Tab");
