@@ -30,6 +30,7 @@ def served_pair(smol):
     }
 
 
+@pytest.mark.slow  # over 4 s here: `make test-fast` keeps to 3 minutes
 def test_pull_downloads_into_the_cache_then_resolves_without_the_server(smol, tmp_path, monkeypatch):
     cache = tmp_path / "user-cache"
     env = {"COMPLETER_CACHE_DIR": str(cache)}

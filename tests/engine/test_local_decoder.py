@@ -75,6 +75,7 @@ def test_typing_at_the_cursor_evaluates_only_the_new_tokens(engine):
     assert sum(costs) / len(typed) <= 3
 
 
+@pytest.mark.slow  # over 4 s here: `make test-fast` keeps to 3 minutes
 def test_an_edit_above_the_cursor_truncates_at_the_edit_and_completes_as_fresh(engine, models):
     text = file_text("textwrap.py")
     prompt_tokens = len(engine.model.tokenize(path_header("a.py") + text))

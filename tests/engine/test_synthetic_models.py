@@ -63,6 +63,7 @@ def test_greedy_decoding_is_deterministic(models, arch):
     assert len(set(first)) > 3  # the weights are scaled to keep it moving, not stuck on one token
 
 
+@pytest.mark.slow  # over 4 s here: `make test-fast` keeps to 3 minutes
 def test_same_seed_same_file(tmp_path):
     a = write_model(tmp_path / "a.gguf", "mamba2", seed=1)
     b = write_model(tmp_path / "b.gguf", "mamba2", seed=1)

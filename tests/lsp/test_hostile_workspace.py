@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 import numpy as np
+import pytest
 
 from lsp_session import inline, open_document, start, stats, wait_ready
 
@@ -69,6 +70,7 @@ async def indexed(client, timeout: float = 180) -> dict:
     return current
 
 
+@pytest.mark.slow  # over 4 s here: `make test-fast` keeps to 3 minutes
 async def test_opening_a_repository_runs_none_of_the_programs_its_git_config_names(smol, smol_cache, tmp_path):
     root, markers = tmp_path / "repo", tmp_path / "markers"
     markers.mkdir()
@@ -99,6 +101,7 @@ def saved_index_paths(cache: Path, root: Path) -> list[str]:
     return found
 
 
+@pytest.mark.slow  # over 4 s here: `make test-fast` keeps to 3 minutes
 async def test_a_folder_that_is_not_a_repository_keeps_ignored_and_dependency_files_out_of_the_index(
         smol, smol_cache, tmp_path):
     root = tmp_path / "project"

@@ -16,6 +16,7 @@ STATS_PY = "def mean(values):\n    return sum(values) / len(values)\n\n\ndef var
 CURSOR = (5, len("    center = mean("))
 
 
+@pytest.mark.slow  # over 4 s here: `make test-fast` keeps to 3 minutes
 async def test_requests_before_the_models_are_ready_get_an_empty_answer(smol, smol_cache):
     client = await start(smol_cache)
     open_document(client, "file:///project/a.py", STATS_PY)
@@ -46,6 +47,7 @@ async def test_a_wrong_model_path_is_shown_once_and_the_server_stays_up(smol_cac
     await client.shutdown_session()
 
 
+@pytest.mark.slow  # over 4 s here: `make test-fast` keeps to 3 minutes
 async def test_bad_option_values_fall_back_to_defaults_with_a_message(smol, smol_cache):
     client = await start(smol_cache, {"generation": {"max_tokens": "lots", "draft_mode": "psychic"}})
     await wait_ready(client)
@@ -57,6 +59,7 @@ async def test_bad_option_values_fall_back_to_defaults_with_a_message(smol, smol
     await client.shutdown_session()
 
 
+@pytest.mark.slow  # over 4 s here: `make test-fast` keeps to 3 minutes
 async def test_a_configuration_change_applies_to_the_next_completion(smol, smol_cache):
     client = await start(smol_cache)
     await wait_ready(client)
@@ -106,6 +109,7 @@ async def test_the_completion_fallback_offers_one_item_marked_as_ai(smol, smol_c
     await client.shutdown_session()
 
 
+@pytest.mark.slow  # over 4 s here: `make test-fast` keeps to 3 minutes
 async def test_shutdown_and_exit_end_the_process(smol, smol_cache):
     client = await start(smol_cache)
     await wait_ready(client)
