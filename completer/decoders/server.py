@@ -280,7 +280,7 @@ class OpenAIAPI:
         """What its /metrics says of its speculation and caches (vLLM's); "not served" where
         there are none (another OpenAI-compatible server)."""
         try:
-            return ServerMetrics.of(self.client.metrics()).described()
+            return ServerMetrics.of(self.client.metrics()).described(self.client.speculative_config())
         except ServerError as error:
             return {"metrics": f"not served ({error})"}
 
@@ -296,7 +296,10 @@ class OpenAIAPI:
 
     def generate(self, prompt: str, slot: int, max_tokens: int, stop: list[str], sampling: Sampling,
                  time_budget_ms: float, cancel: CancelFlag, done=None) -> RemoteGeneration:
-        return self.client.complete(self.model, prompt, max_tokens, stop, sampling, time_budget_ms, cancel, done)
+        """A warm (max_tokens 0) asks for one token: vLLM answers max_tokens 0 with HTTP 400
+        ("max_tokens must be at least 1"), where llama-server evaluates the prompt alone."""
+        return self.client.complete(self.model, prompt, max(max_tokens, 1), stop, sampling, time_budget_ms, cancel,
+                                    done)
 
 
 @dataclass
