@@ -530,6 +530,20 @@ class OpenAIClient(HttpClient):
         """/metrics, Prometheus' text (vLLM's: server_metrics.py reads it)."""
         return self._body("GET", "/metrics").decode("utf-8", "replace")
 
+    def speculative_config(self) -> dict | None:
+        """vLLM's speculative config as it runs ({} where it does not speculate), from its
+        /server_info, which only a vLLM started with VLLM_SERVER_DEV_MODE=1 serves; None
+        where there is none."""
+        try:
+            info = self._json("GET", "/server_info?config_format=json")
+        except ServerError:
+            return None
+        config = info.get("vllm_config") if isinstance(info, dict) else None
+        if not isinstance(config, dict):
+            return None
+        speculative = config.get("speculative_config")
+        return speculative if isinstance(speculative, dict) else {}
+
     def complete(self, model: str, prompt: str, max_tokens: int, stop: list[str] | None = None,
                  sampling: Sampling = GREEDY, time_budget_ms: float = 0, cancel: threading.Event | None = None,
                  done: Callable[[str], bool] | None = None) -> RemoteGeneration:

@@ -1,11 +1,15 @@
 """A team server's Prometheus metrics (vLLM's /metrics), as `doctor` reads them: whether
-it speculates and how deep, what it accepted, its prefix cache, the requests it aborted.
+it speculates and how deep, what it accepted, its prefix cache, the requests it runs.
 
 vLLM sends no speculative settings over its API, and no timings in its answers; its
 metrics say what it did. The speculative counters exist only on a server started with a
 --speculative-config, and vllm:spec_decode_num_accepted_tokens_per_pos has one series a
 draft position: their number is num_speculative_tokens. Its schedule by batch size
-(num_speculative_tokens_per_batch_size) shows in no metric.
+(num_speculative_tokens_per_batch_size) shows in no metric: only in the config that
+/server_info serves, on a vLLM started with VLLM_SERVER_DEV_MODE=1. Nor does a request
+its client closed: vLLM 0.32's output processor drops it before its statistics see it,
+so vllm:request_success_total{finished_reason="abort"} does not count superseded
+completions (its log does, with --enable-log-requests).
 """
 
 import math
@@ -16,7 +20,6 @@ ACCEPTED = "vllm:spec_decode_num_accepted_tokens_total"
 ACCEPTED_PER_POSITION = "vllm:spec_decode_num_accepted_tokens_per_pos_total"
 PREFIX_HITS = "vllm:prefix_cache_hits_total"
 PREFIX_QUERIES = "vllm:prefix_cache_queries_total"
-FINISHED = "vllm:request_success_total"  # by finished_reason: stop, length, abort, ...
 RUNNING = "vllm:num_requests_running"
 
 Samples = dict[str, list[tuple[dict[str, str], float]]]  # a metric's name -> its (labels, value) series
@@ -82,7 +85,6 @@ class ServerMetrics:
     draft_positions: int  # tokens a step drafts
     prefix_hits: float | None  # prompt tokens its prefix cache held; None: no prefix cache counted
     prefix_queries: float
-    aborted: float  # requests ended by the client (a superseded completion's stream closed)
     running: float
 
     @classmethod
@@ -90,11 +92,11 @@ class ServerMetrics:
         samples = parse(text)
         return cls(any(name.startswith("vllm:") for name in samples), total(samples, DRAFTED), total(samples, ACCEPTED) or 0.0,
                    len({labels.get("position") for labels, _ in samples.get(ACCEPTED_PER_POSITION, [])}),
-                   total(samples, PREFIX_HITS), total(samples, PREFIX_QUERIES) or 0.0,
-                   total(samples, FINISHED, finished_reason="abort") or 0.0, total(samples, RUNNING) or 0.0)
+                   total(samples, PREFIX_HITS), total(samples, PREFIX_QUERIES) or 0.0, total(samples, RUNNING) or 0.0)
 
-    def described(self) -> dict[str, str]:
-        """What doctor shows of it, by name."""
+    def described(self, speculative: dict | None = None) -> dict[str, str]:
+        """What doctor shows of it, by name; `speculative`: its speculative config where the
+        server says it (OpenAIClient.speculative_config), None where it does not."""
         if not self.vllm:
             return {"metrics": "none of vLLM's"}
         facts = {"drafting": "no (started without --speculative-config)" if self.drafted is None else
@@ -102,11 +104,24 @@ class ServerMetrics:
         if self.drafted:
             facts["acceptance so far"] = f"{self.accepted / self.drafted:.0%} of {self.drafted:.0f} drafted tokens"
         if self.drafted is not None:
-            facts["backs off under load"] = ("not shown by the server: vLLM's num_speculative_tokens_per_batch_size "
-                                             "is in no metric")
+            facts["backs off under load"] = backs_off(speculative)
         if self.prefix_queries and self.prefix_hits is not None:
             facts["prefix cache"] = f"{self.prefix_hits / self.prefix_queries:.0%} of {self.prefix_queries:.0f} " \
                                     "prompt tokens found"
-        facts["requests aborted"] = f"{self.aborted:.0f}"
         facts["requests running"] = f"{self.running:.0f}"
         return facts
+
+
+def backs_off(speculative: dict | None) -> str:
+    """Whether a drafting vLLM drafts less as its batch grows: its schedule by batch size."""
+    if speculative is None:
+        return ("not shown by the server: vLLM's num_speculative_tokens_per_batch_size is in no metric, and in "
+                "/server_info only with VLLM_SERVER_DEV_MODE=1")
+    ranges = speculative.get("num_speculative_tokens_per_batch_size")
+    if not ranges:
+        return f"no: {speculative.get('num_speculative_tokens', '?')} tokens a step at every batch size"
+    try:
+        steps = ", ".join(f"{int(first)}-{int(last)} requests: {int(tokens)}" for first, last, tokens in ranges)
+    except (TypeError, ValueError):
+        return f"yes, by a schedule this client cannot read: {ranges!r:.200}"
+    return f"yes, tokens a step by batch size: {steps}"

@@ -1,6 +1,7 @@
 """What doctor reads of a team server's /metrics: vLLM's speculation, prefix cache and
-aborted requests, from Prometheus' text as vLLM 0.32 writes it (its metric names are in
-vllm/v1/metrics/loggers.py and vllm/v1/spec_decode/metrics.py)."""
+running requests, from Prometheus' text as vLLM 0.32 writes it (its metric names are in
+vllm/v1/metrics/loggers.py and vllm/v1/spec_decode/metrics.py); and whether it backs off
+under load, from the speculative config its /server_info serves in dev mode."""
 
 from completer.decoders.clients import OpenAIClient
 from completer.decoders.server import OpenAIAPI
@@ -26,13 +27,22 @@ vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="smol",
 '''
 
 
-def test_a_speculating_vllm_says_how_deep_what_it_accepted_and_what_it_aborted():
+def test_a_speculating_vllm_says_how_deep_what_it_accepted_and_what_it_runs():
     facts = ServerMetrics.of(SPECULATING).described()
     assert facts["drafting"] == "yes, 4 tokens a step"
     assert facts["acceptance so far"] == "75% of 200 drafted tokens"
     assert facts["prefix cache"] == "75% of 4000 prompt tokens found"
-    assert (facts["requests aborted"], facts["requests running"]) == ("2", "3")
-    assert "num_speculative_tokens_per_batch_size" in facts["backs off under load"]
+    assert facts["requests running"] == "3"
+    assert "VLLM_SERVER_DEV_MODE" in facts["backs off under load"]  # no config served: it cannot say
+
+
+def test_its_served_config_says_whether_it_drafts_less_as_the_batch_grows():
+    scheduled = {"method": "ngram", "num_speculative_tokens": 4,
+                 "num_speculative_tokens_per_batch_size": [[1, 3, 4], [4, 256, 0]]}
+    facts = ServerMetrics.of(SPECULATING).described(scheduled)
+    assert facts["backs off under load"] == "yes, tokens a step by batch size: 1-3 requests: 4, 4-256 requests: 0"
+    fixed = ServerMetrics.of(SPECULATING).described({"method": "ngram", "num_speculative_tokens": 4})
+    assert fixed["backs off under load"] == "no: 4 tokens a step at every batch size"
 
 
 def test_a_vllm_without_speculation_and_another_servers_metrics():
