@@ -153,6 +153,12 @@ class VllmServer:
     log: Path
     started_s: float  # seconds from the process's start to /health answering
 
+    def kill(self) -> None:
+        """SIGKILL to its process group: the server gone at once, as in a crash."""
+        if self.process.poll() is None:
+            os.killpg(self.process.pid, signal.SIGKILL)
+            self.process.wait()
+
     def stop(self) -> None:
         """SIGTERM to its process group (the API server, its engine core and workers),
         SIGKILL a minute later: a vLLM still compiling lets SIGTERM wait."""
@@ -167,19 +173,21 @@ class VllmServer:
 
 
 def serve(model: Path, name: str, log: Path, flags: tuple[str, ...] = (),
-          preexec_fn: Callable[[], None] | None = None, timeout_s: float = START_TIMEOUT_S) -> VllmServer:
-    """vLLM serving `model` (a Hugging Face folder) as `name` on 127.0.0.1 at a free port,
-    with `flags` (vLLM's own) after ours, once /health answers. Its output goes to `log`."""
-    port = free_port()
+          preexec_fn: Callable[[], None] | None = None, timeout_s: float = START_TIMEOUT_S,
+          port: int | None = None, env: dict[str, str] | None = None) -> VllmServer:
+    """vLLM serving `model` (a Hugging Face folder) as `name` on 127.0.0.1 at `port` (a free
+    one by default), with `flags` (vLLM's own) after ours and `env` added to its
+    environment, once /health answers. Its output goes to `log`."""
+    port = port or free_port()
     command = [str(install()), "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
                "--served-model-name", name, "--host", "127.0.0.1", "--port", str(port), *flags]
-    env = {**os.environ, **COMPILE_ENV, "VLLM_CACHE_ROOT": str(vllm_dir() / "compile"), "HF_HUB_OFFLINE": "1",
-           "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1"}
+    environment = {**os.environ, **COMPILE_ENV, "VLLM_CACHE_ROOT": str(vllm_dir() / "compile"),
+                   "HF_HUB_OFFLINE": "1", "VLLM_NO_USAGE_STATS": "1", "DO_NOT_TRACK": "1", **(env or {})}
     log.parent.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
     with log.open("a") as output:
-        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=env, preexec_fn=preexec_fn,
-                                   start_new_session=True)
+        process = subprocess.Popen(command, stdout=output, stderr=subprocess.STDOUT, env=environment,
+                                   preexec_fn=preexec_fn, start_new_session=True)
     server = VllmServer(process, f"http://127.0.0.1:{port}", log, 0.0)
     try:
         _wait_healthy(server, started + timeout_s)

@@ -118,6 +118,17 @@ def drafting_llama_server(llama_server, smol, tmp_path_factory):
     server.stop()
 
 
+@pytest.fixture(scope="session")
+def vllm(smol, tmp_path_factory):
+    """A real vLLM serving the smol target with n-gram drafts (tests/vllm_process.py),
+    started once per run: its start takes a minute or more here."""
+    from vllm_process import start_vllm
+
+    server = start_vllm(smol.target, tmp_path_factory.mktemp("vllm") / "server.log")
+    yield server
+    server.stop()
+
+
 @pytest.fixture
 def lsp_options() -> dict | None:
     """What `lsp_client` adds to lsp_session's initializationOptions (the smol pair, FAST):

@@ -9,15 +9,18 @@ import pytest
 from completer.decoders.clients import LlamaServerClient
 from llama_server_process import LlamaServer, free_port
 from lsp_session import inline, insert, open_document, ready, stats
+from team_clients import (
+    CLIENT_WORDS,
+    LONG_RUN,
+    check_own_text,
+    killed_then_restarted,
+    supersede_a_running_generation,
+    typing_client,
+)
 
 pytestmark = pytest.mark.slow  # llama-server
 
 STATS_PY = "def mean(values):\n    return sum(values) / len(values)\n\n\ndef variance(values):\n    "
-# A list the model goes on filling: a generation that runs until stopped.
-LONG = "def numbers():\n    return [\n        1,\n        2,\n        3,\n        "
-# Generations of it still run when a newer request comes 1.5 s in, and the newer one ends
-# within seconds however busy the machine is (the server stops at a line end past it).
-LONG_RUN = {"max_tokens": 400, "time_budget_ms": 3000}
 # Healing is the local engine's alone (it needs the vocabulary's bytes and a constrained
 # first token): off on both sides, the two backends' prompts and answers are the same.
 # No prefetch: these tests count the server's tasks and what its slots evaluated, to which
@@ -83,16 +86,8 @@ async def test_each_document_keeps_its_slot_so_a_switch_back_evaluates_nothing_a
 
 async def test_a_superseded_request_stops_the_servers_generation(drafting_llama_server, smol_cache):
     client = await ready(smol_cache, remote(generation=LONG_RUN), flags=served_by(drafting_llama_server.url))
-    uri = "file:///project/long.py"
-    open_document(client, uri, LONG)
     cancels = drafting_llama_server.log.read_text().count("cancel task")
-    older = asyncio.create_task(inline(client, uri, 5, 8))
-    await asyncio.sleep(1.5)  # the older request is generating on the server
-    insert(client, uri, 2, 5, 8, "4")
-    newer = asyncio.create_task(inline(client, uri, 5, 9))
-    assert await older is None
-    assert (await newer) is not None, (await stats(client), client.messages)
-    assert (await stats(client))["superseded"] == 1
+    await supersede_a_running_generation(client)
     assert drafting_llama_server.log.read_text().count("cancel task") > cancels  # the server dropped the older task
     await client.shutdown_session()
 
@@ -101,28 +96,8 @@ async def test_a_server_killed_mid_request_is_one_message_then_completions_come_
                                                                                      smol_cache, tmp_path):
     server = LlamaServer(llama_server, smol.target, tmp_path / "server.log").start()
     client = await ready(smol_cache, remote(generation=LONG_RUN), flags=served_by(server.url))
-    uri = "file:///project/long.py"
-    open_document(client, uri, LONG)
-    request = asyncio.create_task(inline(client, uri, 5, 8))
-    await asyncio.sleep(1.0)
-    server.kill()
-    assert await request is None
-    for _ in range(4):  # keystrokes while it is down, past the first retry: empty answers, no new message
-        assert await inline(client, uri, 5, 8) is None
-        await asyncio.sleep(0.6)
-    warnings = [m for m in client.messages if server.url in m.message]
-    assert len(warnings) == 1 and "broke off" in warnings[0].message
-    assert server.url in (await stats(client))["server_error"]
-    server.start()
-    for _ in range(100):  # the first retries back off: 1 s, 2 s, 4 s ...
-        if await inline(client, uri, 5, 8) is not None:
-            break
-        await asyncio.sleep(0.3)
-    else:
-        pytest.fail("no completion after the server came back")
-    assert len([m for m in client.messages if server.url in m.message]) == 1
-    assert not (await stats(client))["server_error"]
-    assert any("answers again" in m.message for m in client.log_messages)
+    (warning,) = await killed_then_restarted(client, server.url, server.kill, server.start, back_s=60)
+    assert "broke off" in warning
     await client.shutdown_session()
     server.stop()
 
@@ -149,56 +124,11 @@ async def test_the_openai_backend_completes_as_llama_servers_own_api_and_cancels
     assert answers["openai"] == answers["llama-server"] and answers["openai"].strip()
 
     client = await ready(smol_cache, remote(generation=LONG_RUN), flags=served_by(drafting_llama_server.url, "openai"))
-    uri = "file:///project/long.py"
-    open_document(client, uri, LONG)
     cancels = drafting_llama_server.log.read_text().count("cancel task")
-    older = asyncio.create_task(inline(client, uri, 5, 8))
-    await asyncio.sleep(1.5)
-    insert(client, uri, 2, 5, 8, "4")
-    newer = asyncio.create_task(inline(client, uri, 5, 9))  # the newest request wins
-    assert await older is None
-    assert await newer is not None
-    current = await stats(client)
-    assert current["decoder"] == "openai" and current["superseded"] == 1
+    await supersede_a_running_generation(client)
+    assert (await stats(client))["decoder"] == "openai"
     assert drafting_llama_server.log.read_text().count("cancel task") > cancels
     await client.shutdown_session()
-
-
-# Each client's document names its own things; an answer naming another client's
-# would be another client's prompt or cache leaking into it.
-CLIENT_WORDS = ["alpha", "bravo", "charlie", "delta"]
-
-
-def client_document(word: str) -> str:
-    return (f"def {word}_total({word}_values):\n    {word}_sum = 0\n    for {word}_item in {word}_values:\n"
-            f"        {word}_sum += {word}_item\n    return {word}_sum\n\n\ndef {word}_mean({word}_values):\n    ")
-
-
-async def typing_client(url: str, cache, word: str, requests: int) -> list[str | None]:
-    """One editor typing into its own document: a request after each keystroke, and every
-    fifth keystroke a second one at once (the first is then superseded)."""
-    client = await ready(cache, remote(), flags=served_by(url))
-    uri = f"file:///project/{word}.py"
-    text = client_document(word)
-    open_document(client, uri, text)
-    line, column, answers = text.count("\n"), len("    "), []
-    typed = f"return {word}_total({word}_values) / len({word}_values)  # "
-    for index in range(requests):
-        insert(client, uri, index + 2, line, column, typed[index % len(typed)])
-        column += 1
-        pending = [asyncio.create_task(inline(client, uri, line, column))]
-        if index % 5 == 4:
-            pending.append(asyncio.create_task(inline(client, uri, line, column)))
-        for result in await asyncio.gather(*pending):
-            answers.append(result.items[0].insert_text if result else None)
-    current = await stats(client)
-    # The first of two requests at once may end in the debounce, which lsp.back_off
-    # lengthens on a shared server, before the completer counts it.
-    pairs = requests // 5
-    assert not current["server_error"] and len(answers) - pairs <= current["requests"] <= len(answers), current
-    assert not [m for m in client.messages if url in m.message]
-    await client.shutdown_session()
-    return answers
 
 
 async def test_four_clients_at_once_on_four_slots_each_get_answers_of_their_own_text(llama_server, smol, smol_cache,
@@ -208,11 +138,8 @@ async def test_four_clients_at_once_on_four_slots_each_get_answers_of_their_own_
     server = LlamaServer(llama_server, smol.target, tmp_path / "server.log", "-md", str(smol.draft),
                          "--spec-type", "draft-simple", "--cache-ram", "0", slots=4, context=8192).start()
     requests = 50
-    results = await asyncio.gather(*(typing_client(server.url, smol_cache, word, requests) for word in CLIENT_WORDS))
+    flags = served_by(server.url)
+    results = await asyncio.gather(*(typing_client(smol_cache, remote(), flags, word, requests)
+                                     for word in CLIENT_WORDS))
     server.stop()
-    for word, answers in zip(CLIENT_WORDS, results):
-        assert len(answers) == requests + requests // 5  # every request answered (or empty, superseded)
-        others = [other for other in CLIENT_WORDS if other != word]
-        leaked = [answer for answer in answers if answer and any(other in answer for other in others)]
-        assert not leaked, (word, leaked)
-        assert sum(1 for answer in answers if answer) >= requests // 2  # most keystrokes got a suggestion
+    check_own_text(results, requests)
