@@ -32,6 +32,7 @@ def padded(smol, target, draft, plain, tmp_path_factory):
     return LlamaModel(path, n_gpu_layers=0)
 
 
+@pytest.mark.slow  # over 2.5 s here: `make test-fast` keeps to 3 minutes
 def test_the_padded_draft_is_admitted_and_prefers_its_padding(smol, target, plain, padded):
     """The premise: a draft the vocabulary check admits, which left alone proposes ids
     past the target's vocabulary."""

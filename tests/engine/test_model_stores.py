@@ -326,6 +326,7 @@ def clip_projector(path: Path) -> Path:
     return path
 
 
+@pytest.mark.slow  # over 2.5 s here: `make test-fast` keeps to 3 minutes
 def test_each_unusable_file_is_one_line_naming_it(layout, files, tmp_path):
     ollama, lmstudio = layout.home / ".ollama" / "models", layout.home / ".lmstudio" / "models"
     llama_cpp, hf = layout.home / ".cache" / "llama.cpp", layout.home / ".cache" / "huggingface" / "hub"

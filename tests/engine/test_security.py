@@ -47,6 +47,7 @@ def test_derived_and_converted_files_stay_in_the_cache(smol, monkeypatch, tmp_pa
         assert made.resolve().parent == (tmp_path / "cache" / "derived").resolve()
 
 
+@pytest.mark.slow  # over 2.5 s here: `make test-fast` keeps to 3 minutes
 def test_a_cut_download_leaves_no_broken_model_and_the_next_pull_resumes(smol, tmp_path):
     cache = tmp_path / "cache"
     served = {(PRESET.target.repo, PRESET.target.filename): smol.draft,
@@ -66,6 +67,7 @@ def test_a_cut_download_leaves_no_broken_model_and_the_next_pull_resumes(smol, t
     assert len(downloads) >= 3  # two files, one of them fetched again after the cut
 
 
+@pytest.mark.slow  # over 2.5 s here: `make test-fast` keeps to 3 minutes
 def test_downloads_go_only_to_the_configured_endpoint(smol, tmp_path):
     served = {(PRESET.target.repo, PRESET.target.filename): smol.draft,
               (PRESET.draft.repo, PRESET.draft.filename): smol.draft}

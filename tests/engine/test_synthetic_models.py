@@ -10,6 +10,10 @@ from completer.models.llama import LlamaContext, LlamaModel
 from completer.models.synthetic import ARCHS, SHAPES, write_model
 
 # llama.cpp's own classification: what the engine will branch on
+# With the memory-kind tests that build on these models (test_memory_kinds.py): writing and
+# loading the four takes 9 s here, and `make test-fast` keeps to 3 minutes.
+pytestmark = pytest.mark.slow
+
 KINDS = {"qwen35": "hybrid", "granitehybrid": "hybrid", "mamba2": "recurrent", "qwen3": "attention"}
 CODE = "def fibonacci(n):\n    if n < 2:\n        return n\n    return fibonacci(n - 1) + fibonacci(n - 2)\n" * 6
 
@@ -63,7 +67,6 @@ def test_greedy_decoding_is_deterministic(models, arch):
     assert len(set(first)) > 3  # the weights are scaled to keep it moving, not stuck on one token
 
 
-@pytest.mark.slow  # over 4 s here: `make test-fast` keeps to 3 minutes
 def test_same_seed_same_file(tmp_path):
     a = write_model(tmp_path / "a.gguf", "mamba2", seed=1)
     b = write_model(tmp_path / "b.gguf", "mamba2", seed=1)
