@@ -41,6 +41,7 @@ Algorithm:
 import argparse
 import asyncio
 import json
+import math
 import random
 import re
 import tempfile
@@ -265,7 +266,8 @@ def summary(setting: str, developers: int, outcomes: list[Outcome], wall: float,
                                if not o.answered and not o.superseded}),
            "answered_share": len(answered) / len(outcomes) if outcomes else 0.0,
            "forward_cache": sum(1 for o in answered if o.completion.source == Source.FORWARD_CACHE),
-           "p50_ms": percentile([o.ms for o in answered], 50), "p95_ms": percentile([o.ms for o in answered], 95),
+           "p50_ms": percentile([o.ms for o in answered], 50) if answered else None,
+           "p95_ms": percentile([o.ms for o in answered], 95) if answered else None,
            "acceptance": sum(t.get("draft_n_accepted", 0) for t in timings) / drafted if drafted else None,
            "wall_s": wall, "server_tokens_per_s": None, "mean_busy_slots": None}
     if "tokens_predicted_total" in after:
@@ -315,15 +317,16 @@ def table(rows: list[dict]) -> str:
     for row in rows:
         lines.append(f"| {row['setting']} | {row['developers']} | {row.get('run', 1)} | {row['requests']} "
                      f"| {row['answered']} | {row['superseded']} | {row['failed']} | {row['answered_share']:.2f} "
-                     f"| {row['p50_ms']:.0f} | {row['p95_ms']:.0f} | {shown(row['server_tokens_per_s'], '.1f')} "
+                     f"| {shown(row['p50_ms'], '.0f')} | {shown(row['p95_ms'], '.0f')} | {shown(row['server_tokens_per_s'], '.1f')} "
                      f"| {shown(row['mean_busy_slots'], '.2f')} | {shown(row.get('mean_running'), '.2f')} "
                      f"| {shown(row['acceptance'], '.2f')} | {row['foreign_answers']} |")
     return "\n".join(lines)
 
 
 def medians(rows: list[dict]) -> str:
-    """Per setting and N over its runs: the median p50 and p95, the p50s' spread (lowest to
-    highest), and the median tokens/s, running requests and acceptance."""
+    """Per setting and N over its runs: the median share of requests answered, p50 and p95
+    (of the runs that answered any), the p50s' spread (lowest to highest), and the median
+    tokens/s, running requests and acceptance."""
     groups: dict[tuple[str, int], list[dict]] = {}
     for row in rows:
         groups.setdefault((row["setting"], row["developers"]), []).append(row)
@@ -332,12 +335,14 @@ def medians(rows: list[dict]) -> str:
         values = [row[key] for row in group if row.get(key) is not None]
         return median(values) if values else None
 
-    lines = ["| setting | N | runs | p50 ms | p50 spread | p95 ms | server tok/s | running | acceptance |",
-             "|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| setting | N | runs | answered share | p50 ms | p50 spread | p95 ms | server tok/s | running "
+             "| acceptance |", "|---|---|---|---|---|---|---|---|---|---|"]
     for (setting, count), group in groups.items():
-        p50s = [row["p50_ms"] for row in group]
-        lines.append(f"| {setting} | {count} | {len(group)} | {median(p50s):.0f} | {min(p50s):.0f}-{max(p50s):.0f} "
-                     f"| {middle(group, 'p95_ms'):.0f} | {shown(middle(group, 'server_tokens_per_s'), '.1f')} "
+        p50s = [row["p50_ms"] for row in group if row["p50_ms"] is not None]
+        spread = f"{min(p50s):.0f}-{max(p50s):.0f}" if p50s else "-"
+        lines.append(f"| {setting} | {count} | {len(group)} | {middle(group, 'answered_share'):.2f} "
+                     f"| {shown(middle(group, 'p50_ms'), '.0f')} | {spread} | {shown(middle(group, 'p95_ms'), '.0f')} "
+                     f"| {shown(middle(group, 'server_tokens_per_s'), '.1f')} "
                      f"| {shown(middle(group, 'mean_running'), '.2f')} | {shown(middle(group, 'acceptance'), '.2f')} |")
     return "\n".join(lines)
 
@@ -366,7 +371,9 @@ def vllm_flags(setting: str, measured: list[dict]) -> tuple[str, ...]:
 
 
 def vllm_schedule(measured: list[dict]) -> list[tuple[int, int, int]]:
-    points = [LoadPoint(row["developers"], draft_tokens(row["setting"]), row["p50_ms"]) for row in measured
+    # A run that answered nothing was as slow as can be.
+    points = [LoadPoint(row["developers"], draft_tokens(row["setting"]),
+                        math.inf if row["p50_ms"] is None else row["p50_ms"]) for row in measured
               if row["setting"] == VLLM + "off" or re.fullmatch(VLLM + r"ngram-\d+", row["setting"])]
     if not points:
         raise SystemExit("vllm-schedule needs vllm-off or vllm-ngram-K measured before it in --settings")
