@@ -317,8 +317,9 @@ def table(rows: list[dict]) -> str:
     for row in rows:
         lines.append(f"| {row['setting']} | {row['developers']} | {row.get('run', 1)} | {row['requests']} "
                      f"| {row['answered']} | {row['superseded']} | {row['failed']} | {row['answered_share']:.2f} "
-                     f"| {shown(row['p50_ms'], '.0f')} | {shown(row['p95_ms'], '.0f')} | {shown(row['server_tokens_per_s'], '.1f')} "
-                     f"| {shown(row['mean_busy_slots'], '.2f')} | {shown(row.get('mean_running'), '.2f')} "
+                     f"| {shown(row['p50_ms'], '.0f')} | {shown(row['p95_ms'], '.0f')} "
+                     f"| {shown(row['server_tokens_per_s'], '.1f')} | {shown(row['mean_busy_slots'], '.2f')} "
+                     f"| {shown(row.get('mean_running'), '.2f')} "
                      f"| {shown(row['acceptance'], '.2f')} | {row['foreign_answers']} |")
     return "\n".join(lines)
 

@@ -139,15 +139,16 @@ async def test_next_edit_markers_reach_vllms_model_intact_and_a_documents_contro
     assert all(prompt.count(marker) == 1 for marker in ZETA_MARKERS), prompt
     # What vLLM's tokenizer makes of the prompt: the markers come back whole, and no token
     # is smol's <|im_start|> (a file's text cannot put one there).
-    tokens = post(vllm.url, "/tokenize", {"model": SERVED_NAME, "prompt": prompt, "add_special_tokens": False})["tokens"]
-    (im_start,) = post(vllm.url, "/tokenize", {"model": SERVED_NAME, "prompt": "<|im_start|>",
-                                               "add_special_tokens": False})["tokens"]
+    def tokenized(text: str) -> list[int]:
+        return post(vllm.url, "/tokenize", {"model": SERVED_NAME, "prompt": text, "add_special_tokens": False})["tokens"]
+
+    tokens, (im_start,) = tokenized(prompt), tokenized("<|im_start|>")
     assert im_start not in tokens
     assert post(vllm.url, "/detokenize", {"model": SERVED_NAME, "tokens": tokens})["prompt"] == prompt
 
 
 async def test_four_editors_at_once_on_vllm_each_get_answers_of_their_own_text(vllm, smol_cache):
-    requests = 20  # a CPU vLLM: a fifth as many keystrokes as on llama-server's four slots
+    requests = 20  # a CPU vLLM: 20 keystrokes each, where llama-server with four slots takes 50
     results = await asyncio.gather(*(typing_client(smol_cache, OPTIONS, served_by(vllm.url), word, requests)
                                      for word in CLIENT_WORDS))
     check_own_text(results, requests)
