@@ -501,7 +501,7 @@ def _server_row(models: ModelOptions) -> tuple[str, str]:
 
     try:
         api = server_api(models, os.environ)
-        return f"server ({models.decoder})", f"{api.url}: {api.connect().summary()}"
+        return f"server ({models.decoder})", f"{api.url}: {api.connect().summary(api.speculation())}"
     except ServerError as error:
         return f"server ({models.decoder})", f"cannot be used: {error}"
 

@@ -19,6 +19,7 @@ class ScriptedServer:
         self.pace_s = 0.0  # between two events, as a model's steps space them
         self.extra: dict = {}  # more of the usage event (llama-server's timings)
         self.metrics: str | None = None  # /metrics' text; None: not found, as a server without them answers
+        self.asked: list[str] = []  # the paths of its GET requests, in order
         self.prompts: list[str] = []
         self.streaming = 0  # answers being streamed now
         self.most_streaming = 0  # the most streamed at once
@@ -30,6 +31,7 @@ class ScriptedServer:
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self):
+                scripted.asked.append(self.path)
                 if self.path == "/metrics":
                     scripted.send_metrics(self)
                     return

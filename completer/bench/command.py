@@ -218,6 +218,7 @@ def bench_server(terminal: Terminal, models: ModelOptions, baseline_url: str | N
     model = decoder.server_model()
     if model is None:
         raise PeerFailed(decoder.warning)
+    served = f"{model.summary(decoder.api.speculation())} at {decoder.url}"
     rows = {SERVER: TeamServer(decoder.url), **({BASELINE: TeamServer(baseline_url)} if baseline_url else {})}
     context, prompt = context_config(with_context)
     completer = completer_over(decoder, Config(models=models, context=context, prompt=prompt),
@@ -228,11 +229,10 @@ def bench_server(terminal: Terminal, models: ModelOptions, baseline_url: str | N
     records = _run_holes(runner, holes, len(rows), terminal.errors)
     summary = summarize(records, runner.modes)
     terminal.show_table(summary, f"{len(holes)} holes; {max_tokens} tokens; T={temperature}; context: {with_context}; "
-                                 f"{model.summary()} at {decoder.url}"
-                                 + (f"; baseline {baseline_url}" if baseline_url else ""))
+                                 f"{served}" + (f"; baseline {baseline_url}" if baseline_url else ""))
     for line in report.failures(summary):
         terminal.notes.print(line, soft_wrap=True, highlight=False)
-    report_path.write_text(json.dumps({"server": decoder.url, "model": model.summary(),
+    report_path.write_text(json.dumps({"server": decoder.url, "model": served,
                                        "baseline": baseline_url, "with_context": with_context, **picked.json(),
                                        "summary": summary, "holes": [hole.to_json() for hole in holes],
                                        "records": records}, indent=1))

@@ -19,9 +19,8 @@ import threading
 import time
 from collections import OrderedDict
 from contextlib import contextmanager
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from functools import partial
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Protocol
 
@@ -62,10 +61,10 @@ class ServerModel:
     slots: int  # 0: an API without slots
     context_tokens: int  # per slot
     template: FimTemplate | None
-    speculative: dict[str, float | int | str] = field(default_factory=dict)
 
-    def summary(self) -> str:
-        speculative = ", ".join(f"{key} {value}" for key, value in self.speculative.items()) or "not reported"
+    def summary(self, speculation: dict[str, float | int | str]) -> str:
+        """A line for doctor and the bench, with what ServerAPI.speculation says."""
+        speculative = ", ".join(f"{key} {value}" for key, value in speculation.items()) or "not reported"
         family = self.template.family if self.template else "none (a prefix-only prompt)"
         slots = (f"{self.slots} slot{'s' * (self.slots != 1)} of {self.context_tokens} tokens" if self.slots else
                  f"a context of {self.context_tokens} tokens (no slots: the server's own prefix cache)")
@@ -79,6 +78,12 @@ class ServerAPI(Protocol):
     url: str
 
     def connect(self) -> ServerModel: ...
+
+    def speculation(self) -> dict[str, float | int | str]:
+        """What the server says of its drafting, for doctor and the bench. It costs requests
+        a completion never needs (vLLM's /server_info runs its collect_env), so connect,
+        which the language server calls at start-up and after every outage, does not ask."""
+        ...
 
     def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int] | str, int]: ...
 
@@ -206,7 +211,10 @@ class LlamaServerAPI:
             has = f"{detected.family}'s FIM tokens" if detected else "no FIM tokens"
             raise ServerError(f"models.prompt_family is {self.family}, but the server's model {name} has {has}: "
                               "set models.prompt_family to auto")
-        speculative = dict(props.speculative)
+        return ServerModel(name, props.slots, props.context_tokens, template)
+
+    def speculation(self) -> dict[str, float | int | str]:
+        speculative: dict[str, float | int | str] = dict(self.client.props().speculative)
         try:  # the slots say whether the server drafts (a draft model or n-gram lookup); --no-slots hides them
             speculative["drafting"] = "yes" if any(slot.get("speculative") for slot in self.client.slots()) else "no"
         except ServerError:
@@ -216,7 +224,7 @@ class LlamaServerAPI:
             # speculative.* fields under `#if 0`: a client cannot lower the draft length.
             speculative["backs off under load"] = ("no: this llama-server takes no speculative settings per "
                                                    "request; the client backs off (lsp.back_off)")
-        return ServerModel(name, props.slots, props.context_tokens, template, speculative)
+        return speculative
 
     def encode(self, segments: list[Segment], cancel: CancelFlag | None = None) -> tuple[list[int], int]:
         return with_length(self.bos + tokenize_segments(self.vocabulary.under(cancel), segments))
@@ -274,11 +282,11 @@ class OpenAIAPI:
         entry = self.client.models()[0]
         self.model = str(entry["id"])
         template = template_in_name(self.model) if self.family == "auto" else template_named(self.family)
-        return ServerModel(self.model, 0, served_context(entry) or self.context_tokens, template, self.metrics())
+        return ServerModel(self.model, 0, served_context(entry) or self.context_tokens, template)
 
-    def metrics(self) -> dict[str, str]:
-        """What its /metrics says of its speculation and caches (vLLM's); "not served" where
-        there are none (another OpenAI-compatible server)."""
+    def speculation(self) -> dict[str, float | int | str]:
+        """What its /metrics says of its speculation and caches (vLLM's), and its served
+        speculative config; "not served" where there are none (another OpenAI-compatible server)."""
         try:
             return ServerMetrics.of(self.client.metrics()).described(self.client.speculative_config())
         except ServerError as error:

@@ -62,9 +62,22 @@ def test_doctors_line_for_an_openai_server_says_what_its_metrics_say_or_that_it_
     server = ScriptedServer()
     try:
         api = OpenAIAPI(OpenAIClient(server.url))
-        assert "metrics not served (" in api.connect().summary() and "HTTP 404" in api.connect().summary()
+        summary = api.connect().summary(api.speculation())
+        assert "metrics not served (" in summary and "HTTP 404" in summary, summary
         server.metrics = SPECULATING
-        summary = api.connect().summary()
+        summary = api.connect().summary(api.speculation())
         assert "drafting yes, 4 tokens a step, acceptance so far 75% of 200 drafted tokens" in summary, summary
+    finally:
+        server.stop()
+
+
+def test_a_connect_asks_only_for_the_served_model():
+    """The language server connects at start-up and after every outage; the speculation's
+    /metrics and /server_info (vLLM runs its collect_env for it) are doctor's and the bench's."""
+    server = ScriptedServer()
+    server.metrics = SPECULATING
+    try:
+        OpenAIAPI(OpenAIClient(server.url)).connect()
+        assert server.asked == ["/v1/models"]
     finally:
         server.stop()
