@@ -49,15 +49,18 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Callable, Iterator
 from concurrent.futures import ThreadPoolExecutor
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from statistics import median
 
 from completer.lsp.completing import complete
 from completer.models.llama_build import BUILD_COMMAND, find
 from completer.models.presets import Preset
-from completer.models.resolve import resolve
+from completer.models.resolve import ModelFiles, resolve
 
 from completer.bench.edit_holes import EditHole, pick_edit_holes
 from completer.bench.keystrokes import TYPED_CHARACTERS
@@ -364,7 +367,7 @@ def vllm_flags(setting: str, measured: list[dict]) -> tuple[str, ...]:
     if setting == VLLM + "off":
         return SERVE_FLAGS
     if setting.startswith(VLLM + "ngram-"):
-        config = json.dumps({**NGRAM, "num_speculative_tokens": int(setting.removeprefix(VLLM + "ngram-"))})
+        config = json.dumps({**NGRAM, "num_speculative_tokens": draft_tokens(setting)})
         return (*SERVE_FLAGS, "--speculative-config", config)
     if setting == VLLM + "schedule":
         return (*SERVE_FLAGS, "--speculative-config", speculative_config(vllm_schedule(measured), NGRAM))
@@ -412,46 +415,48 @@ def measure_settings(plan: Plan) -> list[dict]:
             server = serve(converted(files.target), SERVED_NAME, plan.folder / f"{setting}.log",
                            vllm_flags(setting, rows), env=DEV_MODE)
             try:
-                rows += measure_vllm(plan, setting, server.url)
+                rows += measure_runs(plan, setting, lambda count, name: prefix_cache_emptied(server.url))
             finally:
                 server.stop()
         else:
-            rows += measure_llama_server(plan, setting, files)
+            binary = find()
+            if binary is None:
+                raise SystemExit(f"no llama-server: run `{BUILD_COMMAND}`")
+            rows += measure_runs(plan, setting, partial(fresh_llama_server, binary, files, setting, plan.folder))
     return rows
 
 
-def measure_vllm(plan: Plan, setting: str, url: str) -> list[dict]:
+def measure_runs(plan: Plan, setting: str, server_for: Callable[[int, str], AbstractContextManager[str]]) -> list[dict]:
+    """The setting at each N, run and back-off, each on the server (its URL) that
+    `server_for(N, the run's name)` holds while the developers type."""
     rows = []
     for count in plan.counts:
         for run in range(1, plan.runs + 1):
             for back_off in plan.back_offs:
                 suffix, options = back_off_options(back_off)
-                reset_prefix_cache(url)
-                row = run_developers(url, plan.holes[:count], plan.seconds, setting + suffix, options).row
+                with server_for(count, f"{setting}-{count}-{run}-{back_off}") as url:
+                    row = run_developers(url, plan.holes[:count], plan.seconds, setting + suffix, options).row
                 rows.append({**row, "run": run})
                 print(table(rows[-1:]).splitlines()[-1], flush=True)
     return rows
 
 
-def measure_llama_server(plan: Plan, setting: str, files) -> list[dict]:
-    binary = find()
-    if binary is None:
-        raise SystemExit(f"no llama-server: run `{BUILD_COMMAND}`")
-    rows = []
-    for count in plan.counts:
-        for run in range(1, plan.runs + 1):
-            for back_off in plan.back_offs:
-                suffix, options = back_off_options(back_off)
-                server = LlamaServer(binary, files.target, plan.folder / f"{setting}-{count}-{run}-{back_off}.log",
-                                     "--metrics", *setting_flags(setting, files.draft), slots=count,
-                                     context=4096 * count).start()
-                try:
-                    row = run_developers(server.url, plan.holes[:count], plan.seconds, setting + suffix, options).row
-                finally:
-                    server.stop()
-                rows.append({**row, "run": run})
-                print(table(rows[-1:]).splitlines()[-1], flush=True)
-    return rows
+@contextmanager
+def fresh_llama_server(binary: Path, files: ModelFiles, setting: str, folder: Path, count: int,
+                       name: str) -> Iterator[str]:
+    """A llama-server of the setting with a slot for each of `count` developers."""
+    server = LlamaServer(binary, files.target, folder / f"{name}.log", "--metrics",
+                         *setting_flags(setting, files.draft), slots=count, context=4096 * count).start()
+    try:
+        yield server.url
+    finally:
+        server.stop()
+
+
+@contextmanager
+def prefix_cache_emptied(url: str) -> Iterator[str]:
+    reset_prefix_cache(url)
+    yield url
 
 
 def reset_prefix_cache(url: str) -> None:
