@@ -37,7 +37,7 @@ class EngineDocument:
     # order texts came in, which decides a tie between two documents' matches.
     text: "NgramIndex | None" = None
     text_order: int = 0
-    curves: dict[tuple[str, int], "AcceptanceCurve"] = field(default_factory=dict)  # (provider, bucket) ->
+    curves: dict[tuple[str, int, bool], "AcceptanceCurve"] = field(default_factory=dict)  # (provider, bucket, edits) ->
 
 
 class Documents:

@@ -156,29 +156,39 @@ MATCH_BUCKET_NAMES = ("3", "4-5", "6-8", "9-15", "16-31", "32+")
 
 class AcceptanceTable:
     """Acceptance curves per (provider, bucket), for each language, and for each document
-    in what the engine keeps of it (EngineDocument.curves): closing it takes them along."""
+    in what the engine keeps of it (EngineDocument.curves): closing it takes them along.
+    A document's next edits have curves apart from its completions', in both: a rewrite
+    copies the region its prompt holds much further than a completion goes on as the text
+    above it did, so the depth a next edit teaches would have the document's completions
+    draft deeper than their own acceptance pays for (benchmarks/local_overlap.py measures
+    a completion alone and overlapping a next edit). Which kind is decoding is the
+    engine's live caches' (Documents.live, Engine.activate)."""
 
     def __init__(self, documents: Documents | None = None):
-        self.languages: dict[tuple[str, str, int], AcceptanceCurve] = {}  # (provider, language, bucket) ->
+        self.languages: dict[tuple[str, str, int, bool], AcceptanceCurve] = {}  # (provider, language, bucket, edits)
         self.documents = documents if documents is not None else Documents()
 
-    def _of_document(self, provider: str, document: str, bucket: int) -> AcceptanceCurve:
-        return self.documents.get(document).curves.setdefault((provider, bucket), AcceptanceCurve())
+    def _edits(self, document: str) -> bool:
+        return self.documents.live == (document, True)
 
-    def _of_language(self, provider: str, language: str, bucket: int) -> AcceptanceCurve:
-        return self.languages.setdefault((provider, language, bucket), AcceptanceCurve())
+    def _of_document(self, provider: str, document: str, bucket: int) -> AcceptanceCurve:
+        key = (provider, bucket, self._edits(document))
+        return self.documents.get(document).curves.setdefault(key, AcceptanceCurve())
+
+    def _of_language(self, provider: str, document: str, language: str, bucket: int) -> AcceptanceCurve:
+        return self.languages.setdefault((provider, language, bucket, self._edits(document)), AcceptanceCurve())
 
     def record(self, provider: str, document: str, language: str, bucket: int, accepted: int, drafted: int,
                first: int = 0) -> None:
         self._of_document(provider, document, bucket).record(accepted, drafted, first)
-        self._of_language(provider, language, bucket).record(accepted, drafted, first)
+        self._of_language(provider, document, language, bucket).record(accepted, drafted, first)
 
     def curve(self, provider: str, document: str, language: str, bucket: int) -> AcceptanceCurve:
         """The document's curve once it has MIN_TRIALS, else its language's."""
         document_curve = self._of_document(provider, document, bucket)
         if document_curve.total_trials() >= MIN_TRIALS:
             return document_curve
-        return self._of_language(provider, language, bucket)
+        return self._of_language(provider, document, language, bucket)
 
     def survival(self, provider: str, document: str, language: str, bucket: int, most: int) -> list[float]:
         return self.curve(provider, document, language, bucket).survival(most, PRIORS.get(provider, 0.5))

@@ -8,6 +8,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from completer.config import DraftingOptions
+from completer.engine.documents import Documents
 from completer.engine.drafts import NgramDrafter, NgramIndex
 from completer.engine.kv import common_prefix_length
 from completer.engine.speculative import Branch
@@ -91,6 +92,23 @@ def test_a_short_match_that_fails_early_is_not_planned_long():
         tuner.acceptance.record("ngram", "doc", "py", match_bucket(3), accepted=1, drafted=8)
     plan = tuner.plan([Candidate("ngram", match_bucket(3), 48)], "doc", "py")
     assert plan.k <= 3
+
+
+def test_a_documents_next_edits_teach_its_completions_nothing():
+    """A rewrite's long copies, learnt while the document's next-edit caches are live,
+    leave the plan of its completions (their caches live) where it was, in the document's
+    curves and in its language's."""
+    documents = Documents()
+    tuner = Tuner(CostModel(verify_ms=dict(LONG_CPU_CURVE)), DraftingOptions(), documents)
+    candidate = [Candidate("ngram", match_bucket(32), 48)]
+    documents.live = ("doc", False)
+    before = tuner.plan(candidate, "doc", "py")
+    documents.live = ("doc", True)
+    for _ in range(40):
+        tuner.acceptance.record("ngram", "doc", "py", match_bucket(32), accepted=30, drafted=40)
+    assert tuner.plan(candidate, "doc", "py").k == 30  # the next edits' own curve learnt the copies
+    documents.live = ("doc", False)
+    assert tuner.plan(candidate, "doc", "py") == before  # its own curve untried: the language's, untaught
 
 
 def test_a_copy_drafted_short_that_goes_on_holding_is_soon_drafted_long():
