@@ -293,9 +293,9 @@ class LanguageServerOptions:
         "does). Whole acceptance only; any other request stops it within a round"
     )
     back_off: bool = option(
-        True, "language server, on a shared server (--decoder llama-server or openai): the debounce grows to "
-        "half the median latency of the last 8 answers (at most 1000 ms), and prefetch waits while the server "
-        "gives this editor half its unloaded speed or less (docs/team-server.md)"
+        True, "language server, on a shared server (--decoder llama-server or openai): while the server gives "
+        "this editor half its unloaded speed or less, the debounce grows to half the median latency of the "
+        "last 8 answers (at most 1000 ms) and prefetch waits (docs/team-server.md)"
     )
 
 

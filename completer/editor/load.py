@@ -9,12 +9,14 @@ gives up for it (issue 57: many editors on one server).
                half the speed it gives it alone, so it is busy with others. Then
                prefetch waits: it takes compute from the other users and delays this
                editor's own next request (extra candidates are the local engine's alone)
-    debounce   the configured debounce, grown to DEBOUNCE_SHARE of the median latency
-               (request to answer) of the last WINDOW answers, at most DEBOUNCE_MOST_MS:
-               with answers taking 800 ms and keystrokes 150 ms apart, a request per
-               keystroke is superseded several times before one lands, and each started
-               one costs the server a prompt (Tabby's debouncer adapts the same way, to
-               the typing pace).
+    debounce   while saturated, the configured debounce grown to DEBOUNCE_SHARE of the
+               median latency (request to answer) of the last WINDOW answers, at most
+               DEBOUNCE_MOST_MS: with answers taking 800 ms and keystrokes 150 ms apart, a
+               request per keystroke is superseded several times before one lands, and
+               each started one costs the server a prompt (Tabby's debouncer adapts the
+               same way, to the typing pace). Not before: a server with room answers a
+               request as soon as it comes, and a debounce only delays it (the load
+               bench with back-off on and off: docs/bench.md).
 
 Only a shared server is judged (DecoderModel.shared): the local engine's pace changes with
 its own prompts and drafts, and no one else waits on it.
@@ -53,13 +55,16 @@ class LoadGauge:
     @property
     def saturated(self) -> bool:
         with self._lock:
-            return (len(self._paces) >= PACE_MIN_COUNT
-                    and statistics.median(self._paces) >= SATURATED_RATIO * self._alone)
+            return self._saturated()
+
+    def _saturated(self) -> bool:
+        return len(self._paces) >= PACE_MIN_COUNT and statistics.median(self._paces) >= SATURATED_RATIO * self._alone
 
     def debounce_ms(self, configured_ms: float) -> float:
-        """The debounce to wait before a request: `configured_ms`, or more while answers are slow."""
+        """The debounce to wait before a request: `configured_ms`, or more while the server is
+        saturated and answers are slow."""
         with self._lock:
-            if not self._latencies:
+            if not self._saturated():
                 return configured_ms
             grown = min(DEBOUNCE_SHARE * statistics.median(self._latencies), DEBOUNCE_MOST_MS)
         return max(configured_ms, grown)
