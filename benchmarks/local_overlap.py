@@ -106,7 +106,7 @@ def overlapped(completers: tuple[Completer, Completer], a: CompletionRequest, b:
     case.all_ms.append((max(ends.values()) - first) * 1000)
 
 
-def p(values: list[float], q: int) -> float:
+def percentile(values: list[float], q: int) -> float:
     return statistics.quantiles(values, n=100, method="inclusive")[q - 1] if len(values) > 1 else values[0]
 
 
@@ -119,7 +119,8 @@ def report(cases: dict[tuple[str, str], Case], settings: str) -> str:
         for load in LOADS:
             case = cases[mode, load]
             speed = statistics.median(cases["target", load].inline_ms) / statistics.median(case.inline_ms)
-            lines.append(f"| {mode} | {load} | {statistics.median(case.inline_ms):.0f} | {p(case.inline_ms, 95):.0f} "
+            lines.append(f"| {mode} | {load} | {statistics.median(case.inline_ms):.0f} "
+                         f"| {percentile(case.inline_ms, 95):.0f} "
                          f"| {case.tokens / max(case.passes, 1):.2f} "
                          f"| {f'{case.drafted / case.rounds:.2f}' if case.rounds else '-'} "
                          f"| {f'{statistics.median(case.all_ms):.0f}' if case.all_ms else '-'} "
