@@ -117,7 +117,8 @@ STATS_KEYS = (
     "prefetches",  # completions computed while the one they follow was shown (lsp.prefetch)
     "prefetch_hits",  # requests answered from one, with no model call
     # A shared server's load, from this editor's answers (completer/editor/load.py): whether
-    # prefetch waits now, and the debounce the answers' latency asks for (0 until one comes).
+    # it is saturated (prefetch waits), and the debounce the answers' latency then asks for
+    # (0 while it is not).
     "saturated",
     "adaptive_debounce_ms",
 )
