@@ -229,7 +229,7 @@ def bench_server(terminal: Terminal, models: ModelOptions, baseline_url: str | N
     records = _run_holes(runner, holes, len(rows), terminal.errors)
     summary = summarize(records, runner.modes)
     terminal.show_table(summary, f"{len(holes)} holes; {max_tokens} tokens; T={temperature}; context: {with_context}; "
-                                 f"{served}" + (f"; baseline {baseline_url}" if baseline_url else ""))
+                                 + served + (f"; baseline {baseline_url}" if baseline_url else ""))
     for line in report.failures(summary):
         terminal.notes.print(line, soft_wrap=True, highlight=False)
     report_path.write_text(json.dumps({"server": decoder.url, "model": served,

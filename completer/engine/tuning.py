@@ -171,24 +171,25 @@ class AcceptanceTable:
     def _edits(self, document: str) -> bool:
         return self.documents.live == (document, True)
 
-    def _of_document(self, provider: str, document: str, bucket: int) -> AcceptanceCurve:
-        key = (provider, bucket, self._edits(document))
-        return self.documents.get(document).curves.setdefault(key, AcceptanceCurve())
+    def _of_document(self, provider: str, document: str, bucket: int, edits: bool) -> AcceptanceCurve:
+        return self.documents.get(document).curves.setdefault((provider, bucket, edits), AcceptanceCurve())
 
-    def _of_language(self, provider: str, document: str, language: str, bucket: int) -> AcceptanceCurve:
-        return self.languages.setdefault((provider, language, bucket, self._edits(document)), AcceptanceCurve())
+    def _of_language(self, provider: str, language: str, bucket: int, edits: bool) -> AcceptanceCurve:
+        return self.languages.setdefault((provider, language, bucket, edits), AcceptanceCurve())
 
     def record(self, provider: str, document: str, language: str, bucket: int, accepted: int, drafted: int,
                first: int = 0) -> None:
-        self._of_document(provider, document, bucket).record(accepted, drafted, first)
-        self._of_language(provider, document, language, bucket).record(accepted, drafted, first)
+        edits = self._edits(document)
+        self._of_document(provider, document, bucket, edits).record(accepted, drafted, first)
+        self._of_language(provider, language, bucket, edits).record(accepted, drafted, first)
 
     def curve(self, provider: str, document: str, language: str, bucket: int) -> AcceptanceCurve:
         """The document's curve once it has MIN_TRIALS, else its language's."""
-        document_curve = self._of_document(provider, document, bucket)
+        edits = self._edits(document)
+        document_curve = self._of_document(provider, document, bucket, edits)
         if document_curve.total_trials() >= MIN_TRIALS:
             return document_curve
-        return self._of_language(provider, document, language, bucket)
+        return self._of_language(provider, language, bucket, edits)
 
     def survival(self, provider: str, document: str, language: str, bucket: int, most: int) -> list[float]:
         return self.curve(provider, document, language, bucket).survival(most, PRIORS.get(provider, 0.5))
