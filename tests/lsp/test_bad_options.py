@@ -22,6 +22,7 @@ from hypothesis import strategies as st
 from completer.config import RANGES, RENAMED, Config, config_from_dict
 from completer.loading import needs_reload
 from completer.lsp import protocol
+from completer.lsp.server import refused_message, without_machine_options
 from raw_lsp import RawServer
 
 ANSWER_S = 30  # every request is answered within this, or the options asked for a longer generation
@@ -128,9 +129,10 @@ def settled_config(options: Any) -> tuple[Config, list[str]]:
     base = config_from_dict(RESET, config_from_dict(START)[0])[0]
     if isinstance(options, dict) and protocol.SETTINGS_SECTION in options:
         options = options[protocol.SETTINGS_SECTION]
+    options, refused = without_machine_options(options, base)  # refused first, whatever their values
     config, problems = config_from_dict(options, base)
     assert not needs_reload(base, config), "the strategy must not reload the models"
-    return config, problems
+    return config, [refused_message(name) for name in refused] + problems
 
 
 @pytest.mark.slow  # a request for every option at each extreme
